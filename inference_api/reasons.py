@@ -1,0 +1,83 @@
+"""Stable condition reasons: one enum, each value answered on the FAQ page (docs/faq.md)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Reason(StrEnum):
+    # Refusals and waits of the order matrix (user guide "When an order does not become ready").
+    CLASS_NOT_FOUND = "ClassNotFound"
+    CLASS_NOT_READY = "ClassNotReady"
+    NAMESPACE_NOT_ALLOWED = "NamespaceNotAllowed"
+    AUTH_SECRET_NOT_FOUND = "AuthSecretNotFound"
+    MODEL_NOT_FOUND = "ModelNotFound"
+    MODEL_NOT_READY = "ModelNotReady"
+    ENDPOINT_TYPE_POLICY_CONFLICT = "EndpointTypePolicyConflict"
+    FORMAT_NOT_ALLOWED = "FormatNotAllowed"
+    PARAMETER_COUNT_NOT_ALLOWED = "ParameterCountNotAllowed"
+    CATALOG_DISABLED = "CatalogDisabled"
+    # Planner refusals.
+    NO_CAPACITY = "NoCapacity"
+    NO_ACCELERATOR_WITH_ENOUGH_MEMORY = "NoAcceleratorWithEnoughMemory"
+    QUANTIZATION_MISMATCH = "QuantizationMismatch"
+    NO_COMPATIBLE_RUNTIME_AVAILABLE = "NoCompatibleRuntimeAvailable"
+    RESOURCE_CLAIM_EXHAUSTED = "ResourceClaimExhausted"
+    PLACEMENT_UNDECIDABLE = "PlacementUndecidable"
+    # Serving life.
+    SCALE_UP_BLOCKED = "ScaleUpBlocked"
+    LAUNCH_PLAN_IN_FORCE = "LaunchPlanInForce"
+    HEALTH_CHECK_FAILED = "HealthCheckFailed"
+    SERVICE_UNHEALTHY = "ServiceUnhealthy"
+    REPLICAS_HELD_ON_PREVIOUS_RUNTIME = "ReplicasHeldOnPreviousRuntime"
+    WORKLOAD_REBUILDING = "WorkloadRebuilding"
+    # Positive and progress reasons.
+    CLASS_RESOLVED = "ClassResolved"
+    MODEL_RESOLVED = "ModelResolved"
+    LAUNCH_PLAN_CALCULATED = "LaunchPlanCalculated"
+    WORKLOAD_APPLIED = "WorkloadApplied"
+    WORKLOAD_PROGRESSING = "WorkloadProgressing"
+    PROBE_SUCCEEDED = "ProbeSucceeded"
+    SCALING_ALLOWED = "ScalingAllowed"
+    RUNTIME_UP_TO_DATE = "RuntimeUpToDate"
+    WAITING_FOR_PREVIOUS_STEP = "WaitingForPreviousStep"
+    DELETING = "Deleting"
+    # Class conditions (Validated, Ready).
+    CLASS_VALID = "ClassValid"
+    CLASS_INVALID = "ClassInvalid"
+
+
+class EventReason(StrEnum):
+    """Reasons of Kubernetes Events recorded on an order (not condition reasons)."""
+
+    SETTLED_REGION_KEPT = "SettledRegionKept"
+    CAPACITY_PREEMPTED = "CapacityPreempted"
+
+
+# Refusals a user cannot fix by waiting: retrying the activity cannot change them.
+NON_RETRYABLE_REFUSALS: frozenset[Reason] = frozenset(
+    {
+        Reason.CLASS_NOT_FOUND,
+        Reason.CLASS_NOT_READY,
+        Reason.NAMESPACE_NOT_ALLOWED,
+        Reason.MODEL_NOT_FOUND,
+        Reason.ENDPOINT_TYPE_POLICY_CONFLICT,
+        Reason.FORMAT_NOT_ALLOWED,
+        Reason.PARAMETER_COUNT_NOT_ALLOWED,
+        Reason.CATALOG_DISABLED,
+        Reason.QUANTIZATION_MISMATCH,
+        Reason.NO_COMPATIBLE_RUNTIME_AVAILABLE,
+        Reason.PLACEMENT_UNDECIDABLE,
+    }
+)
+
+# Refusals about capacity: the order waits and retries on a backoff.
+CAPACITY_REFUSALS: frozenset[Reason] = frozenset(
+    {
+        Reason.NO_CAPACITY,
+        Reason.NO_ACCELERATOR_WITH_ENOUGH_MEMORY,
+        Reason.RESOURCE_CLAIM_EXHAUSTED,
+        Reason.MODEL_NOT_READY,
+        Reason.AUTH_SECRET_NOT_FOUND,
+    }
+)
