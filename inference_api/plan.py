@@ -1,0 +1,88 @@
+"""The launch plan: what the planner decided for one order, and the vLLM recipe to run there.
+
+Shared by the planner (which produces it), the workload builders (which turn it into
+objects) and the order workflow (which carries it and publishes ``status.resolved``).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from inference_api.reasons import Reason
+from inference_api.types import EndpointType, PlacementType, ResolvedStatus, SharingMode
+
+
+class RecipeSource(StrEnum):
+    COMPILED = "compiled"
+    PRESET = "preset"
+    FALLBACK = "fallback"
+
+
+class Recipe(BaseModel):
+    """How vLLM is launched on the chosen hardware (the latency branch of a compiled recipe)."""
+
+    model_config = ConfigDict(extra="forbid")
+    source: RecipeSource
+    runtime: str = "vllm"
+    runtimeVersion: str = Field(description="Release of the runtime the recipe was compiled for.")
+    image: str
+    args: list[str] = Field(default_factory=list, description="Arguments after `vllm serve <model>`.")
+    env: dict[str, str] = Field(default_factory=dict)
+    hardwareFamily: str
+    branch: str = "latency"
+    vramMinimumGiB: float = Field(ge=0)
+
+
+class OrderFacts(BaseModel):
+    """What is known about the ordered model when planning."""
+
+    model_config = ConfigDict(extra="forbid")
+    modelName: str = Field(description="HF repo (org/repo) or the catalog model's served name.")
+    parameterCount: str | None = None
+    quantization: str | None = None
+    format: str | None = None
+    endpointType: EndpointType = EndpointType.CHAT
+
+
+class LaunchPlan(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    deviceClass: str
+    acceleratorProductName: str
+    acceleratorMemoryGiB: int
+    placementMode: PlacementType
+    sharingMode: SharingMode
+    deviceCount: int = Field(ge=1)
+    sharePercent: int = Field(ge=1, le=100)
+    # Sent as the claim's capacity request gpu.deckhouse.io/memory when 1 <= sharePercent <= 99.
+    memoryRequestMiB: int | None = None
+    cpu: str = Field(description="CPU request of the runtime container, e.g. '4'.")
+    memory: str = Field(description="Memory request of the runtime container, e.g. '32Gi'.")
+    modelVolumeGiB: int = Field(ge=1)
+    recipe: Recipe
+
+    def resolved(self, replan_count: int) -> ResolvedStatus:
+        return ResolvedStatus(
+            deviceClass=self.deviceClass,
+            acceleratorProductName=self.acceleratorProductName,
+            acceleratorMemoryGiB=self.acceleratorMemoryGiB,
+            placementMode=self.placementMode,
+            sharingMode=self.sharingMode,
+            sharePercent=self.sharePercent,
+            replanCount=replan_count,
+        )
+
+
+class PlanRefusal(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: Reason
+    message: str
+
+
+class PlanOutcome(BaseModel):
+    """Exactly one of plan / refusal is set."""
+
+    model_config = ConfigDict(extra="forbid")
+    plan: LaunchPlan | None = None
+    refusal: PlanRefusal | None = None

@@ -1,0 +1,5 @@
+"""Shared fixtures. Real components are plugins in tests/fixtures/ (cluster, temporal, ...)."""
+
+pytest_plugins = [
+    "tests.fixtures.cluster",
+]
