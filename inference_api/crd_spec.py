@@ -40,5 +40,4 @@ class CRDSpec:
         return f"{self.plural}.{self.group}"
 
 
-
 AGE = column("Age", ".metadata.creationTimestamp", "Time since creation.", kind="date")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 GROUP = "ai.deckhouse.io"
 VERSION = "v1alpha1"
@@ -182,8 +182,7 @@ class ModelSpec(_Model):
         json_schema_extra=_validations(
             cel(
                 "self.src != 'HuggingFace' || (!has(self.ref.kind) && !has(self.ref.namespace))",
-                "spec.model.ref: a HuggingFace reference is {name: org/repo} only; "
-                "remove ref.kind and ref.namespace",
+                "spec.model.ref: a HuggingFace reference is {name: org/repo} only; remove ref.kind and ref.namespace",
                 ".ref",
             ),
             cel(
@@ -296,7 +295,7 @@ class InferenceServiceStatus(_Model):
 class InferenceService(_Model):
     """An order: a class and a model, nothing else."""
 
-    apiVersion: Literal["ai.deckhouse.io/v1alpha1"] = API_VERSION
+    apiVersion: Literal["ai.deckhouse.io/v1alpha1"] = "ai.deckhouse.io/v1alpha1"
     kind: Literal["InferenceService"] = "InferenceService"
     metadata: ObjectMeta
     spec: InferenceServiceSpec
@@ -340,6 +339,14 @@ class ModelPolicy(_Model):
         description="Model formats the class admits (e.g. safetensors, gguf); empty admits any format.",
         json_schema_extra={"x-kubernetes-list-type": "set"},
     )
+
+    @field_validator("allowedEndpointTypes")
+    @classmethod
+    def _unique(cls, value: list[EndpointType]) -> list[EndpointType]:
+        # The CRD says the same through x-kubernetes-list-type: set.
+        if len(set(value)) != len(value):
+            raise ValueError("each of Chat, Embeddings, Rerank may appear at most once")
+        return value
 
 
 class AcceleratorPolicy(_Model):
@@ -493,7 +500,7 @@ class InferenceServiceClassStatus(_Model):
 class InferenceServiceClass(_Model):
     """An administrator's policy for orders."""
 
-    apiVersion: Literal["ai.deckhouse.io/v1alpha1"] = API_VERSION
+    apiVersion: Literal["ai.deckhouse.io/v1alpha1"] = "ai.deckhouse.io/v1alpha1"
     kind: Literal["InferenceServiceClass"] = "InferenceServiceClass"
     metadata: ObjectMeta
     spec: InferenceServiceClassSpec
