@@ -1,0 +1,415 @@
+"""Model facts from the ai-models catalog: the client the resolve-model activity calls.
+
+Two transports (phase 2.3 of the spec):
+
+* ``catalogTransport: Rest`` (default) asks the ai-models controller's internal lookup API,
+  ``GET {baseURL}{path}?kind=..&name=..[&namespace=..]``. When that API gives no usable answer
+  (connection refused, timeout, 5xx, a malformed body) the Model / ClusterModel object is read
+  right away, in the same call, so an order does not wait a retry cycle for a catalog that is
+  merely restarting.
+* ``catalogTransport: Kubernetes`` is the explicit rollback: objects only, REST is never called.
+
+``catalog.mode: None`` means no catalog client at all: an order naming ``src: ai-models`` gets
+``CatalogDisabled`` without any I/O, and Hugging Face orders never reach this module.
+
+The answer is a :class:`CatalogOutcome`: either the facts of a ready model, or a refusal Reason
+with a message for the owner of the order. Only when *neither* path can answer is an exception
+(:class:`CatalogUnavailableError`) raised, because that is an outage worth retrying, not a verdict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Mapping
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+import structlog
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from inference_api.catalog_types import (
+    CATALOG_GROUP,
+    CATALOG_VERSION,
+    CatalogLookupResult,
+    CatalogModelStatus,
+    ModelFacts,
+    ModelPhase,
+)
+from inference_api.reasons import Reason
+from inference_api.settings import CatalogMode, CatalogTransport, ModuleSettings
+from inference_api.types import ModelKind, ModelRef, ModelScope, ModelSource, ModelSpec
+
+log = structlog.get_logger(__name__)
+
+PLURALS: dict[ModelKind, str] = {ModelKind.MODEL: "models", ModelKind.CLUSTER_MODEL: "clustermodels"}
+
+# In a pod, the service account's CA signs the in-cluster https endpoint of ai-models and its
+# token is how one module authenticates to another. Outside a pod these files do not exist.
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+class CatalogPath(StrEnum):
+    """Which path produced an answer (for logs and for the resolve-model activity's details)."""
+
+    REST = "Rest"
+    KUBERNETES = "Kubernetes"
+    NONE = "None"  # catalog.mode None: nobody was asked
+
+
+class ResolvedCatalogModel(BaseModel):
+    """What the rest of an order needs from the catalog.
+
+    The model's namespace is deliberately absent: the workload of an order never carries it
+    (spec 2.3), so nothing downstream can leak it into a manifest by accident.
+    """
+
+    model_config = ConfigDict(frozen=True)
+    kind: ModelKind
+    name: str
+    scope: ModelScope
+    servedName: str = Field(description="Name the runtime serves the model as.")
+    facts: ModelFacts
+
+
+class CatalogOutcome(BaseModel):
+    """Facts of a ready model, or a refusal Reason with a message for the owner of the order."""
+
+    model_config = ConfigDict(frozen=True)
+    resolved: ResolvedCatalogModel | None = None
+    reason: Reason | None = None
+    message: str = ""
+    requeueAfterSeconds: float | None = Field(
+        default=None, description="ModelNotReady only: when to look again (notReadyRequeueSeconds)."
+    )
+    answeredBy: CatalogPath
+    restUnavailable: str | None = Field(
+        default=None, description="Why REST gave no answer, when the objects answered in its place."
+    )
+
+    @property
+    def ok(self) -> bool:
+        return self.resolved is not None
+
+
+class CatalogUnavailableError(Exception):
+    """Neither REST nor the objects could answer: an outage, retryable, not a verdict on the order."""
+
+
+class CatalogReadError(Exception):
+    """A catalog object could not be read (anything but "it does not exist")."""
+
+
+class CatalogObjectReader(Protocol):
+    """Reads one Model / ClusterModel object. Blocking; called from a worker thread."""
+
+    def read_model(self, kind: ModelKind, name: str, namespace: str | None) -> Mapping[str, Any] | None:
+        """The object as the API server returns it, or None when it does not exist.
+
+        Raises CatalogReadError for every other failure (forbidden, unreachable, timeout).
+        """
+        ...
+
+
+# ------------------------------------------------------------------ pure functions
+
+
+def uses_catalog(model: ModelSpec) -> bool:
+    """Only ``src: ai-models`` orders consult the catalog; Hugging Face orders never do."""
+    return model.src is ModelSource.AI_MODELS
+
+
+def model_scope(kind: ModelKind) -> ModelScope:
+    """ClusterModel → Cluster, Model → Namespace (published as status.constraints.modelScope)."""
+    return ModelScope.CLUSTER if kind is ModelKind.CLUSTER_MODEL else ModelScope.NAMESPACE
+
+
+def served_model_name(facts: ModelFacts, ref: ModelRef) -> str:
+    """The name the runtime serves: the catalog's servedName, else the name of the reference."""
+    return facts.servedName or ref.name
+
+
+def lookup_namespace(ref: ModelRef, order_namespace: str) -> str | None:
+    """Namespace to look a Model up in: its own, else the order's. A ClusterModel has none."""
+    if ref.kind is ModelKind.CLUSTER_MODEL:
+        return None
+    return ref.namespace or order_namespace
+
+
+def describe_ref(kind: ModelKind, name: str, namespace: str | None) -> str:
+    return f'{kind.value} "{name}"' + (f' in namespace "{namespace}"' if namespace else "")
+
+
+def result_from_object(kind: ModelKind, obj: Mapping[str, Any]) -> CatalogLookupResult:
+    """A Model / ClusterModel object as the lookup result REST would have returned for it."""
+    metadata = obj.get("metadata") or {}
+    status = CatalogModelStatus.model_validate(obj.get("status") or {})
+    return CatalogLookupResult(
+        kind=kind.value,
+        name=str(metadata.get("name", "")),
+        namespace=metadata.get("namespace"),
+        ready=status.phase is ModelPhase.READY,
+        scope=model_scope(kind),
+        facts=status.facts or ModelFacts(),
+    )
+
+
+def outcome_from_result(
+    result: CatalogLookupResult | None,
+    ref: ModelRef,
+    namespace: str | None,
+    settings: ModuleSettings,
+    answered_by: CatalogPath,
+    rest_unavailable: str | None = None,
+) -> CatalogOutcome:
+    """The verdict on a lookup answer (None: the model does not exist). No I/O."""
+    assert ref.kind is not None  # callers pass catalog references only
+    what = describe_ref(ref.kind, ref.name, namespace)
+    common: dict[str, Any] = {"answeredBy": answered_by, "restUnavailable": rest_unavailable}
+    if result is None:
+        hint = (
+            " A Model reference without ref.namespace is looked up in the order's namespace."
+            if ref.kind is ModelKind.MODEL
+            else ""
+        )
+        return CatalogOutcome(
+            reason=Reason.MODEL_NOT_FOUND,
+            message=f"{what} does not exist in the ai-models catalog. "
+            f"Check spec.model.ref (kind, name, namespace) against the catalog.{hint}",
+            **common,
+        )
+    if not result.ready:
+        requeue = settings.aiModels.catalogLookup.notReadyRequeueSeconds
+        return CatalogOutcome(
+            reason=Reason.MODEL_NOT_READY,
+            message=f"{what} is not ready in the ai-models catalog yet; "
+            f"the order looks again in {requeue:g}s and proceeds once it is ready.",
+            requeueAfterSeconds=requeue,
+            **common,
+        )
+    return CatalogOutcome(
+        resolved=ResolvedCatalogModel(
+            kind=ref.kind,
+            name=ref.name,
+            # The kind of the reference decides the scope, whatever a lookup body claims.
+            scope=model_scope(ref.kind),
+            servedName=served_model_name(result.facts, ref),
+            facts=result.facts,
+        ),
+        message=f"{what} resolved from the ai-models catalog.",
+        **common,
+    )
+
+
+def catalog_disabled_outcome(ref: ModelRef) -> CatalogOutcome:
+    return CatalogOutcome(
+        reason=Reason.CATALOG_DISABLED,
+        message=f"Catalog integration is off in the module settings (catalog.mode: None) and this order "
+        f'names a catalog model (src: ai-models, {ref.kind} "{ref.name}"). Use a direct source '
+        "(src: HuggingFace) or ask the administrator to set catalog.mode: Enabled.",
+        answeredBy=CatalogPath.NONE,
+    )
+
+
+# ----------------------------------------------------------------------------- REST
+
+
+class _RestUnavailable(Exception):
+    """REST gave no usable answer; carries why, for the log line and the outcome."""
+
+
+class _RestNotFound(Exception):
+    """REST said the model does not exist."""
+
+
+def rest_lookup_params(kind: ModelKind, name: str, namespace: str | None) -> dict[str, str]:
+    params = {"kind": kind.value, "name": name}
+    if namespace is not None:
+        params["namespace"] = namespace
+    return params
+
+
+def default_http_client(settings: ModuleSettings) -> httpx.AsyncClient:
+    """An httpx client for the lookup API: the service account's CA and token when in a pod."""
+    verify: ssl.SSLContext | bool = True
+    headers: dict[str, str] = {}
+    ca = SERVICE_ACCOUNT_DIR / "ca.crt"
+    token = SERVICE_ACCOUNT_DIR / "token"
+    if ca.is_file():
+        context = ssl.create_default_context()
+        # Keep the public roots too: an administrator may point baseURL at a publicly signed endpoint.
+        context.load_verify_locations(cafile=str(ca))
+        verify = context
+    if token.is_file():
+        # Sent as a header only; never logged (the client is not configured to log headers).
+        headers["Authorization"] = "Bearer " + token.read_text().strip()
+    return httpx.AsyncClient(timeout=settings.aiModels.catalogLookup.timeoutSeconds, verify=verify, headers=headers)
+
+
+async def _rest_lookup(
+    client: httpx.AsyncClient,
+    settings: ModuleSettings,
+    kind: ModelKind,
+    name: str,
+    namespace: str | None,
+) -> CatalogLookupResult:
+    lookup = settings.aiModels.catalogLookup
+    url = lookup.baseURL.rstrip("/") + lookup.path
+    try:
+        # httpx times each phase separately; this bounds the whole exchange by timeoutSeconds.
+        async with asyncio.timeout(lookup.timeoutSeconds):
+            response = await client.get(url, params=rest_lookup_params(kind, name, namespace))
+    except TimeoutError as err:
+        raise _RestUnavailable(f"no answer within {lookup.timeoutSeconds:g}s") from err
+    except httpx.TimeoutException as err:
+        raise _RestUnavailable(f"timed out ({type(err).__name__})") from err
+    except httpx.HTTPError as err:
+        raise _RestUnavailable(f"{type(err).__name__}: {err}") from err
+
+    if response.status_code == 404:
+        # Only a 404 that is the lookup's own verdict counts as "not found". A bare 404 (a proxy,
+        # or an ai-models without this API) says nothing about the model: let the objects decide.
+        if _is_not_found_body(response):
+            raise _RestNotFound
+        raise _RestUnavailable("HTTP 404 without a ModelNotFound body: is the lookup path served?")
+    if response.status_code != 200:
+        raise _RestUnavailable(f"HTTP {response.status_code}")
+    try:
+        result = CatalogLookupResult.model_validate_json(response.content)
+    except ValidationError as err:
+        raise _RestUnavailable(f"malformed lookup body ({err.error_count()} errors)") from err
+    if result.kind != kind.value or result.name != name:
+        # A wrong model's facts are worse than none: never let them judge the order.
+        raise _RestUnavailable(f"answer names {result.kind}/{result.name}, not {kind.value}/{name}")
+    return result
+
+
+def _is_not_found_body(response: httpx.Response) -> bool:
+    try:
+        body = response.json()
+    except ValueError:
+        return False
+    return isinstance(body, dict) and body.get("reason") == Reason.MODEL_NOT_FOUND.value
+
+
+# ---------------------------------------------------------------------- the lookup
+
+
+async def _read_objects(
+    reader: CatalogObjectReader, kind: ModelKind, name: str, namespace: str | None
+) -> CatalogLookupResult | None:
+    try:
+        obj = await asyncio.to_thread(reader.read_model, kind, name, namespace)
+    except CatalogReadError as err:
+        raise CatalogUnavailableError(
+            f"cannot read {describe_ref(kind, name, namespace)} from the API server: {err}"
+        ) from err
+    return None if obj is None else result_from_object(kind, obj)
+
+
+async def lookup_model(
+    ref: ModelRef,
+    order_namespace: str,
+    settings: ModuleSettings,
+    reader: CatalogObjectReader | None,
+    *,
+    http_client: httpx.AsyncClient | None = None,
+) -> CatalogOutcome:
+    """Facts of a catalog model for an order in ``order_namespace``, or the Reason it has none.
+
+    ``reader`` reads the Model / ClusterModel objects (the Kubernetes transport and the REST
+    fallback); it may be None only with catalog.mode None. ``http_client`` is for tests and
+    connection reuse; by default one is made per call.
+
+    Raises CatalogUnavailableError when no path could answer (retry later), ValueError for a
+    reference that is not a catalog one (a Hugging Face order must not come here).
+    """
+    if ref.kind is None:
+        raise ValueError("lookup_model takes catalog references (kind Model or ClusterModel) only")
+    if settings.catalog.mode is CatalogMode.NONE:
+        # No client at all: no HTTP, no object read, no permissions needed.
+        outcome = catalog_disabled_outcome(ref)
+        log.info("catalog lookup refused", reason=outcome.reason, kind=ref.kind, name=ref.name)
+        return outcome
+    if reader is None:
+        raise ValueError("catalog.mode Enabled needs an object reader (the Kubernetes transport and fallback)")
+
+    kind = ref.kind
+    namespace = lookup_namespace(ref, order_namespace)
+    fields = {"kind": kind.value, "name": ref.name, "namespace": namespace}
+
+    if settings.aiModels.catalogTransport is CatalogTransport.KUBERNETES:
+        result = await _read_objects(reader, kind, ref.name, namespace)
+        outcome = outcome_from_result(result, ref, namespace, settings, CatalogPath.KUBERNETES)
+        log.info("catalog lookup answered", answered_by=CatalogPath.KUBERNETES, outcome=_summary(outcome), **fields)
+        return outcome
+
+    try:
+        if http_client is None:
+            async with default_http_client(settings) as client:
+                rest_result = await _rest_lookup(client, settings, kind, ref.name, namespace)
+        else:
+            rest_result = await _rest_lookup(http_client, settings, kind, ref.name, namespace)
+    except _RestNotFound:
+        outcome = outcome_from_result(None, ref, namespace, settings, CatalogPath.REST)
+    except _RestUnavailable as err:
+        why = str(err)
+        log.warning("catalog REST lookup unavailable; reading the catalog object instead", why=why, **fields)
+        result = await _read_objects(reader, kind, ref.name, namespace)
+        outcome = outcome_from_result(result, ref, namespace, settings, CatalogPath.KUBERNETES, why)
+    else:
+        outcome = outcome_from_result(rest_result, ref, namespace, settings, CatalogPath.REST)
+    log.info(
+        "catalog lookup answered",
+        answered_by=outcome.answeredBy,
+        rest_unavailable=outcome.restUnavailable,
+        outcome=_summary(outcome),
+        **fields,
+    )
+    return outcome
+
+
+def _summary(outcome: CatalogOutcome) -> str:
+    return "Resolved" if outcome.reason is None else outcome.reason.value
+
+
+# ------------------------------------------------------------------ the real reader
+
+
+class KubernetesCatalogReader:
+    """CatalogObjectReader over the official ``kubernetes`` client (blocking)."""
+
+    def __init__(self, api_client: Any, request_timeout_seconds: float = 10) -> None:
+        from kubernetes.client import CustomObjectsApi
+
+        self._api = CustomObjectsApi(api_client)
+        self._timeout = request_timeout_seconds
+
+    def read_model(self, kind: ModelKind, name: str, namespace: str | None) -> Mapping[str, Any] | None:
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError as Urllib3Error
+
+        plural = PLURALS[kind]
+        try:
+            if kind is ModelKind.CLUSTER_MODEL:
+                obj = self._api.get_cluster_custom_object(
+                    CATALOG_GROUP, CATALOG_VERSION, plural, name, _request_timeout=self._timeout
+                )
+            else:
+                if namespace is None:
+                    raise CatalogReadError("a Model is namespaced: no namespace given")
+                obj = self._api.get_namespaced_custom_object(
+                    CATALOG_GROUP, CATALOG_VERSION, namespace, plural, name, _request_timeout=self._timeout
+                )
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            # Status and reason only: the body and headers of an API error are not ours to log.
+            raise CatalogReadError(f"HTTP {err.status} {err.reason}") from err
+        except (Urllib3Error, OSError) as err:
+            raise CatalogReadError(f"{type(err).__name__}: {err}") from err
+        if not isinstance(obj, dict):
+            raise CatalogReadError(f"unexpected answer type {type(obj).__name__}")
+        return obj
