@@ -11,7 +11,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 
 from inference_api.reasons import Reason
-from inference_api.types import EndpointType, PlacementType, ResolvedStatus, SharingMode
+from inference_api.types import AcceleratorPolicy, EndpointType, PlacementType, ResolvedStatus, SharingMode
 
 
 class RecipeSource(StrEnum):
@@ -40,8 +40,12 @@ class OrderFacts(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     modelName: str = Field(description="HF repo (org/repo) or the catalog model's served name.")
-    parameterCount: str | None = None
-    quantization: str | None = None
+    parameterCount: str | None = Field(default=None, description="Catalog fact, e.g. 32B; wins over the order's value.")
+    # spec.model.parameterCount of the order: the second rung, used when the catalog has no fact.
+    orderParameterCount: str | None = Field(
+        default=None, description="spec.model.parameterCount of the order, used when there is no catalog fact."
+    )
+    quantization: str | None = Field(default=None, description="Catalog fact, e.g. awq, gptq, fp8; none = unquantized.")
     format: str | None = None
     endpointType: EndpointType = EndpointType.CHAT
 
@@ -61,6 +65,13 @@ class LaunchPlan(BaseModel):
     memory: str = Field(description="Memory request of the runtime container, e.g. '32Gi'.")
     modelVolumeGiB: int = Field(ge=1)
     recipe: Recipe
+    # Where the planner found room. The DRA scheduler makes the final choice within deviceClass;
+    # builders may pin the claim to these devices so that the plan and the scheduler agree.
+    nodeName: str | None = Field(default=None, description="Node of the devices the plan found room on.")
+    deviceNames: list[str] = Field(default_factory=list, description="DRA devices the plan found room on.")
+    modelMemoryMiB: int | None = Field(
+        default=None, description="Accelerator memory the model needs on each device (the share was sized for it)."
+    )
 
     def resolved(self, replan_count: int) -> ResolvedStatus:
         return ResolvedStatus(
@@ -72,6 +83,34 @@ class LaunchPlan(BaseModel):
             sharePercent=self.sharePercent,
             replanCount=replan_count,
         )
+
+
+class RuntimeFallbackFlag(BaseModel):
+    """``runtimeFallback`` of F2-09: may the planner synthesize a generic recipe (phase 2.4.1)."""
+
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool = True
+
+
+class LaunchPlanRequest(BaseModel):
+    """Body of ``POST /api/v1/launch-plan`` (F2-09): what the controller knows about one order.
+
+    The planner adds its own inventory snapshot (GPUs, DeviceClasses, current claims) and answers
+    with a :class:`PlanOutcome`.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    facts: OrderFacts
+    acceleratorPolicy: AcceleratorPolicy | None = Field(
+        default=None, description="The class's acceleratorPolicy; absent: one whole, dedicated device per replica."
+    )
+    runtimeFallback: RuntimeFallbackFlag = Field(default_factory=RuntimeFallbackFlag)
+    className: str | None = Field(default=None, description="Name of the InferenceServiceClass, for messages.")
+    holder: str | None = Field(
+        default=None,
+        description="namespace/name of the order. Device allocations with this holder are the order's own: "
+        "a replan does not count them against it.",
+    )
 
 
 class PlanRefusal(BaseModel):

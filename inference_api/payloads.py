@@ -1,0 +1,147 @@
+"""Payloads between the order workflow and its activities.
+
+Secrets never travel here: an auth token or an HF token is named by its Secret, never carried.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from inference_api.catalog_types import ModelFacts
+from inference_api.plan import LaunchPlan, PlanOutcome
+from inference_api.reasons import Reason
+from inference_api.types import (
+    Condition,
+    ConstraintsStatus,
+    EndpointStatus,
+    EndpointType,
+    InferenceService,
+    InferenceServiceClass,
+    ModelScope,
+    Phase,
+    ResolvedStatus,
+)
+
+
+class _Payload(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class OrderRef(_Payload):
+    namespace: str
+    name: str
+    uid: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def order_workflow_id(namespace: str, name: str, uid: str) -> str:
+    # The uid keeps a delete-and-recreate from ever signalling the old run.
+    return f"order/{namespace}/{name}/{uid}"
+
+
+class OrderSnapshot(_Payload):
+    """The order and its class as read now; order is None when it is gone."""
+
+    order: InferenceService | None = None
+    cls: InferenceServiceClass | None = None
+
+
+class ModelResolution(_Payload):
+    facts: ModelFacts | None = None
+    scope: ModelScope | None = None
+    servedName: str
+    # Where the model fetcher downloads from (HF repo or the catalog's source).
+    source: str | None = None
+    refusal: Reason | None = None
+    message: str = ""
+    retryAfterSeconds: float | None = None
+
+
+class PlanInput(_Payload):
+    ref: OrderRef
+    order: InferenceService
+    cls: InferenceServiceClass
+    facts: ModelFacts | None
+    servedName: str
+    endpointType: EndpointType
+    # The plan the order already holds: its own allocation is not counted against it.
+    current: LaunchPlan | None = None
+
+
+class ApplyInput(_Payload):
+    ref: OrderRef
+    order: InferenceService
+    cls: InferenceServiceClass
+    plan: LaunchPlan
+    resolution: ModelResolution
+    endpointType: EndpointType
+
+
+class ApplyResult(_Payload):
+    endpoint: EndpointStatus
+    authSecretName: str | None = None
+    constraints: ConstraintsStatus
+    readyReplicas: int = 0
+    desiredReplicas: int = 1
+    settledRegionKept: bool = False
+
+
+class WorkloadState(_Payload):
+    exists: bool
+    readyReplicas: int = 0
+    desiredReplicas: int = 0
+
+
+class ProbeInput(_Payload):
+    ref: OrderRef
+    endpointUrl: str
+    authSecretName: str | None = None
+    servedName: str
+    timeoutSeconds: float = 5
+
+
+class ProbeResult(_Payload):
+    ok: bool
+    detail: str = ""
+
+
+class HealthWatchInput(_Payload):
+    probe: ProbeInput
+    intervalSeconds: float
+    failureThreshold: int
+    # The state the workflow believes: the watch returns when it changes.
+    healthy: bool
+    maxDurationSeconds: float
+
+
+class HealthChange(_Payload):
+    healthy: bool
+    changed: bool
+    detail: str = ""
+
+
+class StatusUpdate(_Payload):
+    ref: OrderRef
+    phase: Phase
+    reason: str | None = None
+    observedGeneration: int | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    endpoint: EndpointStatus | None = None
+    authSecretName: str | None = None
+    endpointType: EndpointType | None = None
+    constraints: ConstraintsStatus | None = None
+    resolved: ResolvedStatus | None = None
+
+
+class OrderEvent(_Payload):
+    ref: OrderRef
+    reason: str
+    message: str
+    type: str = "Normal"
+
+
+class PlanResult(_Payload):
+    outcome: PlanOutcome

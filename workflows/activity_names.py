@@ -1,0 +1,12 @@
+"""Activity names: the workflow calls activities by name, so it never imports I/O code."""
+
+READ_ORDER = "read_order"
+ENSURE_FINALIZER = "ensure_finalizer"
+RESOLVE_MODEL = "resolve_model"
+PLAN_LAUNCH = "plan_launch"
+APPLY_WORKLOAD = "apply_workload"
+AWAIT_SERVING = "await_serving"
+WATCH_HEALTH = "watch_health"
+PUBLISH_STATUS = "publish_status"
+RECORD_EVENT = "record_event"
+FINALIZE_ORDER = "finalize_order"

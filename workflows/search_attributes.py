@@ -1,0 +1,37 @@
+"""Typed search attributes of order workflows (never secrets: they are not encrypted)."""
+
+from __future__ import annotations
+
+from temporalio.common import SearchAttributeKey, SearchAttributeUpdate
+
+from inference_api.payloads import OrderRef
+
+ORDER_NAMESPACE = SearchAttributeKey.for_keyword("OrderNamespace")
+ORDER_NAME = SearchAttributeKey.for_keyword("OrderName")
+ORDER_CLASS = SearchAttributeKey.for_keyword("OrderClass")
+ORDER_PHASE = SearchAttributeKey.for_keyword("OrderPhase")
+ORDER_REASON = SearchAttributeKey.for_keyword("OrderReason")
+ORDER_DEVICE_CLASS = SearchAttributeKey.for_keyword("OrderDeviceClass")
+
+ALL_KEYS = (ORDER_NAMESPACE, ORDER_NAME, ORDER_CLASS, ORDER_PHASE, ORDER_REASON, ORDER_DEVICE_CLASS)
+
+
+def dev_server_flags() -> list[str]:
+    """`temporal server start-dev` flags registering the keys."""
+    flags: list[str] = []
+    for key in ALL_KEYS:
+        flags += ["--search-attribute", f"{key.name}=Keyword"]
+    return flags
+
+
+def order_search_attributes(
+    ref: OrderRef, class_name: str | None, phase: str, reason: str | None, device_class: str | None
+) -> list[SearchAttributeUpdate]:
+    updates: list[SearchAttributeUpdate] = [
+        ORDER_NAMESPACE.value_set(ref.namespace),
+        ORDER_NAME.value_set(ref.name),
+        ORDER_PHASE.value_set(str(phase)),
+    ]
+    for key, value in ((ORDER_CLASS, class_name), (ORDER_REASON, reason), (ORDER_DEVICE_CLASS, device_class)):
+        updates.append(key.value_set(value) if value else key.value_unset())
+    return updates

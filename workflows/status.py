@@ -1,0 +1,91 @@
+"""Status computation: conditions in, phase and reason out. Pure and deterministic.
+
+Conditions follow metav1.Condition: ``lastTransitionTime`` changes only when ``status`` flips.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from inference_api.reasons import Reason
+from inference_api.types import Condition, ConditionStatus, ConditionType, Phase
+
+# The five conditions that answer "why is it not ready", in the order the user guide reads them.
+READINESS_ORDER: tuple[ConditionType, ...] = (
+    ConditionType.CLASS_RESOLVED,
+    ConditionType.MODEL_RESOLVED,
+    ConditionType.PLANNED,
+    ConditionType.WORKLOAD_READY,
+    ConditionType.READY,
+)
+ALL_TYPES: tuple[ConditionType, ...] = (
+    *READINESS_ORDER,
+    ConditionType.SCALING_HEALTHY,
+    ConditionType.RUNTIME_CURRENT,
+)
+
+
+def rfc3339(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def set_condition(
+    conditions: list[Condition],
+    type_: ConditionType,
+    status: ConditionStatus,
+    reason: Reason | str,
+    message: str,
+    generation: int | None,
+    now: datetime,
+) -> list[Condition]:
+    """A new list with one condition set; the transition time is kept unless the status flips."""
+    previous = next((c for c in conditions if c.type == type_), None)
+    transition = previous.lastTransitionTime if previous and previous.status == status else rfc3339(now)
+    updated = Condition(
+        type=type_,
+        status=status,
+        reason=str(reason),
+        message=message,
+        observedGeneration=generation,
+        lastTransitionTime=transition,
+    )
+    out = [c for c in conditions if c.type != type_]
+    out.append(updated)
+    order = {t.value: i for i, t in enumerate(ALL_TYPES)}
+    return sorted(out, key=lambda c: order.get(c.type, len(order)))
+
+
+def get_condition(conditions: list[Condition], type_: ConditionType) -> Condition | None:
+    return next((c for c in conditions if c.type == type_), None)
+
+
+def is_true(conditions: list[Condition], type_: ConditionType) -> bool:
+    cond = get_condition(conditions, type_)
+    return cond is not None and cond.status == ConditionStatus.TRUE
+
+
+def compute_phase(conditions: list[Condition]) -> tuple[Phase, str | None]:
+    """Phase and the reason behind it.
+
+    Ready: probed and serving. Degraded: serving but cannot grow (ScaleUpBlocked). Failed: was
+    Ready, then sustained API errors (ServiceUnhealthy). Pending: everything else.
+    """
+    ready = get_condition(conditions, ConditionType.READY)
+    if ready is not None and ready.status == ConditionStatus.TRUE:
+        scaling = get_condition(conditions, ConditionType.SCALING_HEALTHY)
+        if scaling is not None and scaling.status == ConditionStatus.FALSE:
+            return Phase.DEGRADED, scaling.reason
+        planned = get_condition(conditions, ConditionType.PLANNED)
+        if planned is not None and planned.reason == Reason.LAUNCH_PLAN_IN_FORCE:
+            return Phase.READY, planned.reason
+        runtime = get_condition(conditions, ConditionType.RUNTIME_CURRENT)
+        if runtime is not None and runtime.status == ConditionStatus.FALSE:
+            return Phase.READY, runtime.reason
+        return Phase.READY, None
+    if ready is not None and ready.reason == Reason.SERVICE_UNHEALTHY:
+        return Phase.FAILED, ready.reason
+    for type_ in READINESS_ORDER:
+        cond = get_condition(conditions, type_)
+        if cond is not None and cond.status != ConditionStatus.TRUE:
+            return Phase.PENDING, cond.reason
+    return Phase.PENDING, None
