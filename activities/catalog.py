@@ -262,9 +262,9 @@ async def _rest_lookup(
         async with asyncio.timeout(lookup.timeoutSeconds):
             response = await client.get(url, params=rest_lookup_params(kind, name, namespace))
     except TimeoutError as err:
-        raise _RestUnavailable(f"no answer within {lookup.timeoutSeconds:g}s") from err
+        raise _RestUnavailable(f"timed out: no answer within {lookup.timeoutSeconds:g}s") from err
     except httpx.TimeoutException as err:
-        raise _RestUnavailable(f"timed out ({type(err).__name__})") from err
+        raise _RestUnavailable(f"timed out ({type(err).__name__}) within {lookup.timeoutSeconds:g}s") from err
     except httpx.HTTPError as err:
         raise _RestUnavailable(f"{type(err).__name__}: {err}") from err
 
