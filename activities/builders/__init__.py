@@ -1,0 +1,89 @@
+"""Pure builders of the objects an order owns, one module per kind (KServe style).
+
+No I/O: each function takes the order's ``WorkloadInputs`` (order, class, launch plan, module
+settings, the API contract picked, the model artifact) and returns a plain dict ready for
+server-side apply with field manager ``ai-inference``. The apply step lives elsewhere.
+"""
+
+from activities.builders.auth import auth_secret_name, build_auth_secret, new_token, requires_token
+from activities.builders.autoscaling import (
+    ReplicaBounds,
+    build_autoscaler,
+    constraints_status,
+    has_autoscaler,
+    priority_class_name,
+    replica_bounds,
+)
+from activities.builders.claim import build_claim_template, claim_template_spec_differs, memory_request_mib
+from activities.builders.common import (
+    FIELD_MANAGER,
+    ModelArtifact,
+    ObjectNames,
+    UnsupportedModelSource,
+    WorkloadInputs,
+    artifact_for_order,
+    order_name_problem,
+    owner_reference,
+)
+from activities.builders.exposure import (
+    build_ingress,
+    build_tls_secret_copy,
+    custom_certificate_source,
+    endpoint_status,
+    external_host,
+)
+from activities.builders.objects import (
+    DesiredObject,
+    desired_objects,
+    settled_region_kept_message,
+    storage_class_kept,
+)
+from activities.builders.runtime import (
+    RuntimeVerdict,
+    decide_runtime_hold,
+    placement_changed,
+    replica_runtime_versions,
+    runtime_current,
+)
+from activities.builders.service import build_service
+from activities.builders.statefulset import build_statefulset
+
+__all__ = [
+    "FIELD_MANAGER",
+    "DesiredObject",
+    "ModelArtifact",
+    "ObjectNames",
+    "ReplicaBounds",
+    "RuntimeVerdict",
+    "UnsupportedModelSource",
+    "WorkloadInputs",
+    "artifact_for_order",
+    "auth_secret_name",
+    "build_auth_secret",
+    "build_autoscaler",
+    "build_claim_template",
+    "build_ingress",
+    "build_service",
+    "build_statefulset",
+    "build_tls_secret_copy",
+    "claim_template_spec_differs",
+    "constraints_status",
+    "custom_certificate_source",
+    "decide_runtime_hold",
+    "desired_objects",
+    "endpoint_status",
+    "external_host",
+    "has_autoscaler",
+    "memory_request_mib",
+    "new_token",
+    "order_name_problem",
+    "owner_reference",
+    "placement_changed",
+    "priority_class_name",
+    "replica_bounds",
+    "replica_runtime_versions",
+    "requires_token",
+    "runtime_current",
+    "settled_region_kept_message",
+    "storage_class_kept",
+]

@@ -1,0 +1,141 @@
+"""How an order is reached: the Ingress of an External class, and ``status.endpoint``.
+
+External → an Ingress ``{order}`` for the host ``settings.exposure.domainTemplate`` names, always
+with TLS (the user guide promises an HTTPS URL):
+
+* ``https.mode: CertManager`` → annotation ``cert-manager.io/cluster-issuer`` and the Secret
+  ``{order}-tls`` that cert-manager's ingress-shim fills;
+* ``https.mode: CustomCertificate`` → the administrator's Secret lives in the module's namespace,
+  and an Ingress can only name a Secret of its own namespace, so the apply step reads that
+  Secret (``custom_certificate_source``) and ``build_tls_secret_copy`` makes the order's own
+  copy ``{order}-tls``, owned by the order like everything else;
+* no ``https`` block → a TLS entry for the host without a Secret: the ingress controller's
+  default certificate serves it.
+
+ClusterLocal → no Ingress; the endpoint is the Service, over plain HTTP, because a ClusterLocal
+class may not carry ``https`` (the CRD refuses it) and nothing in-cluster terminates TLS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from activities.builders.common import HTTP_PORT_NAME, SERVICE_PORT, WorkloadInputs, object_meta
+from inference_api.settings import ModuleSettings
+from inference_api.types import (
+    EndpointStatus,
+    ExposureType,
+    HttpsMode,
+    InferenceService,
+    InferenceServiceClass,
+)
+
+CLUSTER_ISSUER_ANNOTATION = "cert-manager.io/cluster-issuer"
+TLS_DATA_KEYS = ("tls.crt", "tls.key", "ca.crt")
+
+# ingress-nginx (the Deckhouse ingress controller) defaults are made for web pages, not for
+# a model that streams tokens for minutes or takes a long prompt: raise the timeouts, lift the
+# 1m body limit and stop buffering so server-sent events reach the client as they are produced.
+# Other controllers ignore these annotations.
+INGRESS_NGINX_ANNOTATIONS = {
+    "nginx.ingress.kubernetes.io/proxy-body-size": "64m",
+    "nginx.ingress.kubernetes.io/proxy-buffering": "off",
+    "nginx.ingress.kubernetes.io/proxy-read-timeout": "3600",
+    "nginx.ingress.kubernetes.io/proxy-send-timeout": "3600",
+}
+
+
+def external_host(order: InferenceService, settings: ModuleSettings) -> str:
+    """The host of an External endpoint: the domain template with the order's name and namespace."""
+    try:
+        host = settings.exposure.domainTemplate.format(name=order.metadata.name, namespace=order.metadata.namespace)
+    except (KeyError, IndexError) as err:
+        raise ValueError(
+            f"exposure.domainTemplate {settings.exposure.domainTemplate!r} may use only {{name}} and {{namespace}}"
+        ) from err
+    return host.lower()
+
+
+def endpoint_status(
+    order: InferenceService, service_class: InferenceServiceClass, settings: ModuleSettings
+) -> EndpointStatus:
+    """``status.endpoint``: where the OpenAI-compatible API answers, and the exposure type."""
+    exposure = service_class.spec.exposurePolicy.type
+    if exposure == ExposureType.EXTERNAL:
+        return EndpointStatus(url=f"https://{external_host(order, settings)}", type=exposure)
+    # `<svc>.<ns>.svc` resolves from any pod through the cluster's DNS search path, without
+    # hard-coding the cluster domain; port 80 needs no port in the URL.
+    url = f"http://{order.metadata.name}.{order.metadata.namespace}.svc"
+    if SERVICE_PORT != 80:
+        url = f"{url}:{SERVICE_PORT}"
+    return EndpointStatus(url=url, type=exposure)
+
+
+def custom_certificate_source(service_class: InferenceServiceClass, settings: ModuleSettings) -> tuple[str, str] | None:
+    """(namespace, name) of the administrator's TLS Secret the apply step must read, if any."""
+    policy = service_class.spec.exposurePolicy
+    if policy.type != ExposureType.EXTERNAL or policy.https is None:
+        return None
+    if policy.https.mode != HttpsMode.CUSTOM_CERTIFICATE or policy.https.customCertificate is None:
+        return None
+    return settings.moduleNamespace, policy.https.customCertificate.secretName
+
+
+def build_tls_secret_copy(inputs: WorkloadInputs, source: Mapping[str, Any]) -> dict[str, Any]:
+    """The order's copy ``{order}-tls`` of the administrator's certificate Secret (as read).
+
+    Only the certificate keys are copied, still base64 as the server returned them, so no
+    other data of the source Secret travels into the user's namespace.
+    """
+    data = source.get("data") or {}
+    copied = {key: data[key] for key in TLS_DATA_KEYS if key in data}
+    if "tls.crt" not in copied or "tls.key" not in copied:
+        raise ValueError("the custom certificate Secret must hold tls.crt and tls.key")
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": object_meta(inputs, inputs.names.tls_secret, "tls"),
+        "type": "kubernetes.io/tls",
+        "data": copied,
+    }
+
+
+def build_ingress(inputs: WorkloadInputs) -> dict[str, Any] | None:
+    """The Ingress of an External class, or None for ClusterLocal."""
+    policy = inputs.service_class.spec.exposurePolicy
+    if policy.type != ExposureType.EXTERNAL:
+        return None
+    host = external_host(inputs.order, inputs.settings)
+    annotations = dict(INGRESS_NGINX_ANNOTATIONS)
+    tls: dict[str, Any] = {"hosts": [host]}
+    https = policy.https
+    if https is not None and https.mode == HttpsMode.CERT_MANAGER and https.certManager is not None:
+        annotations[CLUSTER_ISSUER_ANNOTATION] = https.certManager.clusterIssuerName
+        tls["secretName"] = inputs.names.tls_secret
+    elif https is not None and https.mode == HttpsMode.CUSTOM_CERTIFICATE:
+        tls["secretName"] = inputs.names.tls_secret
+    spec: dict[str, Any] = {}
+    if inputs.settings.exposure.ingressClassName:
+        spec["ingressClassName"] = inputs.settings.exposure.ingressClassName
+    spec["tls"] = [tls]
+    spec["rules"] = [
+        {
+            "host": host,
+            "http": {
+                "paths": [
+                    {
+                        "path": "/",
+                        "pathType": "Prefix",
+                        "backend": {"service": {"name": inputs.names.service, "port": {"name": HTTP_PORT_NAME}}},
+                    }
+                ]
+            },
+        }
+    ]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "Ingress",
+        "metadata": object_meta(inputs, inputs.names.ingress, "endpoint", annotations),
+        "spec": spec,
+    }

@@ -1,0 +1,116 @@
+"""Every object of an order, in the order they are applied; and the standing-volume divergence.
+
+Apply order, and why:
+1. ``{order}-auth`` Secret (create-only) — the runtime's ``secretKeyRef`` must resolve, or the
+   container sits in CreateContainerConfigError;
+2. ``{order}-tls`` copy of a custom certificate — before the Ingress that names it;
+3. ResourceClaimTemplate — pods made without it cannot get their claims and stay unschedulable;
+4. Service — the Ingress backend;
+5. StatefulSet — the replicas;
+6. HorizontalPodAutoscaler — its scale target now exists;
+7. Ingress — last, so the endpoint is published only when everything behind it is in place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from activities.builders.auth import build_auth_secret
+from activities.builders.autoscaling import build_autoscaler
+from activities.builders.claim import build_claim_template
+from activities.builders.common import MODEL_VOLUME, WorkloadInputs
+from activities.builders.exposure import build_ingress, build_tls_secret_copy, custom_certificate_source
+from activities.builders.service import build_service
+from activities.builders.statefulset import build_statefulset
+from inference_api.types import InferenceServiceClass
+
+
+@dataclass(frozen=True)
+class DesiredObject:
+    """One object to apply. ``create_only``: create when absent, never update (the auth Secret).
+
+    ``body`` is left out of ``repr`` so logging a DesiredObject can never print a Secret's data.
+    """
+
+    api_version: str
+    kind: str
+    name: str
+    namespace: str
+    body: dict[str, Any] = field(repr=False)
+    create_only: bool = False
+
+
+def _desired(body: dict[str, Any], create_only: bool = False) -> DesiredObject:
+    meta = body["metadata"]
+    return DesiredObject(body["apiVersion"], body["kind"], meta["name"], meta["namespace"], body, create_only)
+
+
+def desired_objects(
+    inputs: WorkloadInputs,
+    auth_token: str | None = None,
+    custom_certificate: Mapping[str, Any] | None = None,
+) -> list[DesiredObject]:
+    """All objects of the order, in apply order.
+
+    ``auth_token``: a fresh ``new_token()`` when the class asks for a token; the Secret comes
+    back ``create_only``, so an existing one (and the token its clients hold) is kept. Pass None
+    when the caller already knows the Secret exists; it is then left out.
+    ``custom_certificate``: the administrator's Secret as read from
+    ``custom_certificate_source(...)``, for a CustomCertificate class; without it the copy is
+    left out and the Ingress still names ``{order}-tls``.
+    """
+    objects: list[DesiredObject] = []
+    if auth_token is not None:
+        secret = build_auth_secret(inputs, auth_token)
+        if secret is not None:
+            objects.append(_desired(secret, create_only=True))
+    if custom_certificate is not None and custom_certificate_source(inputs.service_class, inputs.settings):
+        objects.append(_desired(build_tls_secret_copy(inputs, custom_certificate)))
+    objects.append(_desired(build_claim_template(inputs)))
+    objects.append(_desired(build_service(inputs)))
+    objects.append(_desired(build_statefulset(inputs)))
+    autoscaler = build_autoscaler(inputs)
+    if autoscaler is not None:
+        objects.append(_desired(autoscaler))
+    ingress = build_ingress(inputs)
+    if ingress is not None:
+        objects.append(_desired(ingress))
+    return objects
+
+
+def standing_storage_class(standing_statefulset: Mapping[str, Any]) -> str | None:
+    """The StorageClass the standing model volume template names (None: the cluster default)."""
+    for template in (standing_statefulset.get("spec") or {}).get("volumeClaimTemplates") or []:
+        if (template.get("metadata") or {}).get("name") == MODEL_VOLUME:
+            value = (template.get("spec") or {}).get("storageClassName")
+            return str(value) if value else None
+    return None
+
+
+def storage_class_kept(
+    standing_statefulset: Mapping[str, Any] | None, service_class: InferenceServiceClass
+) -> tuple[str | None, str] | None:
+    """(standing, wanted) when the class names another StorageClass than the standing volume has.
+
+    That is the SettledRegionKept event: the standing claim template is kept (the builders
+    re-apply it verbatim) and the divergence is recorded on the order. A class that names no
+    StorageClass has no opinion, so nothing diverges; neither does a workload not yet standing.
+    """
+    wanted = service_class.spec.modelStorageClassName
+    if standing_statefulset is None or not wanted:
+        return None
+    standing = standing_storage_class(standing_statefulset)
+    if standing == wanted:
+        return None
+    return standing, wanted
+
+
+def settled_region_kept_message(standing: str | None, wanted: str) -> str:
+    """The message of the SettledRegionKept event: what was kept, and how to move."""
+    kept = f"StorageClass {standing!r}" if standing else "the cluster's default StorageClass"
+    return (
+        f"The model volume stays on {kept}: the class now names {wanted!r}, which reaches new volumes only. "
+        "To move the order, delete its workload and the claim behind it; the model is then downloaded again."
+    )

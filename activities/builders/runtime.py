@@ -1,0 +1,196 @@
+"""Which runtime release the replicas run: RuntimeCurrent, the lazy upgrade hold, placement changes.
+
+After a module upgrade ships a new runtime release, the replicas that serve keep serving on the
+release they started with (administration guide, "Upgrading the module"): a restart means
+loading the model again, minutes per replica. The StatefulSet's pod template is updated at
+once, so a replica raised from then on — scale-up, or a replacement — starts on the shipped
+release. That is the StatefulSet controller's ``OnDelete`` behaviour, so while the set is mixed
+because of an upgrade the StatefulSet is applied with ``updateStrategy: OnDelete`` (the "hold"),
+whatever the class says. The hold ends when every replica runs the shipped release, or when the
+order is edited: then the class's strategy moves every replica (a rolling restart).
+
+The pod template records what the replicas were started with, as annotations the pods inherit:
+``ai.deckhouse.io/runtime-version``, ``ai.deckhouse.io/runtime-image``, the order's generation
+and the placement. Reading them back from pods is what these pure deciders work on.
+
+A placement change (another device class, share, device count, a larger model volume) cannot be
+lazy: the objects that hold the devices and the volume have to change, so the order reports
+``WorkloadRebuilding`` instead.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from activities.builders.claim import memory_request_mib
+from activities.builders.common import (
+    ANNOTATION_ORDER_GENERATION,
+    ANNOTATION_PLACEMENT,
+    ANNOTATION_RUNTIME_HOLD,
+    ANNOTATION_RUNTIME_VERSION,
+    MODEL_VOLUME,
+    parse_quantity,
+)
+from inference_api.plan import LaunchPlan
+from inference_api.reasons import Reason
+from inference_api.types import ConditionStatus, InferenceService
+
+_GIB = 2**30
+
+
+def placement_record(plan: LaunchPlan) -> dict[str, Any]:
+    """The facts of a plan that, when they change, change the objects holding devices or volume."""
+    return {
+        "deviceClass": plan.deviceClass,
+        "deviceCount": plan.deviceCount,
+        "sharePercent": plan.sharePercent,
+        "memoryRequestMiB": memory_request_mib(plan),
+        "modelVolumeGiB": plan.modelVolumeGiB,
+    }
+
+
+def placement_annotation(plan: LaunchPlan) -> str:
+    # Compact, key-sorted JSON: stable bytes for the same plan, and readable in `kubectl describe`.
+    return json.dumps(placement_record(plan), sort_keys=True, separators=(",", ":"))
+
+
+def order_generation_annotation(order: InferenceService) -> str:
+    return str(order.metadata.generation or 0)
+
+
+def _annotations(obj: Mapping[str, Any] | None) -> Mapping[str, str]:
+    if not obj:
+        return {}
+    return (obj.get("metadata") or {}).get("annotations") or {}
+
+
+def _template_annotations(statefulset: Mapping[str, Any]) -> Mapping[str, str]:
+    return _annotations((statefulset.get("spec") or {}).get("template"))
+
+
+def standing_model_volume_bytes(statefulset: Mapping[str, Any]) -> int | None:
+    """The storage the standing model volume template asks for, in bytes."""
+    for template in (statefulset.get("spec") or {}).get("volumeClaimTemplates") or []:
+        if (template.get("metadata") or {}).get("name") != MODEL_VOLUME:
+            continue
+        storage = (((template.get("spec") or {}).get("resources") or {}).get("requests") or {}).get("storage")
+        return int(parse_quantity(storage)) if storage is not None else None
+    return None
+
+
+def placement_changed(standing_statefulset: Mapping[str, Any] | None, plan: LaunchPlan) -> bool:
+    """Whether ``plan`` moves a standing workload onto another placement (→ WorkloadRebuilding).
+
+    A smaller model volume is not a change: the standing, larger volume still holds the model.
+    A standing workload that recorded no placement (made by another version) is taken at its
+    word rather than rebuilt.
+    """
+    if standing_statefulset is None:
+        return False
+    volume = standing_model_volume_bytes(standing_statefulset)
+    if volume is not None and plan.modelVolumeGiB * _GIB > volume:
+        return True
+    recorded = _template_annotations(standing_statefulset).get(ANNOTATION_PLACEMENT) or _annotations(
+        standing_statefulset
+    ).get(ANNOTATION_PLACEMENT)
+    if not recorded:
+        return False
+    try:
+        before = json.loads(recorded)
+    except ValueError:
+        return False
+    now = placement_record(plan)
+    compared = ("deviceClass", "deviceCount", "sharePercent", "memoryRequestMiB")
+    return any(before.get(key) != now[key] for key in compared)
+
+
+def replica_runtime_versions(pods: Iterable[Mapping[str, Any]]) -> list[str | None]:
+    """The runtime release each live pod was started with (None when it recorded none).
+
+    Pods already being deleted are left out: they are on their way to the shipped release.
+    """
+    versions: list[str | None] = []
+    for pod in pods:
+        metadata = pod.get("metadata") or {}
+        if metadata.get("deletionTimestamp"):
+            continue
+        versions.append((metadata.get("annotations") or {}).get(ANNOTATION_RUNTIME_VERSION))
+    return versions
+
+
+def decide_runtime_hold(
+    order: InferenceService,
+    plan: LaunchPlan,
+    standing_statefulset: Mapping[str, Any] | None,
+    replica_versions: Sequence[str | None],
+) -> bool:
+    """Whether to apply the StatefulSet with ``OnDelete`` so running replicas stay where they are.
+
+    Hold when the set is mixed because the shipped release changed under an unchanged order:
+    * nothing stands yet, or the placement moves → no hold (nothing to keep / cannot keep);
+    * the order was edited since the standing template was written → no hold: an edit moves
+      every replica the way the class asks;
+    * every replica already runs the shipped release → no hold (nothing left to protect);
+    * already holding → keep holding until one of the above ends it;
+    * otherwise hold exactly when the standing template still names another release — i.e. this
+      apply is the one that brings the upgrade. A set that is mixed because an edit's rolling
+      update is under way names the shipped release already and is not stopped halfway.
+    """
+    if standing_statefulset is None or placement_changed(standing_statefulset, plan):
+        return False
+    template = _template_annotations(standing_statefulset)
+    if template.get(ANNOTATION_ORDER_GENERATION) != order_generation_annotation(order):
+        return False
+    shipped = plan.recipe.runtimeVersion
+    if all(version == shipped for version in replica_versions):
+        return False
+    if _annotations(standing_statefulset).get(ANNOTATION_RUNTIME_HOLD) == "true":
+        return True
+    return template.get(ANNOTATION_RUNTIME_VERSION) != shipped
+
+
+@dataclass(frozen=True)
+class RuntimeVerdict:
+    """The RuntimeCurrent condition: status, reason and a message naming the releases."""
+
+    status: ConditionStatus
+    reason: Reason
+    message: str
+
+
+def runtime_current(
+    shipped_version: str,
+    replica_versions: Sequence[str | None],
+    placement_change: bool = False,
+) -> RuntimeVerdict:
+    """RuntimeCurrent from what the replicas run and what the module ships."""
+    if placement_change:
+        return RuntimeVerdict(
+            ConditionStatus.FALSE,
+            Reason.WORKLOAD_REBUILDING,
+            "The recomputed launch plan moves the order to another placement; the replicas cannot be kept "
+            f"and the workload is rebuilt on runtime release {shipped_version}.",
+        )
+    total = len(replica_versions)
+    current = sum(1 for version in replica_versions if version == shipped_version)
+    if current == total:
+        return RuntimeVerdict(
+            ConditionStatus.TRUE,
+            Reason.RUNTIME_UP_TO_DATE,
+            f"All {total} replica(s) run the shipped runtime release {shipped_version}."
+            if total
+            else f"No replica runs yet; new replicas start on runtime release {shipped_version}.",
+        )
+    previous = sorted(
+        {version or "an unrecorded release" for version in replica_versions if version != shipped_version}
+    )
+    return RuntimeVerdict(
+        ConditionStatus.FALSE,
+        Reason.REPLICAS_HELD_ON_PREVIOUS_RUNTIME,
+        f"{current} of {total} replica(s) reached the shipped runtime release {shipped_version}; "
+        f"the others keep serving on {', '.join(previous)}. Delete a replica's pod to move that one, "
+        "or edit the order to move every replica the way the class asks (a rolling restart).",
+    )

@@ -1,0 +1,366 @@
+"""The StatefulSet ``{order}``: the replicas running vLLM, each with its own model volume and devices.
+
+Why a StatefulSet: every replica needs a model volume of its own that outlives the pod (the
+artefact is tens of GiB; a restart must not download it again), which is what
+``volumeClaimTemplates`` give, and each replica's devices come from its own DRA claim.
+
+One pod is:
+* init container ``model-fetcher`` — downloads the artefact into the model volume with the
+  Hugging Face CLI (``hf download``, or ``huggingface-cli download`` on older images) shipped in
+  the runtime image, then leaves a marker so a restart skips the network entirely. A gated
+  model's token comes from the user's Secret through ``secretKeyRef`` as ``HF_TOKEN``: the
+  module names the Secret and never reads its value;
+* container ``runtime`` — ``vllm serve /models/<repo> --host 0.0.0.0 --port 8000
+  --served-model-name <model>`` plus the recipe's arguments, offline (``HF_HUB_OFFLINE``: the
+  fetcher already did the network part). The whole command line is in ``command`` so
+  ``kubectl get sts -o jsonpath='{.spec.template.spec.containers[0].command}'`` shows the recipe.
+  With ``authentication: Token`` the API key reaches vLLM as the ``VLLM_API_KEY`` environment
+  variable from ``{order}-auth``: never ``--api-key`` on the command line, so it never appears
+  in the object.
+
+Probes: the startup probe waits for ``/health`` with a budget that grows with the model volume
+(loading and compiling a large model takes many minutes, and killing it halfway would restart
+the load forever); readiness is the API itself, ``GET /v1/models``, so a replica takes traffic
+only when it can answer; liveness restarts an engine whose ``/health`` stays down.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from activities.builders.auth import TOKEN_KEY, requires_token
+from activities.builders.autoscaling import priority_class_name, replica_bounds
+from activities.builders.common import (
+    ANNOTATION_ORDER_GENERATION,
+    ANNOTATION_PLACEMENT,
+    ANNOTATION_RUNTIME_HOLD,
+    ANNOTATION_RUNTIME_IMAGE,
+    ANNOTATION_RUNTIME_VERSION,
+    FETCHER_CONTAINER,
+    HTTP_PORT_NAME,
+    MODEL_MOUNT_PATH,
+    MODEL_VOLUME,
+    POD_CLAIM,
+    RUNTIME_CONTAINER,
+    RUNTIME_PORT,
+    WorkloadInputs,
+    labels,
+    object_meta,
+    selector_labels,
+)
+from activities.builders.runtime import order_generation_annotation, placement_annotation
+from inference_api.types import EndpointType, UpdateStrategy
+
+API_KEY_ENV = "VLLM_API_KEY"
+HF_TOKEN_ENV = "HF_TOKEN"
+SHM_VOLUME = "dshm"
+FETCH_MARKER = ".ai-inference-fetched"
+
+# Flags the builder owns. A recipe that carried one would silently move the port, rename the
+# model or put a key on the command line; they are dropped from recipe arguments.
+RESERVED_FLAGS = ("--host", "--port", "--served-model-name", "--api-key", "--model")
+
+# Startup budget: a fixed part for engine start, CUDA graph capture and compilation, and a part
+# per GiB of model for reading weights into device memory on slow storage.
+STARTUP_BASE_SECONDS = 600
+STARTUP_SECONDS_PER_GIB = 20
+STARTUP_PERIOD_SECONDS = 10
+
+# The fetcher is a POSIX shell script with its inputs in the environment, so no value from an
+# order is ever parsed as shell syntax. The marker holds "<repository>@<revision>": a volume
+# fetched for another model or revision is fetched again.
+FETCH_SCRIPT = """\
+set -eu
+want="${MODEL_REPOSITORY}@${MODEL_REVISION:-main}"
+marker="${MODEL_DIR}/__MARKER__"
+if [ -f "$marker" ] && [ "$(cat "$marker")" = "$want" ]; then
+  echo "model ${want} already present in ${MODEL_DIR}"
+  exit 0
+fi
+mkdir -p "$MODEL_DIR"
+if command -v hf >/dev/null 2>&1; then
+  set -- hf download
+else
+  set -- huggingface-cli download
+fi
+set -- "$@" "$MODEL_REPOSITORY" --local-dir "$MODEL_DIR"
+if [ -n "${MODEL_REVISION:-}" ]; then
+  set -- "$@" --revision "$MODEL_REVISION"
+fi
+"$@"
+printf '%s' "$want" > "$marker"
+""".replace("__MARKER__", FETCH_MARKER)
+
+# Readiness with a token: `/v1/*` answers 401 without the key, and an httpGet probe could only
+# send it by writing it into the object. An exec probe reads it from the container's own
+# environment instead. Python is in every vLLM image; curl is not guaranteed.
+AUTHENTICATED_READINESS_SCRIPT = (
+    "import os, urllib.request\n"
+    "request = urllib.request.Request(\n"
+    f"    'http://127.0.0.1:{RUNTIME_PORT}/v1/models',\n"
+    f"    headers={{'Authorization': 'Bearer ' + os.environ['{API_KEY_ENV}']}},\n"
+    ")\n"
+    "urllib.request.urlopen(request, timeout=4).read()\n"
+)
+
+
+def startup_failure_threshold(model_volume_gib: int) -> int:
+    budget = STARTUP_BASE_SECONDS + STARTUP_SECONDS_PER_GIB * model_volume_gib
+    return math.ceil(budget / STARTUP_PERIOD_SECONDS)
+
+
+def strip_reserved_flags(args: Sequence[str]) -> list[str]:
+    """Recipe arguments without the flags the builder owns (``--port 1``, ``--port=1`` alike)."""
+    out: list[str] = []
+    skipping = False
+    for arg in args:
+        if skipping:
+            # A flag's values run until the next option (--served-model-name takes several).
+            if not arg.startswith("-"):
+                continue
+            skipping = False
+        if arg in RESERVED_FLAGS:
+            skipping = True
+            continue
+        if any(arg.startswith(flag + "=") for flag in RESERVED_FLAGS):
+            continue
+        out.append(arg)
+    return out
+
+
+def _has_flag(args: Sequence[str], *flags: str) -> bool:
+    return any(arg == flag or arg.startswith(flag + "=") for arg in args for flag in flags)
+
+
+def _release(version: str) -> tuple[int, int]:
+    found = re.match(r"v?(\d+)\.(\d+)", version)
+    return (int(found.group(1)), int(found.group(2))) if found else (999, 0)
+
+
+def endpoint_args(endpoint_type: EndpointType, runtime_version: str, recipe_args: Sequence[str]) -> list[str]:
+    """What makes vLLM serve the API contract the platform picked, unless the recipe says it.
+
+    Chat is vLLM's default for a generative model. Embeddings and Rerank need the pooling
+    runner: ``--runner pooling --convert embed|classify`` since 0.10 (classify models serve
+    /rerank and /score), ``--task embed|score`` before.
+    """
+    if endpoint_type == EndpointType.CHAT or _has_flag(recipe_args, "--runner", "--convert", "--task"):
+        return []
+    legacy = _release(runtime_version) < (0, 10)
+    if endpoint_type == EndpointType.EMBEDDINGS:
+        return ["--task", "embed"] if legacy else ["--runner", "pooling", "--convert", "embed"]
+    return ["--task", "score"] if legacy else ["--runner", "pooling", "--convert", "classify"]
+
+
+def runtime_command(inputs: WorkloadInputs) -> list[str]:
+    recipe = inputs.plan.recipe
+    recipe_args = strip_reserved_flags(recipe.args)
+    command = [
+        "vllm",
+        "serve",
+        inputs.artifact.local_dir,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(RUNTIME_PORT),
+        "--served-model-name",
+        inputs.artifact.served_name,
+    ]
+    command += endpoint_args(inputs.endpoint_type, recipe.runtimeVersion, recipe_args)
+    if inputs.plan.deviceCount > 1 and not _has_flag(recipe_args, "--tensor-parallel-size", "-tp"):
+        # Several devices per replica only help when the model is split across them.
+        command += ["--tensor-parallel-size", str(inputs.plan.deviceCount)]
+    return command + recipe_args
+
+
+def _runtime_env(inputs: WorkloadInputs) -> list[dict[str, Any]]:
+    fixed = {
+        "HF_HOME": f"{MODEL_MOUNT_PATH}/.hf-home",
+        "HF_HUB_OFFLINE": "1",
+        # Compilation caches on the model volume: a restarted replica skips recompiling.
+        "VLLM_CACHE_ROOT": f"{MODEL_MOUNT_PATH}/.vllm-cache",
+        "VLLM_NO_USAGE_STATS": "1",
+    }
+    values = {**inputs.plan.recipe.env, **fixed}
+    values.pop(API_KEY_ENV, None)
+    env: list[dict[str, Any]] = [{"name": key, "value": values[key]} for key in sorted(values)]
+    if requires_token(inputs.service_class):
+        env.append(
+            {
+                "name": API_KEY_ENV,
+                "valueFrom": {"secretKeyRef": {"name": inputs.names.auth_secret, "key": TOKEN_KEY}},
+            }
+        )
+    return env
+
+
+def _readiness_probe(inputs: WorkloadInputs) -> dict[str, Any]:
+    probe: dict[str, Any]
+    if requires_token(inputs.service_class):
+        probe = {"exec": {"command": ["python3", "-c", AUTHENTICATED_READINESS_SCRIPT]}}
+    else:
+        probe = {"httpGet": {"path": "/v1/models", "port": HTTP_PORT_NAME}}
+    return probe | {"periodSeconds": 10, "timeoutSeconds": 5, "successThreshold": 1, "failureThreshold": 3}
+
+
+def _runtime_container(inputs: WorkloadInputs) -> dict[str, Any]:
+    plan = inputs.plan
+    return {
+        "name": RUNTIME_CONTAINER,
+        "image": plan.recipe.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": runtime_command(inputs),
+        "ports": [{"name": HTTP_PORT_NAME, "containerPort": RUNTIME_PORT, "protocol": "TCP"}],
+        "env": _runtime_env(inputs),
+        "resources": {
+            "requests": {"cpu": plan.cpu, "memory": plan.memory},
+            # Memory is capped at the plan so one order cannot starve its neighbours on a shared
+            # node; CPU is not, because throttling the engine's loop shows up as latency.
+            "limits": {"memory": plan.memory},
+            "claims": [{"name": POD_CLAIM}],
+        },
+        "volumeMounts": [
+            {"name": MODEL_VOLUME, "mountPath": MODEL_MOUNT_PATH},
+            {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
+        ],
+        "startupProbe": {
+            "httpGet": {"path": "/health", "port": HTTP_PORT_NAME},
+            "periodSeconds": STARTUP_PERIOD_SECONDS,
+            "timeoutSeconds": 5,
+            "failureThreshold": startup_failure_threshold(plan.modelVolumeGiB),
+        },
+        "readinessProbe": _readiness_probe(inputs),
+        "livenessProbe": {
+            "httpGet": {"path": "/health", "port": HTTP_PORT_NAME},
+            "periodSeconds": 30,
+            "timeoutSeconds": 10,
+            "failureThreshold": 5,
+        },
+    }
+
+
+def _fetcher_container(inputs: WorkloadInputs) -> dict[str, Any]:
+    artifact = inputs.artifact
+    env: list[dict[str, Any]] = [
+        {"name": "HF_HOME", "value": f"{MODEL_MOUNT_PATH}/.hf-home"},
+        {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
+        {"name": "MODEL_DIR", "value": artifact.local_dir},
+        {"name": "MODEL_REPOSITORY", "value": artifact.repository},
+    ]
+    if artifact.revision:
+        env.append({"name": "MODEL_REVISION", "value": artifact.revision})
+    auth = inputs.order.spec.model.authSecretRef
+    if auth is not None:
+        env.append({"name": HF_TOKEN_ENV, "valueFrom": {"secretKeyRef": {"name": auth.name, "key": auth.key}}})
+    return {
+        "name": FETCHER_CONTAINER,
+        # The runtime image carries huggingface_hub and its CLI: no second image to ship or pull.
+        "image": inputs.plan.recipe.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["/bin/sh", "-c", FETCH_SCRIPT],
+        "env": env,
+        "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "4Gi"}},
+        "volumeMounts": [{"name": MODEL_VOLUME, "mountPath": MODEL_MOUNT_PATH}],
+    }
+
+
+def new_model_volume_template(inputs: WorkloadInputs) -> dict[str, Any]:
+    spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"]}
+    storage_class = inputs.service_class.spec.modelStorageClassName
+    if storage_class:
+        spec["storageClassName"] = storage_class
+    spec["resources"] = {"requests": {"storage": f"{inputs.plan.modelVolumeGiB}Gi"}}
+    return {"metadata": {"name": MODEL_VOLUME, "labels": labels(inputs.name, "model")}, "spec": spec}
+
+
+def volume_claim_templates(inputs: WorkloadInputs) -> list[dict[str, Any]]:
+    """The standing templates verbatim when a StatefulSet stands, else a new model volume.
+
+    The server refuses any change to the claim templates of a standing StatefulSet, and a volume
+    never moves to another StorageClass anyway; so the standing ones are re-applied exactly as
+    read (see ``objects.storage_class_kept`` for the SettledRegionKept event).
+    """
+    standing = inputs.standing_statefulset
+    if standing is not None:
+        templates = (standing.get("spec") or {}).get("volumeClaimTemplates")
+        if templates:
+            return copy.deepcopy(list(templates))
+    return [new_model_volume_template(inputs)]
+
+
+def _update_strategy(inputs: WorkloadInputs) -> dict[str, Any]:
+    if inputs.hold_running_replicas:
+        return {"type": UpdateStrategy.ON_DELETE.value}
+    return {"type": inputs.service_class.spec.updatePolicy.strategy.value}
+
+
+def build_statefulset(inputs: WorkloadInputs) -> dict[str, Any]:
+    plan = inputs.plan
+    bounds = replica_bounds(inputs.service_class, inputs.replica_ceiling)
+    placement = placement_annotation(plan)
+    pod_annotations: Mapping[str, str] = {
+        "kubectl.kubernetes.io/default-container": RUNTIME_CONTAINER,
+        ANNOTATION_ORDER_GENERATION: order_generation_annotation(inputs.order),
+        ANNOTATION_PLACEMENT: placement,
+        ANNOTATION_RUNTIME_IMAGE: plan.recipe.image,
+        ANNOTATION_RUNTIME_VERSION: plan.recipe.runtimeVersion,
+    }
+    pod_spec: dict[str, Any] = {}
+    priority = priority_class_name(inputs.service_class)
+    if priority:
+        pod_spec["priorityClassName"] = priority
+    pod_spec |= {
+        # The runtime never talks to the API server.
+        "automountServiceAccountToken": False,
+        # Service links would inject <SERVICE>_PORT variables; a Service named `vllm` in the
+        # namespace would set VLLM_PORT, which vLLM reads as its own setting and fails on.
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": 60,
+        "resourceClaims": [{"name": POD_CLAIM, "resourceClaimTemplateName": inputs.names.claim_template}],
+        "initContainers": [_fetcher_container(inputs)],
+        "containers": [_runtime_container(inputs)],
+        "volumes": [
+            {
+                # The 64Mi default /dev/shm is too small for vLLM's worker processes and NCCL.
+                "name": SHM_VOLUME,
+                "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi" if plan.deviceCount == 1 else "8Gi"},
+            }
+        ],
+    }
+    spec: dict[str, Any] = {"serviceName": inputs.names.service}
+    if not bounds.autoscaled:
+        # With an HPA the field is left out: the HPA writes replicas through the scale
+        # subresource, and a server-side apply that also set it would reset it on every apply.
+        spec["replicas"] = bounds.min
+    spec |= {
+        "selector": {"matchLabels": selector_labels(inputs.name)},
+        # Replicas load their models independently; OrderedReady would make the fourth wait for
+        # three model loads in a row.
+        "podManagementPolicy": "Parallel",
+        "updateStrategy": _update_strategy(inputs),
+        # Deleting the workload (the order) deletes the volumes; scaling down keeps them so a
+        # replica that comes back finds its model already downloaded.
+        "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete", "whenScaled": "Retain"},
+        "template": {
+            "metadata": {
+                "labels": labels(inputs.name, "runtime"),
+                "annotations": dict(sorted(pod_annotations.items())),
+            },
+            "spec": pod_spec,
+        },
+        "volumeClaimTemplates": volume_claim_templates(inputs),
+    }
+    annotations = {
+        ANNOTATION_PLACEMENT: placement,
+        ANNOTATION_RUNTIME_HOLD: "true" if inputs.hold_running_replicas else "false",
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": object_meta(inputs, inputs.names.statefulset, "runtime", annotations),
+        "spec": spec,
+    }
