@@ -34,10 +34,12 @@ from inference_api.catalog_types import (
     CATALOG_GROUP,
     CATALOG_VERSION,
     CatalogLookupResult,
+    CatalogModelSpec,
     CatalogModelStatus,
     ModelFacts,
     ModelPhase,
 )
+from inference_api.payloads import ModelResolution
 from inference_api.reasons import Reason
 from inference_api.settings import CatalogMode, CatalogTransport, ModuleSettings
 from inference_api.types import ModelKind, ModelRef, ModelScope, ModelSource, ModelSpec
@@ -59,6 +61,16 @@ class CatalogPath(StrEnum):
     NONE = "None"  # catalog.mode None: nobody was asked
 
 
+class CatalogLookupAnswer(CatalogLookupResult):
+    """The REST wire format of one lookup: CatalogLookupResult plus where the artefact comes from.
+
+    ``source`` mirrors ``spec.source`` of the object (e.g. ``hf://Qwen/Qwen2.5-7B-Instruct``): a
+    ClusterModel's name is not a repository, so the model fetcher needs the origin.
+    """
+
+    source: str | None = None
+
+
 class ResolvedCatalogModel(BaseModel):
     """What the rest of an order needs from the catalog.
 
@@ -71,6 +83,7 @@ class ResolvedCatalogModel(BaseModel):
     name: str
     scope: ModelScope
     servedName: str = Field(description="Name the runtime serves the model as.")
+    source: str | None = Field(default=None, description="Origin the model fetcher downloads from.")
     facts: ModelFacts
 
 
@@ -142,17 +155,19 @@ def describe_ref(kind: ModelKind, name: str, namespace: str | None) -> str:
     return f'{kind.value} "{name}"' + (f' in namespace "{namespace}"' if namespace else "")
 
 
-def result_from_object(kind: ModelKind, obj: Mapping[str, Any]) -> CatalogLookupResult:
-    """A Model / ClusterModel object as the lookup result REST would have returned for it."""
+def result_from_object(kind: ModelKind, obj: Mapping[str, Any]) -> CatalogLookupAnswer:
+    """A Model / ClusterModel object as the lookup answer REST would have returned for it."""
     metadata = obj.get("metadata") or {}
+    spec = CatalogModelSpec.model_validate(obj.get("spec") or {})
     status = CatalogModelStatus.model_validate(obj.get("status") or {})
-    return CatalogLookupResult(
+    return CatalogLookupAnswer(
         kind=kind.value,
         name=str(metadata.get("name", "")),
         namespace=metadata.get("namespace"),
         ready=status.phase is ModelPhase.READY,
         scope=model_scope(kind),
         facts=status.facts or ModelFacts(),
+        source=spec.source,
     )
 
 
@@ -196,10 +211,30 @@ def outcome_from_result(
             # The kind of the reference decides the scope, whatever a lookup body claims.
             scope=model_scope(ref.kind),
             servedName=served_model_name(result.facts, ref),
+            source=result.source if isinstance(result, CatalogLookupAnswer) else None,
             facts=result.facts,
         ),
         message=f"{what} resolved from the ai-models catalog.",
         **common,
+    )
+
+
+def model_resolution(outcome: CatalogOutcome, ref: ModelRef) -> ModelResolution:
+    """The resolve-model activity's payload for the order workflow, from a catalog outcome."""
+    if outcome.resolved is None:
+        return ModelResolution(
+            servedName=ref.name,
+            refusal=outcome.reason,
+            message=outcome.message,
+            retryAfterSeconds=outcome.requeueAfterSeconds,
+        )
+    resolved = outcome.resolved
+    return ModelResolution(
+        facts=resolved.facts,
+        scope=resolved.scope,
+        servedName=resolved.servedName,
+        source=resolved.source,
+        message=outcome.message,
     )
 
 
@@ -254,7 +289,7 @@ async def _rest_lookup(
     kind: ModelKind,
     name: str,
     namespace: str | None,
-) -> CatalogLookupResult:
+) -> CatalogLookupAnswer:
     lookup = settings.aiModels.catalogLookup
     url = lookup.baseURL.rstrip("/") + lookup.path
     try:
@@ -277,7 +312,7 @@ async def _rest_lookup(
     if response.status_code != 200:
         raise _RestUnavailable(f"HTTP {response.status_code}")
     try:
-        result = CatalogLookupResult.model_validate_json(response.content)
+        result = CatalogLookupAnswer.model_validate_json(response.content)
     except ValidationError as err:
         raise _RestUnavailable(f"malformed lookup body ({err.error_count()} errors)") from err
     if result.kind != kind.value or result.name != name:
@@ -299,7 +334,7 @@ def _is_not_found_body(response: httpx.Response) -> bool:
 
 async def _read_objects(
     reader: CatalogObjectReader, kind: ModelKind, name: str, namespace: str | None
-) -> CatalogLookupResult | None:
+) -> CatalogLookupAnswer | None:
     try:
         obj = await asyncio.to_thread(reader.read_model, kind, name, namespace)
     except CatalogReadError as err:

@@ -42,11 +42,18 @@ QWEN_FACTS = ModelFacts(
     endpointTypes=[EndpointType.CHAT],
     servedName="Qwen/Qwen2.5-32B-Instruct-AWQ",
 )
+QWEN_SOURCE = "hf://Qwen/Qwen2.5-32B-Instruct-AWQ"
 E5_FACTS = ModelFacts(parameterCount="560M", format="safetensors", endpointTypes=[EndpointType.EMBEDDINGS])
 
 
 def catalog_object(
-    kind: ModelKind, name: str, namespace: str | None = None, *, phase: str = "Ready", facts: ModelFacts | None = None
+    kind: ModelKind,
+    name: str,
+    namespace: str | None = None,
+    *,
+    phase: str = "Ready",
+    facts: ModelFacts | None = None,
+    source: str | None = None,
 ) -> dict[str, Any]:
     """A Model / ClusterModel as the API server returns it."""
     metadata: dict[str, Any] = {"name": name, "uid": f"uid-{name}"}
@@ -59,7 +66,7 @@ def catalog_object(
         "apiVersion": f"{CATALOG_GROUP}/{CATALOG_VERSION}",
         "kind": kind.value,
         "metadata": metadata,
-        "spec": {},
+        "spec": {"source": source} if source else {},
         "status": status,
     }
 
@@ -98,7 +105,7 @@ class ExplodingReader:
 def fake_reader() -> FakeReader:
     return FakeReader(
         [
-            catalog_object(ModelKind.CLUSTER_MODEL, "qwen2-5-32b-instruct-awq", facts=QWEN_FACTS),
+            catalog_object(ModelKind.CLUSTER_MODEL, "qwen2-5-32b-instruct-awq", facts=QWEN_FACTS, source=QWEN_SOURCE),
             catalog_object(ModelKind.MODEL, "e5-large", "team-a", facts=E5_FACTS),
             catalog_object(ModelKind.MODEL, "pending-model", "team-a", phase="Pending", facts=E5_FACTS),
         ]

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from activities.catalog import (
+    CatalogLookupAnswer,
     CatalogPath,
     catalog_disabled_outcome,
     lookup_namespace,
+    model_resolution,
     model_scope,
     outcome_from_result,
     rest_lookup_params,
@@ -16,7 +18,7 @@ from activities.catalog import (
 from inference_api.catalog_types import CatalogLookupResult, ModelFacts
 from inference_api.reasons import NON_RETRYABLE_REFUSALS, Reason
 from inference_api.types import ModelKind, ModelRef, ModelScope, ModelSource, ModelSpec
-from tests.catalog.conftest import E5_FACTS, QWEN_FACTS, catalog_object, make_settings
+from tests.catalog.conftest import E5_FACTS, QWEN_FACTS, QWEN_SOURCE, catalog_object, make_settings
 
 
 def test_scope_follows_the_kind() -> None:
@@ -51,12 +53,14 @@ def test_only_ai_models_orders_use_the_catalog() -> None:
 
 def test_object_to_lookup_result() -> None:
     ready = result_from_object(ModelKind.MODEL, catalog_object(ModelKind.MODEL, "e5", "team-a", facts=E5_FACTS))
-    assert ready == CatalogLookupResult(
+    assert ready == CatalogLookupAnswer(
         kind="Model", name="e5", namespace="team-a", ready=True, scope=ModelScope.NAMESPACE, facts=E5_FACTS
     )
     for phase in ("Pending", "Failed"):
         obj = catalog_object(ModelKind.CLUSTER_MODEL, "q", phase=phase, facts=QWEN_FACTS)
         assert not result_from_object(ModelKind.CLUSTER_MODEL, obj).ready
+    with_source = catalog_object(ModelKind.CLUSTER_MODEL, "q", facts=QWEN_FACTS, source=QWEN_SOURCE)
+    assert result_from_object(ModelKind.CLUSTER_MODEL, with_source).source == QWEN_SOURCE
     # A freshly created object has no status yet: not ready, no facts.
     bare = {"metadata": {"name": "new"}}
     result = result_from_object(ModelKind.CLUSTER_MODEL, bare)
@@ -114,3 +118,30 @@ def test_catalog_disabled_tells_the_reader_what_to_do() -> None:
     assert outcome.answeredBy is CatalogPath.NONE
     assert "src: HuggingFace" in outcome.message
     assert "catalog.mode: Enabled" in outcome.message
+
+
+def test_model_resolution_payload_for_the_workflow() -> None:
+    ref = ModelRef(kind=ModelKind.CLUSTER_MODEL, name="qwen2-5-32b-instruct-awq")
+    obj = catalog_object(ModelKind.CLUSTER_MODEL, ref.name, facts=QWEN_FACTS, source=QWEN_SOURCE)
+    ok = outcome_from_result(
+        result_from_object(ModelKind.CLUSTER_MODEL, obj), ref, None, make_settings(), CatalogPath.KUBERNETES
+    )
+    resolution = model_resolution(ok, ref)
+    assert resolution.refusal is None
+    assert resolution.facts == QWEN_FACTS
+    assert resolution.scope is ModelScope.CLUSTER
+    assert resolution.servedName == "Qwen/Qwen2.5-32B-Instruct-AWQ"
+    assert resolution.source == QWEN_SOURCE
+
+    waiting = outcome_from_result(
+        result_from_object(ModelKind.CLUSTER_MODEL, {**obj, "status": {"phase": "Pending"}}),
+        ref,
+        None,
+        make_settings(requeue=20),
+        CatalogPath.REST,
+    )
+    refused = model_resolution(waiting, ref)
+    assert refused.refusal is Reason.MODEL_NOT_READY
+    assert refused.retryAfterSeconds == 20
+    assert refused.facts is None and refused.source is None
+    assert refused.message == waiting.message

@@ -14,7 +14,15 @@ from activities.catalog import CatalogPath, lookup_model
 from inference_api.reasons import Reason
 from inference_api.settings import ModuleSettings
 from inference_api.types import ModelKind, ModelRef, ModelScope
-from tests.catalog.conftest import E5_FACTS, QWEN_FACTS, ExplodingReader, FakeReader, catalog_object, make_settings
+from tests.catalog.conftest import (
+    E5_FACTS,
+    QWEN_FACTS,
+    QWEN_SOURCE,
+    ExplodingReader,
+    FakeReader,
+    catalog_object,
+    make_settings,
+)
 from worker.standins.catalog_service import CatalogServiceProcess, StandInModel
 
 QWEN = ModelRef(kind=ModelKind.CLUSTER_MODEL, name="qwen2-5-32b-instruct-awq")
@@ -33,6 +41,7 @@ def catalog_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Catalo
                         "kind": "ClusterModel",
                         "name": QWEN.name,
                         "ready": True,
+                        "source": QWEN_SOURCE,
                         "facts": QWEN_FACTS.model_dump(mode="json", exclude_none=True),
                     },
                     {
@@ -81,6 +90,7 @@ async def test_rest_answers_cluster_model_and_model(service: CatalogServiceProce
     assert qwen.resolved is not None and qwen.resolved.scope is ModelScope.CLUSTER
     assert qwen.resolved.facts == QWEN_FACTS
     assert qwen.resolved.servedName == "Qwen/Qwen2.5-32B-Instruct-AWQ"
+    assert qwen.resolved.source == QWEN_SOURCE
     assert e5.ok and e5.answeredBy is CatalogPath.REST
     assert e5.resolved is not None and e5.resolved.scope is ModelScope.NAMESPACE
     assert e5.resolved.servedName == "e5-large"
@@ -190,6 +200,7 @@ def test_wire_format(service: CatalogServiceProcess) -> None:
         "namespace": None,
         "ready": True,
         "scope": "Cluster",
+        "source": QWEN_SOURCE,
         "facts": {
             "parameterCount": "32B",
             "quantization": "awq",
@@ -222,7 +233,7 @@ def test_helper_writes_fixtures_given_as_models(tmp_path: Path) -> None:
 
 async def test_object_fallback_matches_what_rest_said(service: CatalogServiceProcess) -> None:
     """Both paths give the same verdict for the same catalog contents."""
-    reader = FakeReader([catalog_object(ModelKind.CLUSTER_MODEL, QWEN.name, facts=QWEN_FACTS)])
+    reader = FakeReader([catalog_object(ModelKind.CLUSTER_MODEL, QWEN.name, facts=QWEN_FACTS, source=QWEN_SOURCE)])
     via_rest = await lookup_model(QWEN, "support", settings_for(service), reader)
     service.stop()
     via_objects = await lookup_model(QWEN, "support", settings_for(service), reader)

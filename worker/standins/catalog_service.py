@@ -11,12 +11,13 @@ Run it::
 Wire format (documented in docs/catalog.md):
 
 * ``GET {path}?kind=ClusterModel|Model&name=N[&namespace=NS]``
-  - 200 ``{"kind", "name", "namespace", "ready", "scope", "facts": {...}}`` (CatalogLookupResult)
+  - 200 ``{"kind", "name", "namespace", "ready", "scope", "source", "facts": {...}}``
+    (CatalogLookupResult plus ``source``: activities.catalog.CatalogLookupAnswer)
   - 404 ``{"reason": "ModelNotFound", "message": ...}``
   - 400 ``{"reason": "BadRequest", "message": ...}``
   - 503 ``{"reason": "Unavailable", "message": ...}`` in mode ``fail``
 * ``POST /admin/mode {"mode": "ok"|"fail"|"slow", "delaySeconds": 5, "failStatus": 503}``
-* ``POST /admin/models {"kind", "name", "namespace"?, "ready"?, "facts"?}``: add or update
+* ``POST /admin/models {"kind", "name", "namespace"?, "ready"?, "source"?, "facts"?}``: add or update
   (fields given replace the stored ones, so ``{"kind", "name", "ready": true}`` marks ready)
 * ``DELETE /admin/models?kind=&name=&namespace=``
 * ``GET /admin/stats``: ``{"lookups": N, "mode": ...}``; ``GET /healthz``
@@ -27,6 +28,7 @@ Fixtures file::
       - kind: ClusterModel
         name: qwen2-5-7b-instruct
         ready: true
+        source: hf://Qwen/Qwen2.5-7B-Instruct
         facts: {parameterCount: 7B, format: safetensors, endpointTypes: [Chat]}
       - kind: Model
         name: e5-large
@@ -58,7 +60,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from inference_api.catalog_types import CatalogLookupResult, ModelFacts
+from activities.catalog import CatalogLookupAnswer
+from inference_api.catalog_types import ModelFacts
 from inference_api.types import ModelKind, ModelScope
 
 DEFAULT_PATH = "/api/internal/v1/models/lookup"
@@ -73,6 +76,7 @@ class StandInModel(BaseModel):
     name: str = Field(min_length=1)
     namespace: str | None = None
     ready: bool = True
+    source: str | None = Field(default=None, description="spec.source of the object, e.g. hf://org/repo.")
     facts: ModelFacts = Field(default_factory=ModelFacts)
 
     def key(self) -> tuple[str, str, str | None]:
@@ -144,13 +148,14 @@ def create_app(models: list[StandInModel] | None = None, path: str = DEFAULT_PAT
         if model is None:
             where = f" in namespace {namespace}" if key[2] else ""
             return _error(404, "ModelNotFound", f"{kind.value} {name}{where} not found")
-        result = CatalogLookupResult(
+        result = CatalogLookupAnswer(
             kind=kind.value,
             name=name,
             namespace=key[2],
             ready=model.ready,
             scope=ModelScope.CLUSTER if kind is ModelKind.CLUSTER_MODEL else ModelScope.NAMESPACE,
             facts=model.facts,
+            source=model.source,
         )
         return JSONResponse(result.model_dump(mode="json"))
 
