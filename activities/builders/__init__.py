@@ -22,6 +22,7 @@ from activities.builders.common import (
     UnsupportedModelSource,
     WorkloadInputs,
     artifact_for_order,
+    artifact_from_resolution,
     order_name_problem,
     owner_reference,
 )
@@ -58,6 +59,7 @@ __all__ = [
     "UnsupportedModelSource",
     "WorkloadInputs",
     "artifact_for_order",
+    "artifact_from_resolution",
     "auth_secret_name",
     "build_auth_secret",
     "build_autoscaler",

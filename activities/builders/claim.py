@@ -28,14 +28,16 @@ def is_partial_share(plan: LaunchPlan) -> bool:
 def memory_request_mib(plan: LaunchPlan) -> int | None:
     """The device memory one replica claims, MiB; None for a whole device.
 
-    The plan's model requirement is used as is. A plan without one (an older planner) falls back
-    to the share of the device's memory, rounded up, so the claim never asks for less than
-    the share the plan published in status.resolved.
+    The plan's request is used as is, else the model's memory need the share was sized for. A
+    plan with neither falls back to the share of the device's memory, rounded up, so the claim
+    never asks for less than the share the plan published in status.resolved.
     """
     if not is_partial_share(plan):
         return None
     if plan.memoryRequestMiB is not None:
         return plan.memoryRequestMiB
+    if plan.modelMemoryMiB is not None:
+        return plan.modelMemoryMiB
     return math.ceil(plan.acceleratorMemoryGiB * 1024 * plan.sharePercent / 100)
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from inference_api.payloads import ModelResolution
 from inference_api.plan import LaunchPlan
 from inference_api.settings import ModuleSettings
 from inference_api.types import (
@@ -164,19 +165,25 @@ def artifact_for_order(
 ) -> ModelArtifact:
     """The artifact of an order: its own repository, or the catalog's origin for a catalog model.
 
-    ``catalog_source`` and ``served_name`` come from the catalog (Model/ClusterModel); they are
-    ignored on the direct Hugging Face path, where the repository is also the served name.
+    ``catalog_source`` and ``served_name`` come from model resolution (the catalog's
+    Model/ClusterModel). On the direct Hugging Face path the order's repository is what is
+    fetched, whatever the source says, and it is also the served name unless one is given.
     The namespace of a ``kind: Model`` reference is deliberately not carried into the workload.
     """
     model = order.spec.model
     if model.src == ModelSource.HUGGING_FACE:
-        return ModelArtifact(repository=model.ref.name, served_name=model.ref.name)
+        return ModelArtifact(repository=model.ref.name, served_name=served_name or model.ref.name)
     if not catalog_source:
         raise UnsupportedModelSource(
             f"the catalog model {model.ref.name!r} has no source to fetch from; resolve it from the catalog first"
         )
     repository, revision = parse_catalog_source(catalog_source)
     return ModelArtifact(repository=repository, served_name=served_name or repository, revision=revision)
+
+
+def artifact_from_resolution(order: InferenceService, resolution: ModelResolution) -> ModelArtifact:
+    """``artifact_for_order`` from the workflow's model resolution payload."""
+    return artifact_for_order(order, catalog_source=resolution.source, served_name=resolution.servedName)
 
 
 @dataclass(frozen=True, kw_only=True)

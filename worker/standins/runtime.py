@@ -1,0 +1,602 @@
+"""Stand-in for the vLLM runtime: a tiny OpenAI-compatible server, for the local cluster and tests.
+
+kwok pods run nothing, so on the local cluster an order's replicas never answer. This server
+answers in their place — with the routes, status codes and auth behaviour of vLLM's OpenAI
+server that the module relies on — so the probe, the health watch and a user's curl can be
+exercised end to end, and failure can be injected (503s, or the process stopped).
+
+Run it::
+
+    python -m worker.standins.runtime --port 8000 --model Qwen/Qwen2.5-7B-Instruct \\
+        [--token-file /path/to/token] [--fail-file /path/to/flag] [--port-file /path/to/port]
+
+Routes (answers are deterministic: the same request gets the same bytes):
+
+* ``GET /v1/models``; ``POST /v1/chat/completions`` (``stream: true`` gives server-sent
+  events); ``POST /v1/embeddings``; ``POST /v1/rerank`` (also ``/rerank``) — behind the bearer
+  token when one is configured, like vLLM's ``--api-key``/``VLLM_API_KEY`` (401 otherwise);
+* ``GET /health``, ``GET /version``, ``GET /metrics`` — open, as in vLLM;
+* ``POST /admin/fail {"status": 503}`` / ``POST /admin/recover`` / ``GET /admin/stats`` — failure
+  injection, open (a loopback test tool). While failing, or while the ``--fail-file`` exists,
+  every route but ``/admin/*`` answers that status.
+
+The token is read from ``--token-file``, else from the environment variable named by
+``--token-env`` (default ``VLLM_API_KEY``, as vLLM does). It is never written to a log, a
+response or the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import json
+import logging
+import math
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+log = logging.getLogger("ai_inference.standin.runtime")
+
+DEFAULT_TOKEN_ENV = "VLLM_API_KEY"
+OWNER = "ai-inference-standin"
+_WORD = re.compile(r"\w+")
+
+
+@dataclass
+class RuntimeConfig:
+    model: str
+    # Kept out of repr: a config printed in a test failure or a log must not show the token.
+    token: str | None = field(default=None, repr=False)
+    fail_file: Path | None = None
+    embedding_dim: int = 8
+    max_model_len: int = 4096
+    runtime_version: str = "0.0.0-standin"
+
+
+@dataclass
+class RuntimeState:
+    failing_status: int | None = None
+    requests: dict[str, int] = field(default_factory=dict)
+
+    def count(self, route: str) -> None:
+        self.requests[route] = self.requests.get(route, 0) + 1
+
+
+def _error(status: int, message: str, kind: str) -> JSONResponse:
+    return JSONResponse({"object": "error", "message": message, "type": kind, "param": None, "code": status}, status)
+
+
+def _digest(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _tokens(text: str) -> int:
+    return len(_WORD.findall(text))
+
+
+def embed(text: str, dim: int) -> list[float]:
+    """A unit vector derived from the text's hash: same text, same vector."""
+    raw = hashlib.sha256(text.encode()).digest()
+    while len(raw) < dim * 2:
+        raw += hashlib.sha256(raw).digest()
+    values = [(int.from_bytes(raw[i * 2 : i * 2 + 2], "big") / 32767.5) - 1.0 for i in range(dim)]
+    norm = math.sqrt(sum(v * v for v in values)) or 1.0
+    return [round(v / norm, 6) for v in values]
+
+
+def relevance(query: str, document: str) -> float:
+    """Word overlap (Jaccard) of query and document: a fake score with a sensible order."""
+    q, d = set(_WORD.findall(query.lower())), set(_WORD.findall(document.lower()))
+    if not q or not d:
+        return 0.0
+    return round(len(q & d) / len(q | d), 6)
+
+
+def create_app(config: RuntimeConfig, state: RuntimeState | None = None) -> Starlette:
+    state = state if state is not None else RuntimeState()
+
+    def failing() -> int | None:
+        if state.failing_status is not None:
+            return state.failing_status
+        if config.fail_file is not None and config.fail_file.exists():
+            return 503
+        return None
+
+    def refused(request: Request, protected: bool) -> Response | None:
+        """The failure-injection or auth answer for this request, or None to serve it."""
+        status = failing()
+        if status is not None:
+            return _error(status, "the stand-in runtime is failing (injected)", "ServiceUnavailableError")
+        if protected and config.token:
+            header = request.headers.get("authorization", "")
+            scheme, _, presented = header.partition(" ")
+            # Constant-time comparison; vLLM answers exactly this body for a missing or wrong key.
+            if scheme.lower() != "bearer" or not hmac.compare_digest(presented.encode(), config.token.encode()):
+                return JSONResponse({"error": "Unauthorized"}, status_code=401)
+        return None
+
+    async def body_of(request: Request) -> dict[str, Any] | Response:
+        try:
+            body = await request.json()
+        except ValueError:
+            return _error(400, "the request body is not JSON", "BadRequestError")
+        if not isinstance(body, dict):
+            return _error(400, "the request body must be a JSON object", "BadRequestError")
+        model = body.get("model")
+        if model is not None and model != config.model:
+            return _error(404, f"The model `{model}` does not exist.", "NotFoundError")
+        return body
+
+    async def health(request: Request) -> Response:
+        state.count("health")
+        return refused(request, protected=False) or Response(status_code=200)
+
+    async def version(request: Request) -> Response:
+        return refused(request, protected=False) or JSONResponse({"version": config.runtime_version})
+
+    async def metrics(request: Request) -> Response:
+        # The series the module's HPA scales on, always zero here.
+        text = (
+            "# TYPE vllm:num_requests_waiting gauge\n"
+            f'vllm:num_requests_waiting{{model_name="{config.model}"}} 0\n'
+            "# TYPE vllm:num_requests_running gauge\n"
+            f'vllm:num_requests_running{{model_name="{config.model}"}} 0\n'
+        )
+        return refused(request, protected=False) or PlainTextResponse(text)
+
+    async def models(request: Request) -> Response:
+        state.count("models")
+        if (answer := refused(request, protected=True)) is not None:
+            return answer
+        card = {
+            "id": config.model,
+            "object": "model",
+            "created": 0,
+            "owned_by": OWNER,
+            "root": config.model,
+            "parent": None,
+            "max_model_len": config.max_model_len,
+        }
+        return JSONResponse({"object": "list", "data": [card]})
+
+    async def chat(request: Request) -> Response:
+        state.count("chat")
+        if (answer := refused(request, protected=True)) is not None:
+            return answer
+        body = await body_of(request)
+        if isinstance(body, Response):
+            return body
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return _error(400, "messages must be a non-empty list", "BadRequestError")
+        last = next(
+            (str(m.get("content", "")) for m in reversed(messages) if isinstance(m, dict) and m.get("role") == "user"),
+            "",
+        )
+        content = f"stand-in reply from {config.model}: {last}"
+        ident = "chatcmpl-" + _digest("chat", messages)[:24]
+        prompt_tokens = sum(_tokens(str(m.get("content", ""))) for m in messages if isinstance(m, dict))
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": _tokens(content),
+            "total_tokens": prompt_tokens + _tokens(content),
+        }
+        if body.get("stream"):
+            return StreamingResponse(_stream_chat(ident, config.model, content), media_type="text/event-stream")
+        return JSONResponse(
+            {
+                "id": ident,
+                "object": "chat.completion",
+                "created": 0,
+                "model": config.model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": content},
+                        "finish_reason": "stop",
+                        "logprobs": None,
+                    }
+                ],
+                "usage": usage,
+            }
+        )
+
+    async def embeddings(request: Request) -> Response:
+        state.count("embeddings")
+        if (answer := refused(request, protected=True)) is not None:
+            return answer
+        body = await body_of(request)
+        if isinstance(body, Response):
+            return body
+        raw = body.get("input")
+        if isinstance(raw, str):
+            texts = [raw]
+        elif isinstance(raw, list) and raw and all(isinstance(item, str) for item in raw):
+            texts = list(raw)
+        elif isinstance(raw, list) and raw and all(isinstance(item, int) for item in raw):
+            texts = [" ".join(map(str, raw))]  # one pre-tokenized input
+        else:
+            return _error(400, "input must be a string, a list of strings or a list of token ids", "BadRequestError")
+        data = [
+            {"object": "embedding", "index": i, "embedding": embed(text, config.embedding_dim)}
+            for i, text in enumerate(texts)
+        ]
+        tokens = sum(_tokens(text) for text in texts)
+        return JSONResponse(
+            {
+                "id": "embd-" + _digest("embed", texts)[:24],
+                "object": "list",
+                "created": 0,
+                "model": config.model,
+                "data": data,
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            }
+        )
+
+    async def rerank(request: Request) -> Response:
+        state.count("rerank")
+        if (answer := refused(request, protected=True)) is not None:
+            return answer
+        body = await body_of(request)
+        if isinstance(body, Response):
+            return body
+        query, documents = body.get("query"), body.get("documents")
+        if not isinstance(query, str) or not isinstance(documents, list) or not documents:
+            return _error(400, "query must be a string and documents a non-empty list", "BadRequestError")
+        texts = [doc if isinstance(doc, str) else str((doc or {}).get("text", "")) for doc in documents]
+        scored = sorted(
+            ((relevance(query, text), index, text) for index, text in enumerate(texts)), key=lambda s: (-s[0], s[1])
+        )
+        top_n = body.get("top_n")
+        if isinstance(top_n, int) and top_n > 0:
+            scored = scored[:top_n]
+        tokens = _tokens(query) + sum(_tokens(text) for text in texts)
+        return JSONResponse(
+            {
+                "id": "rerank-" + _digest("rerank", query, texts)[:24],
+                "model": config.model,
+                "usage": {"total_tokens": tokens},
+                "results": [
+                    {"index": index, "document": {"text": text}, "relevance_score": score}
+                    for score, index, text in scored
+                ],
+            }
+        )
+
+    async def admin_fail(request: Request) -> Response:
+        status = 503
+        with contextlib.suppress(ValueError):
+            body = await request.json()
+            if isinstance(body, dict) and isinstance(body.get("status"), int):
+                status = int(body["status"])
+        state.failing_status = status
+        log.info("failure injected: every route answers %s", status)
+        return JSONResponse({"failing": status})
+
+    async def admin_recover(request: Request) -> Response:
+        state.failing_status = None
+        log.info("failure cleared")
+        return JSONResponse({"failing": None})
+
+    async def admin_stats(request: Request) -> Response:
+        return JSONResponse({"failing": failing(), "requests": dict(state.requests), "model": config.model})
+
+    routes = [
+        Route("/health", health, methods=["GET"]),
+        Route("/version", version, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/v1/embeddings", embeddings, methods=["POST"]),
+        Route("/v1/rerank", rerank, methods=["POST"]),
+        Route("/rerank", rerank, methods=["POST"]),
+        Route("/admin/fail", admin_fail, methods=["POST"]),
+        Route("/admin/recover", admin_recover, methods=["POST"]),
+        Route("/admin/stats", admin_stats, methods=["GET"]),
+    ]
+    app = Starlette(routes=routes)
+    app.state.runtime = state
+    return app
+
+
+async def _stream_chat(ident: str, model: str, content: str) -> AsyncIterator[bytes]:
+    def chunk(delta: Mapping[str, Any], finish: str | None) -> bytes:
+        payload = {
+            "id": ident,
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": model,
+            "choices": [{"index": 0, "delta": dict(delta), "finish_reason": finish}],
+        }
+        return f"data: {json.dumps(payload)}\n\n".encode()
+
+    yield chunk({"role": "assistant", "content": ""}, None)
+    for word in content.split(" "):
+        yield chunk({"content": word + " "}, None)
+        await asyncio.sleep(0)
+    yield chunk({}, "stop")
+    yield b"data: [DONE]\n\n"
+
+
+def resolve_token(token_file: Path | None, token_env: str | None) -> str | None:
+    """The configured token: the file's content (stripped) first, then the environment variable."""
+    if token_file is not None:
+        value = token_file.read_text().strip()
+        if not value:
+            raise ValueError(f"token file {token_file} is empty")
+        return value
+    if token_env:
+        return os.environ.get(token_env) or None
+    return None
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # Reuse: a restarted stand-in takes its old port back while the old connections linger.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _server(app: Starlette) -> uvicorn.Server:
+    # No access log: request lines are noise here, and nothing about a request may leak anyway.
+    return uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
+
+
+# ------------------------------------------------------------------ Python API: in a thread
+
+
+class StandInRuntime:
+    """One stand-in in a thread of this process, on a free loopback port (or the one given)."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        token: str | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        fail_file: Path | None = None,
+        embedding_dim: int = 8,
+        runtime_version: str = "0.0.0-standin",
+    ) -> None:
+        self.config = RuntimeConfig(
+            model=model,
+            token=token,
+            fail_file=fail_file,
+            embedding_dim=embedding_dim,
+            runtime_version=runtime_version,
+        )
+        self.state = RuntimeState()
+        self.host = host
+        self.port = port
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self, timeout_seconds: float = 10) -> StandInRuntime:
+        if self.running:
+            return self
+        sock = bind_socket(self.host, self.port)
+        self.port = int(sock.getsockname()[1])
+        server = _server(create_app(self.config, self.state))
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="standin-runtime")
+        thread.start()
+        deadline = time.monotonic() + timeout_seconds
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                server.should_exit = True
+                sock.close()
+                raise RuntimeError("the stand-in runtime did not start")
+            time.sleep(0.01)
+        # The server owns the socket from here: it closes it when it shuts down.
+        self._server, self._thread = server, thread
+        return self
+
+    def stop(self, timeout_seconds: float = 10) -> None:
+        server, thread = self._server, self._thread
+        self._server, self._thread = None, None
+        if server is None or thread is None:
+            return
+        server.should_exit = True
+        thread.join(timeout_seconds)
+
+    def fail(self, status: int = 503) -> None:
+        self.state.failing_status = status
+
+    def recover(self) -> None:
+        self.state.failing_status = None
+
+    def __enter__(self) -> StandInRuntime:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+# ------------------------------------------------------------ Python API: as a subprocess
+
+
+class RuntimeProcess:
+    """One stand-in as a separate process: ``stop()`` makes the endpoint absent, like a dead pod.
+
+    The first start takes a free port (the child binds port 0 and reports it); ``restart()``
+    comes back on the same port so a client configured once sees the runtime go and return.
+    A token is handed over in a 0600 file, never on the command line, where `ps` would show it.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        token: str | None = None,
+        token_file: Path | None = None,
+        port: int = 0,
+        fail_file: Path | None = None,
+        runtime_version: str = "0.0.0-standin",
+        startup_timeout_seconds: float = 20,
+    ) -> None:
+        self.model = model
+        self.port = port
+        self.fail_file = fail_file
+        self.runtime_version = runtime_version
+        self._startup_timeout = startup_timeout_seconds
+        self._tmp = tempfile.TemporaryDirectory(prefix="runtime-standin-")
+        self._dir = Path(self._tmp.name)
+        self._log = self._dir / "runtime.log"
+        self.token_file = token_file
+        if token is not None:
+            self.token_file = self._dir / "token"
+            self.token_file.touch(mode=0o600)
+            self.token_file.write_text(token)
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        if not self.port:
+            raise RuntimeError("the stand-in runtime was never started")
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    @property
+    def log_text(self) -> str:
+        return self._log.read_text(errors="replace") if self._log.exists() else ""
+
+    def start(self) -> RuntimeProcess:
+        if self.running:
+            return self
+        port_file = self._dir / "port"
+        port_file.unlink(missing_ok=True)
+        cmd = [sys.executable, "-m", "worker.standins.runtime", "--model", self.model, "--port", str(self.port)]
+        cmd += ["--port-file", str(port_file), "--runtime-version", self.runtime_version, "--token-env", ""]
+        if self.token_file is not None:
+            cmd += ["--token-file", str(self.token_file)]
+        if self.fail_file is not None:
+            cmd += ["--fail-file", str(self.fail_file)]
+        repo_root = Path(__file__).resolve().parents[2]
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")])),
+        }
+        with self._log.open("ab") as log_file:
+            self._process = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + self._startup_timeout
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                self._process = None
+                raise RuntimeError(f"the stand-in runtime exited:\n{self.log_text[-4000:]}")
+            if port_file.exists() and port_file.read_text().strip():
+                self.port = int(port_file.read_text().strip())
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(f"{self.url}/health", timeout=1).status_code in (200, 503):
+                        return self
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"the stand-in runtime did not answer in time:\n{self.log_text[-4000:]}")
+
+    def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+
+    def restart(self) -> RuntimeProcess:
+        self.stop()
+        return self.start()
+
+    def fail(self, status: int = 503) -> None:
+        httpx.post(f"{self.url}/admin/fail", json={"status": status}, timeout=5).raise_for_status()
+
+    def recover(self) -> None:
+        httpx.post(f"{self.url}/admin/recover", timeout=5).raise_for_status()
+
+    def close(self) -> None:
+        self.stop()
+        self._tmp.cleanup()
+
+    def __enter__(self) -> RuntimeProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ------------------------------------------------------------------------------ command line
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Stand-in OpenAI-compatible runtime (vLLM's API surface).")
+    parser.add_argument("--model", required=True, help="Served model name, e.g. Qwen/Qwen2.5-7B-Instruct.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port (see --port-file).")
+    parser.add_argument("--port-file", type=Path, help="Write the bound port here once listening.")
+    parser.add_argument("--token-file", type=Path, help="File holding the bearer token.")
+    parser.add_argument(
+        "--token-env",
+        default=DEFAULT_TOKEN_ENV,
+        help="Environment variable holding the token when no --token-file is given ('' for none).",
+    )
+    parser.add_argument("--fail-file", type=Path, help="While this file exists, every route answers 503.")
+    parser.add_argument("--embedding-dim", type=int, default=8)
+    parser.add_argument("--runtime-version", default="0.0.0-standin")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    config = RuntimeConfig(
+        model=args.model,
+        token=resolve_token(args.token_file, args.token_env or None),
+        fail_file=args.fail_file,
+        embedding_dim=args.embedding_dim,
+        runtime_version=args.runtime_version,
+    )
+    sock = bind_socket(args.host, args.port)
+    port = int(sock.getsockname()[1])
+    if args.port_file is not None:
+        # Written after binding, so a reader that sees the port can connect.
+        tmp = args.port_file.with_suffix(".tmp")
+        tmp.write_text(str(port))
+        tmp.replace(args.port_file)
+    log.info("serving %s on http://%s:%d (auth %s)", config.model, args.host, port, "on" if config.token else "off")
+    _server(create_app(config)).run(sockets=[sock])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
