@@ -1,0 +1,141 @@
+"""Certificates, service-account keys and bearer tokens of one local cluster.
+
+Made with the ``openssl`` CLI (present on every dev box and CI image) so the project needs no
+extra Python dependency for it. Everything is fresh per cluster and lives in the state dir with
+owner-only permissions; tokens are never logged.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import secrets
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+# Service IP of `kubernetes.default` for --service-cluster-ip-range=10.96.0.0/16: pods (and
+# in-cluster clients of the module) reach the apiserver by it, so the serving cert names it.
+SERVICE_CIDR = "10.96.0.0/16"
+KUBERNETES_SERVICE_IP = "10.96.0.1"
+
+
+@dataclass(frozen=True)
+class User:
+    """A bearer-token identity of the token-auth file."""
+
+    name: str  # the key callers use: LocalCluster.api_client(name)
+    username: str
+    groups: tuple[str, ...]
+
+
+# The three people of the brief, then the components' identities. The component user names are
+# the ones the bootstrap RBAC policy binds (system:kube-controller-manager, system:kube-scheduler),
+# so they get exactly their upstream permissions and nothing more.
+USERS: tuple[User, ...] = (
+    User("admin", "ai-inference:cluster-admin", ("system:masters",)),
+    User("module-admin", "module-admin", ("ai-inference:admins",)),
+    User("ns-user", "ns-user", ("ai-inference:users",)),
+    User("kube-controller-manager", "system:kube-controller-manager", ()),
+    User("kube-scheduler", "system:kube-scheduler", ()),
+    # kwok writes node/pod status, leases and deletes pods: it stands in for every kubelet.
+    User("kwok", "system:kwok-controller", ("system:masters",)),
+)
+HUMAN_USERS = ("admin", "module-admin", "ns-user")
+
+
+@dataclass(frozen=True)
+class PKI:
+    dir: Path
+
+    @property
+    def ca_cert(self) -> Path:
+        return self.dir / "ca.crt"
+
+    @property
+    def ca_key(self) -> Path:
+        return self.dir / "ca.key"
+
+    @property
+    def serving_cert(self) -> Path:
+        return self.dir / "apiserver.crt"
+
+    @property
+    def serving_key(self) -> Path:
+        return self.dir / "apiserver.key"
+
+    @property
+    def sa_key(self) -> Path:
+        return self.dir / "sa.key"
+
+    @property
+    def sa_pub(self) -> Path:
+        return self.dir / "sa.pub"
+
+    @property
+    def token_file(self) -> Path:
+        return self.dir / "tokens.csv"
+
+    def tokens(self) -> dict[str, str]:
+        """User key -> bearer token, read back from the token-auth file."""
+        by_username = {u.username: u.name for u in USERS}
+        out: dict[str, str] = {}
+        with self.token_file.open() as f:
+            for row in csv.reader(f):
+                if len(row) >= 2 and row[1] in by_username:
+                    out[by_username[row[1]]] = row[0]
+        return out
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    result = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"openssl {args[0]} failed: {result.stderr.strip()}")
+
+
+def _ec_key_args() -> list[str]:
+    return ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+
+def create_pki(directory: Path) -> PKI:
+    """CA, apiserver serving cert, service-account key pair and the token-auth file."""
+    if shutil.which("openssl") is None:
+        raise RuntimeError("`openssl` is not on PATH; it makes the local cluster's certificates")
+    directory.mkdir(parents=True, exist_ok=True)
+    os.chmod(directory, 0o700)
+    pki = PKI(directory)
+    _openssl("req", "-x509", *_ec_key_args(), "-keyout", "ca.key", "-out", "ca.crt", "-days", "3650",
+             "-subj", "/CN=ai-inference-local-ca", cwd=directory)  # fmt: skip
+    sans = ",".join(
+        [
+            "DNS:localhost",
+            "DNS:kubernetes",
+            "DNS:kubernetes.default",
+            "DNS:kubernetes.default.svc",
+            "DNS:kubernetes.default.svc.cluster.local",
+            "IP:127.0.0.1",
+            f"IP:{KUBERNETES_SERVICE_IP}",
+        ]
+    )
+    _openssl("req", "-new", *_ec_key_args(), "-keyout", "apiserver.key", "-out", "apiserver.csr",
+             "-subj", "/CN=kube-apiserver", "-addext", f"subjectAltName={sans}",
+             "-addext", "extendedKeyUsage=serverAuth", cwd=directory)  # fmt: skip
+    _openssl("x509", "-req", "-in", "apiserver.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+             "-days", "3650", "-copy_extensions", "copy", "-out", "apiserver.crt", cwd=directory)  # fmt: skip
+    # RSA: the algorithm every ServiceAccount token consumer (and JWT library) accepts.
+    _openssl("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", "sa.key", cwd=directory)
+    _openssl("pkey", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=directory)
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    for i, user in enumerate(USERS):
+        # token,user,uid,"group1,group2" -- the format of --token-auth-file.
+        row = [secrets.token_urlsafe(32), user.username, f"uid-{i}-{user.name}"]
+        if user.groups:  # an empty 4th column would add the group "" to the user
+            row.append(",".join(user.groups))
+        writer.writerow(row)
+    pki.token_file.write_text(buf.getvalue())
+    for path in directory.iterdir():
+        os.chmod(path, 0o600)
+    return pki
