@@ -338,6 +338,7 @@ async def _read_objects(
     try:
         obj = await asyncio.to_thread(reader.read_model, kind, name, namespace)
     except CatalogReadError as err:
+        log.warning("catalog object read failed", error=str(err), kind=kind.value, name=name, namespace=namespace)
         raise CatalogUnavailableError(
             f"cannot read {describe_ref(kind, name, namespace)} from the API server: {err}"
         ) from err
@@ -383,7 +384,11 @@ async def lookup_model(
 
     try:
         if http_client is None:
-            async with default_http_client(settings) as client:
+            try:
+                own_client = default_http_client(settings)
+            except OSError as err:  # an unreadable or invalid CA bundle: REST cannot be asked
+                raise _RestUnavailable(f"cannot set up the HTTP client: {type(err).__name__}: {err}") from err
+            async with own_client as client:
                 rest_result = await _rest_lookup(client, settings, kind, ref.name, namespace)
         else:
             rest_result = await _rest_lookup(http_client, settings, kind, ref.name, namespace)

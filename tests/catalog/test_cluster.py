@@ -1,13 +1,14 @@
 """The catalog client against a real kube-apiserver: the Kubernetes transport and the REST fallback.
 
-Uses the session fixture ``local_cluster`` (tests/fixtures/cluster.py): etcd + kube-apiserver with
-the stand-in Model / ClusterModel CRDs installed from deploy/crds/stand-ins/.
+Uses the session fixtures of tests/fixtures/cluster.py (``local_cluster``, ``kube_admin``,
+``make_namespace``): a real control plane with the stand-in Model / ClusterModel CRDs installed
+from deploy/crds/stand-ins/.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -25,6 +26,7 @@ from inference_api.catalog_types import CATALOG_GROUP, CATALOG_VERSION, ModelFac
 from inference_api.reasons import Reason
 from inference_api.types import ModelKind, ModelRef, ModelScope
 from tests.catalog.conftest import E5_FACTS, QWEN_FACTS, QWEN_SOURCE, make_settings
+from worker.cluster.launcher import LocalCluster
 from worker.standins.catalog_service import CatalogServiceProcess, free_port
 
 pytestmark = pytest.mark.cluster
@@ -98,9 +100,8 @@ class Catalog:
 
 
 @pytest.fixture
-def admin_api(local_cluster: Any) -> Iterator[ApiClient]:
-    with local_cluster.api_client("admin") as api:
-        yield api
+def admin_api(kube_admin: ApiClient) -> ApiClient:
+    return kube_admin
 
 
 @pytest.fixture
@@ -111,8 +112,8 @@ def catalog(admin_api: ApiClient) -> Iterator[Catalog]:
 
 
 @pytest.fixture
-def team_namespace(local_cluster: Any) -> str:
-    return str(local_cluster.create_namespace(f"catalog-{_suffix()}"))
+def team_namespace(make_namespace: Callable[..., str]) -> str:
+    return make_namespace("catalog")
 
 
 async def test_kubernetes_transport_reads_a_ready_cluster_model(admin_api: ApiClient, catalog: Catalog) -> None:
@@ -196,13 +197,13 @@ async def test_rest_absent_reads_the_object_from_the_api_server_in_the_same_call
         assert outcome.resolved is not None and outcome.resolved.source == QWEN_SOURCE
 
 
-async def test_forbidden_read_is_an_outage_not_a_verdict(local_cluster: Any, catalog: Catalog) -> None:
+async def test_forbidden_read_is_an_outage_not_a_verdict(
+    local_cluster: LocalCluster, make_namespace: Callable[..., str], catalog: Catalog
+) -> None:
     # ns-user has no rights in a namespace made without it: the API server answers 403.
-    namespace = str(local_cluster.create_namespace(f"catalog-locked-{_suffix()}", users=()))
+    namespace = make_namespace("catalog-locked", users=())
     name = f"e5-{_suffix()}"
     catalog.create(ModelKind.MODEL, name, namespace, facts=E5_FACTS)
     settings = make_settings(base_url=f"http://127.0.0.1:{free_port()}", timeout=1)  # REST absent too
     with local_cluster.api_client("ns-user") as api, pytest.raises(CatalogUnavailableError, match="403"):
-        await lookup_model(
-            ModelRef(kind=ModelKind.MODEL, name=name), namespace, settings, KubernetesCatalogReader(api)
-        )
+        await lookup_model(ModelRef(kind=ModelKind.MODEL, name=name), namespace, settings, KubernetesCatalogReader(api))

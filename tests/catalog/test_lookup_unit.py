@@ -252,3 +252,13 @@ async def test_in_a_pod_the_service_account_token_is_sent_but_never_logged(
     with capture_logs() as logs:
         await lookup_model(QWEN, "support", make_settings(timeout=1), fake_reader)
     assert logs and "sekret-token-value" not in repr(logs)
+
+
+async def test_an_unusable_ca_bundle_counts_as_rest_unavailable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_reader: FakeReader
+) -> None:
+    (tmp_path / "ca.crt").write_text("not a certificate")
+    monkeypatch.setattr(catalog, "SERVICE_ACCOUNT_DIR", tmp_path)
+    outcome = await lookup_model(QWEN, "support", make_settings(), fake_reader)
+    assert outcome.ok and outcome.answeredBy is CatalogPath.KUBERNETES
+    assert outcome.restUnavailable is not None and "HTTP client" in outcome.restUnavailable
