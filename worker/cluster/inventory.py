@@ -217,7 +217,7 @@ def node_object(node: SimNode) -> dict[str, Any]:
         },
         "spec": {},
         # kwok's node-initialize stage keeps allocatable/capacity that are already set.
-        "status": {"capacity": resources, "allocatable": resources},
+        "status": {"capacity": dict(resources), "allocatable": dict(resources)},
     }
 
 

@@ -1,0 +1,77 @@
+"""Small helpers for tests against the local cluster: plain-dict objects over the dynamic client."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from kubernetes.client import ApiClient
+from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import NotFoundError
+
+from worker.cluster import kube
+
+T = TypeVar("T")
+
+
+def dynamic(api: ApiClient) -> DynamicClient:
+    return kube.dynamic_client(api)
+
+
+def get(dyn: DynamicClient, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any]:
+    resource = dyn.resources.get(api_version=api_version, kind=kind)
+    obj: dict[str, Any] = dyn.get(resource, name=name, namespace=namespace).to_dict()
+    return obj
+
+
+def exists(dyn: DynamicClient, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
+    try:
+        get(dyn, api_version, kind, name, namespace)
+    except NotFoundError:
+        return False
+    return True
+
+
+def delete(
+    dyn: DynamicClient,
+    api_version: str,
+    kind: str,
+    name: str,
+    namespace: str | None = None,
+    propagation: str | None = None,
+) -> None:
+    resource = dyn.resources.get(api_version=api_version, kind=kind)
+    body = {"propagationPolicy": propagation} if propagation else None
+    dyn.delete(resource, name=name, namespace=namespace, body=body)
+
+
+def eventually(check: Callable[[], T | None], timeout: float = 60, what: str = "condition") -> T:
+    return kube.wait_until(check, timeout=timeout, what=what, interval=0.3)
+
+
+def stays(check: Callable[[], bool], seconds: float, what: str) -> None:
+    """Assert ``check`` holds for the whole period (for "this must NOT happen" checks)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert check(), what
+        time.sleep(0.3)
+
+
+def kwok_pod(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
+    """A pod kwok will "run" (nothing runs: the image is never pulled)."""
+    container: dict[str, Any] = {"name": "main", "image": "registry.invalid/none:0"}
+    claims = spec.pop("container_claims", None)
+    if claims:
+        container["resources"] = {"claims": [{"name": c} for c in claims]}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"containers": [container], "terminationGracePeriodSeconds": 0, **spec},
+    }
+
+
+def pod_running(dyn: DynamicClient, name: str, namespace: str) -> dict[str, Any] | None:
+    pod = get(dyn, "v1", "Pod", name, namespace)
+    return pod if pod.get("status", {}).get("phase") == "Running" else None
