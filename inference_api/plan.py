@@ -111,6 +111,11 @@ class LaunchPlanRequest(BaseModel):
         description="namespace/name of the order. Device allocations with this holder are the order's own: "
         "a replan does not count them against it.",
     )
+    currentPlan: LaunchPlan | None = Field(
+        default=None,
+        description="The plan the order already holds. On the devices it names, one allocation of its share is "
+        "the order's own and is not counted against it (for inventories that cannot tell holders apart).",
+    )
 
 
 class PlanRefusal(BaseModel):

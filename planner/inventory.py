@@ -1,0 +1,221 @@
+"""The inventory snapshot the planner judges: accelerators, DeviceClasses and what is already taken.
+
+A snapshot is plain data. The Kubernetes adapter (another step) fills it from the gpu module's
+PhysicalGPU objects, DRA ResourceSlices, DeviceClasses and allocated ResourceClaims; tests build it
+by hand. Nothing here reads the cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Self
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from inference_api.types import PlacementType
+from planner.quantity import Quantity
+
+GPU_DRIVER = "gpu.deckhouse.io"
+
+AttributeValue = str | int | float | bool
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DeviceAllocation(_Model):
+    """A slice of a device that an existing ResourceClaim holds."""
+
+    holder: str = Field(
+        description="Who holds it: namespace/name of the order (or of its ResourceClaim when no order owns it)."
+    )
+    sharePercent: int = Field(
+        default=100,
+        ge=0,
+        le=100,
+        description="Compute share of the device held (gpu.deckhouse.io/sharePercent); 100 for a whole or "
+        "dedicated device, 0 for a memory-only shared claim.",
+    )
+    memoryMiB: int | None = Field(
+        default=None,
+        ge=0,
+        description="Device memory the claim consumed (gpu.deckhouse.io/memory); "
+        "absent: sharePercent of the device's memory.",
+    )
+
+
+class Device(_Model):
+    """One allocatable DRA device: a whole GPU or a partition (MIG slice) of one."""
+
+    name: str = Field(description="Device name in the ResourceSlice, e.g. gpu-0 or gpu-0-mig-3g.40gb-0.")
+    node: str = Field(description="Node the device is on.")
+    pool: str | None = Field(default=None, description="ResourceSlice pool; defaults to the node.")
+    driver: str = Field(default=GPU_DRIVER, description="DRA driver publishing the device.")
+    productName: str | None = Field(default=None, description="e.g. NVIDIA H100 80GB HBM3, Tesla T4.")
+    memoryMiB: int | None = Field(
+        default=None, ge=0, description="Memory of the device (or partition); absent: unknown."
+    )
+    hardwareFamily: str | None = Field(
+        default=None, description="e.g. hopper, ampere, turing; absent: derived from the product name."
+    )
+    placement: PlacementType = Field(default=PlacementType.WHOLE_DEVICE, description="WholeDevice or Partition.")
+    migProfile: str | None = Field(default=None, description="MIG profile of a partition, e.g. 3g.40gb.")
+    allowMultipleAllocations: bool = Field(
+        default=False, description="The device may be shared by several claims (a share below 100 needs it)."
+    )
+    parentDevice: str | None = Field(
+        default=None,
+        description="A partition: the whole device (same node) it is cut from. A whole device and its partitions "
+        "exclude each other.",
+    )
+    attributes: dict[str, AttributeValue] = Field(
+        default_factory=dict,
+        description='More DRA attributes for selectors: "domain/name" or a bare name in the driver\'s domain. '
+        "They override the attributes derived from the fields above.",
+    )
+    capacity: dict[str, str | int] = Field(
+        default_factory=dict,
+        description='More DRA capacities (quantities such as "80Gi"), named like attributes.',
+    )
+    allocations: list[DeviceAllocation] = Field(
+        default_factory=list, description="What existing ResourceClaims already hold of this device."
+    )
+
+    @field_validator("capacity")
+    @classmethod
+    def _quantities(cls, value: dict[str, str | int]) -> dict[str, str | int]:
+        for name, raw in value.items():
+            try:
+                Quantity.of(raw)
+            except ValueError as exc:
+                raise ValueError(f"capacity {name}: {exc}") from exc
+        return value
+
+    @property
+    def key(self) -> str:
+        return f"{self.node}/{self.name}"
+
+    @property
+    def label(self) -> str:
+        """How a message names the device."""
+        product = self.productName or "unknown product"
+        if self.migProfile:
+            product = f"{product} {self.migProfile}"
+        return f"{product} ({self.key})"
+
+
+class DeviceClass(_Model):
+    """A DRA DeviceClass as far as planning goes: its name and its CEL selectors (all must hold)."""
+
+    name: str
+    selectors: list[str] = Field(
+        default_factory=list, description="CEL expressions of spec.selectors[].cel.expression; empty selects all."
+    )
+
+
+class InventorySnapshot(_Model):
+    devices: list[Device] = Field(default_factory=list)
+    deviceClasses: list[DeviceClass] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique(self) -> Self:
+        keys = [d.key for d in self.devices]
+        if len(keys) != len(set(keys)):
+            raise ValueError("devices must be unique by node/name")
+        names = [c.name for c in self.deviceClasses]
+        if len(names) != len(set(names)):
+            raise ValueError("deviceClasses must be unique by name")
+        return self
+
+    def device_class(self, name: str) -> DeviceClass | None:
+        return next((c for c in self.deviceClasses if c.name == name), None)
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    """What others hold of a device, seen from one order."""
+
+    sharePercent: int
+    memoryMiB: int
+    # Taken in a way no share can coexist with: a claim on the parent of a partition, a claim on a
+    # partition of a whole device, or any claim on a device that cannot be shared.
+    exclusive: bool
+
+    @property
+    def empty(self) -> bool:
+        return self.sharePercent == 0 and self.memoryMiB == 0 and not self.exclusive
+
+
+# An allocation is named by its device's key and its position in the device's list.
+AllocationId = tuple[str, int]
+
+
+def own_allocations(
+    snapshot: InventorySnapshot,
+    holder: str | None,
+    held_node: str | None = None,
+    held_devices: Sequence[str] = (),
+    held_share_percent: int | None = None,
+    held_memory_mib: int | None = None,
+) -> frozenset[AllocationId]:
+    """The allocations that are the order's own, so that a replan does not count them against it.
+
+    Allocations carrying the order's holder are its own. For an inventory that cannot tell holders
+    apart, each device the current plan names lends one allocation that looks like the plan's: its
+    memory request, or for a whole device the whole device, or else its share.
+    """
+    own: set[AllocationId] = set()
+    for device in snapshot.devices:
+        for i, allocation in enumerate(device.allocations):
+            if holder is not None and allocation.holder == holder:
+                own.add((device.key, i))
+    owned_devices = {key for key, _ in own}
+    for device in snapshot.devices:
+        if device.node != held_node or device.name not in held_devices or device.key in owned_devices:
+            continue
+        for i, allocation in enumerate(device.allocations):
+            if _looks_held(device, allocation, held_share_percent, held_memory_mib):
+                own.add((device.key, i))
+                break
+    return frozenset(own)
+
+
+def _looks_held(device: Device, allocation: DeviceAllocation, share: int | None, memory_mib: int | None) -> bool:
+    if memory_mib is not None:
+        return allocation.memoryMiB == memory_mib
+    if share is None or share >= 100:
+        return allocation.sharePercent == 100 or (
+            allocation.memoryMiB is not None and allocation.memoryMiB == device.memoryMiB
+        )
+    return allocation.sharePercent == share
+
+
+def _others(device: Device, own: frozenset[AllocationId]) -> list[DeviceAllocation]:
+    return [a for i, a in enumerate(device.allocations) if (device.key, i) not in own]
+
+
+def _allocated_mib(device: Device, allocation: DeviceAllocation) -> int:
+    if allocation.memoryMiB is not None:
+        return allocation.memoryMiB
+    if device.memoryMiB is None:
+        return 0
+    return device.memoryMiB * allocation.sharePercent // 100
+
+
+def occupancy(device: Device, snapshot: InventorySnapshot, own: frozenset[AllocationId] = frozenset()) -> Occupancy:
+    others = _others(device, own)
+    share = min(100, sum(a.sharePercent for a in others))
+    memory = sum(_allocated_mib(device, a) for a in others)
+    exclusive = bool(others) and not device.allowMultipleAllocations
+    # A whole device and its partitions share the same silicon.
+    related = [
+        d
+        for d in snapshot.devices
+        if d.node == device.node
+        and ((device.parentDevice is not None and d.name == device.parentDevice) or d.parentDevice == device.name)
+    ]
+    if any(_others(d, own) for d in related):
+        exclusive = True
+    return Occupancy(sharePercent=share, memoryMiB=memory, exclusive=exclusive)
