@@ -10,7 +10,6 @@ device (share 100) carries no capacity request: the device class alone selects i
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from activities.builders.common import DEVICE_REQUEST, WorkloadInputs, labels, object_meta, parse_quantity
@@ -38,7 +37,8 @@ def memory_request_mib(plan: LaunchPlan) -> int | None:
         return plan.memoryRequestMiB
     if plan.modelMemoryMiB is not None:
         return plan.modelMemoryMiB
-    return math.ceil(plan.acceleratorMemoryGiB * 1024 * plan.sharePercent / 100)
+    # Integer ceiling: no float rounding can make the claim smaller than the share.
+    return -(-plan.acceleratorMemoryGiB * 1024 * plan.sharePercent // 100)
 
 
 def build_claim_template(inputs: WorkloadInputs) -> dict[str, Any]:

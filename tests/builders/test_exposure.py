@@ -1,0 +1,123 @@
+"""Service, Ingress, TLS and status.endpoint."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from activities.builders import (
+    build_ingress,
+    build_service,
+    build_tls_secret_copy,
+    custom_certificate_source,
+    endpoint_status,
+    external_host,
+)
+from inference_api.settings import ExposureSettings, ModuleSettings
+from inference_api.types import ExposureType
+from tests.builders import factories as f
+
+
+def test_service_is_cluster_ip_port_80_to_the_runtime_port_by_name() -> None:
+    service = build_service(f.inputs())
+    assert service["metadata"]["name"] == "support-llm"
+    assert service["spec"] == {
+        "type": "ClusterIP",
+        "selector": {"ai.deckhouse.io/inference-service": "support-llm"},
+        "ports": [{"name": "http", "protocol": "TCP", "port": 80, "targetPort": "http", "appProtocol": "http"}],
+    }
+
+
+def test_external_cert_manager_ingress() -> None:
+    ingress = build_ingress(f.inputs())
+    assert ingress is not None
+    assert ingress["apiVersion"] == "networking.k8s.io/v1"
+    assert ingress["metadata"]["name"] == "support-llm"
+    assert ingress["metadata"]["annotations"]["cert-manager.io/cluster-issuer"] == "letsencrypt"
+    host = "support-llm.support.ai.example.com"
+    assert ingress["spec"]["tls"] == [{"hosts": [host], "secretName": "support-llm-tls"}]
+    (rule,) = ingress["spec"]["rules"]
+    assert rule["host"] == host
+    (path,) = rule["http"]["paths"]
+    assert path["path"] == "/" and path["pathType"] == "Prefix"
+    assert path["backend"] == {"service": {"name": "support-llm", "port": {"name": "http"}}}
+    assert "ingressClassName" not in ingress["spec"]
+
+
+def test_ingress_allows_long_streaming_answers() -> None:
+    annotations = build_ingress(f.inputs())["metadata"]["annotations"]  # type: ignore[index]
+    assert annotations["nginx.ingress.kubernetes.io/proxy-buffering"] == "off"
+    assert int(annotations["nginx.ingress.kubernetes.io/proxy-read-timeout"]) >= 600
+
+
+def test_custom_certificate_is_copied_into_the_orders_namespace() -> None:
+    the_class = f.service_class(
+        exposurePolicy={
+            "type": "External",
+            "authentication": "Token",
+            "https": {"mode": "CustomCertificate", "customCertificate": {"secretName": "wildcard-tls"}},
+        }
+    )
+    settings = ModuleSettings(moduleNamespace="d8-ai-inference")
+    the_inputs = f.inputs(the_class=the_class, settings=settings)
+    ingress = build_ingress(the_inputs)
+    assert ingress is not None
+    assert ingress["spec"]["tls"][0]["secretName"] == "support-llm-tls"
+    assert "cert-manager.io/cluster-issuer" not in ingress["metadata"]["annotations"]
+    assert custom_certificate_source(the_class, settings) == ("d8-ai-inference", "wildcard-tls")
+
+    crt, key = base64.b64encode(b"CERT").decode(), base64.b64encode(b"KEY").decode()
+    source = {"data": {"tls.crt": crt, "tls.key": key, "other": "eA=="}, "metadata": {"name": "wildcard-tls"}}
+    copy = build_tls_secret_copy(the_inputs, source)
+    assert copy["metadata"]["name"] == "support-llm-tls"
+    assert copy["metadata"]["namespace"] == "support"
+    assert copy["type"] == "kubernetes.io/tls"
+    assert copy["data"] == {"tls.crt": crt, "tls.key": key}
+    with pytest.raises(ValueError, match=r"tls\.key"):
+        build_tls_secret_copy(the_inputs, {"data": {"tls.crt": crt}})
+
+
+def test_cert_manager_and_cluster_local_need_no_certificate_copy() -> None:
+    settings = ModuleSettings()
+    assert custom_certificate_source(f.external_token_certmanager(), settings) is None
+    assert custom_certificate_source(f.cluster_local_none(), settings) is None
+
+
+def test_external_without_https_block_uses_the_controllers_default_certificate() -> None:
+    the_class = f.service_class(exposurePolicy={"type": "External", "authentication": "Token"})
+    ingress = build_ingress(f.inputs(the_class=the_class))
+    assert ingress is not None
+    assert ingress["spec"]["tls"] == [{"hosts": ["support-llm.support.ai.example.com"]}]
+
+
+def test_cluster_local_has_no_ingress() -> None:
+    assert build_ingress(f.inputs(the_class=f.cluster_local_none())) is None
+
+
+def test_ingress_class_and_domain_from_settings() -> None:
+    settings = ModuleSettings(
+        exposure=ExposureSettings(domainTemplate="{namespace}-{name}.Inference.Corp", ingressClassName="nginx")
+    )
+    ingress = build_ingress(f.inputs(settings=settings))
+    assert ingress is not None
+    assert ingress["spec"]["ingressClassName"] == "nginx"
+    assert ingress["spec"]["rules"][0]["host"] == "support-support-llm.inference.corp"
+
+
+def test_endpoint_external_is_https_on_the_host() -> None:
+    status = endpoint_status(f.order(), f.external_token_certmanager(), ModuleSettings())
+    assert status.url == "https://support-llm.support.ai.example.com"
+    assert status.type == ExposureType.EXTERNAL
+
+
+def test_endpoint_cluster_local_is_the_service_over_http() -> None:
+    status = endpoint_status(f.order(), f.cluster_local_none(), ModuleSettings())
+    assert status.url == "http://support-llm.support.svc"
+    assert status.type == ExposureType.CLUSTER_LOCAL
+
+
+def test_domain_template_with_unknown_placeholders_is_an_error() -> None:
+    settings = ModuleSettings(exposure=ExposureSettings(domainTemplate="{name}.{cluster}.example.com"))
+    with pytest.raises(ValueError, match="domainTemplate"):
+        external_host(f.order(), settings)
