@@ -106,6 +106,8 @@ class ProbeInput(_Payload):
 class ProbeResult(_Payload):
     ok: bool
     detail: str = ""
+    # A replica is Ready in Kubernetes terms (the API may still fail its probe).
+    workloadReady: bool = True
 
 
 class HealthWatchInput(_Payload):

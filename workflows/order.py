@@ -111,8 +111,10 @@ K8S_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=
 
 @workflow.defn(name="OrderWorkflow")
 class OrderWorkflow:
-    def __init__(self) -> None:
-        self.state: OrderState | None = None
+    @workflow.init
+    def __init__(self, state: OrderState) -> None:
+        # Set before any handler runs: signal-with-start delivers the signal before run() starts.
+        self.state: OrderState | None = state
 
     # ------------------------------------------------------------------ handlers
 
@@ -180,7 +182,7 @@ class OrderWorkflow:
 
     @workflow.run
     async def run(self, state: OrderState) -> str:
-        self.state = state
+        state = self._require_state()
         self._show()
         while True:
             if state.gone:
@@ -474,8 +476,9 @@ class OrderWorkflow:
             retry_policy=RetryPolicy(maximum_attempts=3),
             summary="wait for the first probe",
         )
+        if result.workloadReady:
+            self._cond(ConditionType.WORKLOAD_READY, True, Reason.WORKLOAD_APPLIED, "a replica is ready")
         if result.ok:
-            self._cond(ConditionType.WORKLOAD_READY, True, Reason.WORKLOAD_APPLIED, "a replica serves")
             self._cond(ConditionType.READY, True, Reason.PROBE_SUCCEEDED, f"the API answers: {result.detail}")
             state.everReady = True
             state.healthy = True
@@ -555,6 +558,8 @@ class OrderWorkflow:
         state = self._require_state()
         phase, reason = compute_phase(state.conditions)
         state.phase, state.reason = phase, reason
+        # Search attributes first: they land with this workflow task, before the status write.
+        self._show()
         resolved = state.plan.resolved(state.replanCount) if state.plan else None
         applied = state.applied
         await workflow.execute_activity(
@@ -575,7 +580,6 @@ class OrderWorkflow:
             retry_policy=K8S_RETRY,
             summary=f"status {phase}" + (f" ({reason})" if reason else ""),
         )
-        self._show()
 
     def _show(self) -> None:
         """Search attributes and the Markdown details panel: the Temporal UI is the progress view."""

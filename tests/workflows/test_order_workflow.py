@@ -1,0 +1,423 @@
+"""The order workflow on a real Temporal dev server, with its activities standing in for the cluster.
+
+The activities here are fakes over an in-memory world (a unit test of the workflow's decisions);
+the end-to-end path with the real activities runs in tests/e2e against the local control plane.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from temporalio import activity, workflow
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.worker import Replayer, Worker
+
+from activities.health import watch_health_loop
+from inference_api.payloads import (
+    ApplyInput,
+    ApplyResult,
+    HealthChange,
+    HealthWatchInput,
+    ModelResolution,
+    OrderEvent,
+    OrderRef,
+    OrderSnapshot,
+    PlanInput,
+    ProbeInput,
+    ProbeResult,
+    StatusUpdate,
+    order_workflow_id,
+)
+from inference_api.plan import LaunchPlan, PlanOutcome, PlanRefusal, Recipe, RecipeSource
+from inference_api.reasons import Reason
+from inference_api.types import (
+    Condition,
+    ConditionStatus,
+    ConstraintsStatus,
+    EndpointStatus,
+    ExposureType,
+    InferenceService,
+    InferenceServiceClass,
+    Phase,
+)
+from workflows import activity_names as act
+from workflows.order import OrderState, OrderTimings, OrderWorkflow
+from workflows.search_attributes import ORDER_PHASE
+
+pytestmark = pytest.mark.temporal
+
+READY = Condition(
+    type="Ready", status=ConditionStatus.TRUE, reason="ClassValid", lastTransitionTime="2026-01-01T00:00:00Z"
+)
+
+
+def make_plan(device_class: str = "nvidia-hopper-s3-shared", share: int = 30) -> LaunchPlan:
+    return LaunchPlan(
+        deviceClass=device_class,
+        acceleratorProductName="NVIDIA H100 80GB HBM3",
+        acceleratorMemoryGiB=80,
+        placementMode="WholeDevice",
+        sharingMode="Shared",
+        deviceCount=1,
+        sharePercent=share,
+        memoryRequestMiB=24576,
+        cpu="4",
+        memory="32Gi",
+        modelVolumeGiB=40,
+        recipe=Recipe(
+            source=RecipeSource.COMPILED,
+            runtimeVersion="v0.11.0",
+            image="vllm/vllm-openai:v0.11.0",
+            hardwareFamily="hopper",
+            vramMinimumGiB=20,
+        ),
+    )
+
+
+@dataclass
+class World:
+    orders: dict[str, InferenceService] = field(default_factory=dict)
+    classes: dict[str, InferenceServiceClass] = field(default_factory=dict)
+    plan: Callable[[PlanInput], PlanOutcome] = lambda _: PlanOutcome(plan=make_plan())
+    healthy: bool = True
+    statuses: list[StatusUpdate] = field(default_factory=list)
+    applies: list[ApplyInput] = field(default_factory=list)
+    finalizers: set[str] = field(default_factory=set)
+    events: list[OrderEvent] = field(default_factory=list)
+    probe_interval_scale: float = 1.0
+
+    def last(self) -> StatusUpdate:
+        return self.statuses[-1]
+
+    def activities(self) -> list[Callable[..., Any]]:
+        world = self
+
+        @activity.defn(name=act.READ_ORDER)
+        async def read_order(ref: OrderRef) -> OrderSnapshot:
+            order = world.orders.get(ref.key)
+            cls = world.classes.get(order.spec.inferenceServiceClassName) if order else None
+            return OrderSnapshot(order=order, cls=cls)
+
+        @activity.defn(name=act.ENSURE_FINALIZER)
+        async def ensure_finalizer(ref: OrderRef) -> None:
+            world.finalizers.add(ref.key)
+
+        @activity.defn(name=act.RESOLVE_MODEL)
+        async def resolve_model(order: InferenceService) -> ModelResolution:
+            return ModelResolution(servedName=order.spec.model.ref.name, source=order.spec.model.ref.name)
+
+        @activity.defn(name=act.PLAN_LAUNCH)
+        async def plan_launch(request: PlanInput) -> PlanOutcome:
+            return world.plan(request)
+
+        @activity.defn(name=act.APPLY_WORKLOAD)
+        async def apply_workload(request: ApplyInput) -> ApplyResult:
+            world.applies.append(request)
+            return ApplyResult(
+                endpoint=EndpointStatus(url=f"https://{request.ref.name}.example", type=ExposureType.EXTERNAL),
+                authSecretName=f"{request.ref.name}-auth",
+                constraints=ConstraintsStatus(minReplicas=1, maxReplicas=2),
+                readyReplicas=1,
+            )
+
+        @activity.defn(name=act.AWAIT_SERVING)
+        async def await_serving(request: ProbeInput) -> ProbeResult:
+            return ProbeResult(ok=world.healthy, detail="200 /v1/models" if world.healthy else "503")
+
+        @activity.defn(name=act.WATCH_HEALTH)
+        async def watch_health(request: HealthWatchInput) -> HealthChange:
+            async def probe() -> ProbeResult:
+                return ProbeResult(ok=world.healthy, detail="200" if world.healthy else "503")
+
+            return await watch_health_loop(request, probe, asyncio.sleep, activity.heartbeat)
+
+        @activity.defn(name=act.PUBLISH_STATUS)
+        async def publish_status(update: StatusUpdate) -> None:
+            world.statuses.append(update)
+
+        @activity.defn(name=act.RECORD_EVENT)
+        async def record_event(event: OrderEvent) -> None:
+            world.events.append(event)
+
+        @activity.defn(name=act.FINALIZE_ORDER)
+        async def finalize_order(ref: OrderRef) -> None:
+            world.finalizers.discard(ref.key)
+            world.orders.pop(ref.key, None)
+
+        return [
+            read_order,
+            ensure_finalizer,
+            resolve_model,
+            plan_launch,
+            apply_workload,
+            await_serving,
+            watch_health,
+            publish_status,
+            record_event,
+            finalize_order,
+        ]
+
+
+def make_class(name: str = "default-llm", ready: bool = True, **spec: Any) -> InferenceServiceClass:
+    body: dict[str, Any] = {"modelPolicy": {"allowedEndpointTypes": ["Chat", "Embeddings", "Rerank"]}}
+    body.update(spec)
+    cls = InferenceServiceClass.model_validate({"metadata": {"name": name}, "spec": body})
+    if ready:
+        cls.status.conditions.append(READY)
+    return cls
+
+
+def make_order(name: str, class_name: str = "default-llm", generation: int = 1) -> InferenceService:
+    return InferenceService.model_validate(
+        {
+            "metadata": {"name": name, "namespace": "support", "uid": str(uuid.uuid4()), "generation": generation},
+            "spec": {
+                "inferenceServiceClassName": class_name,
+                "model": {"src": "HuggingFace", "ref": {"name": "Qwen/Qwen2.5-32B-Instruct-AWQ"}},
+            },
+        }
+    )
+
+
+FAST = OrderTimings(
+    healthIntervalSeconds=0.2,
+    failureThreshold=2,
+    healthWatchMaxSeconds=5,
+    retryBaseSeconds=0.5,
+    retryMaxSeconds=1,
+)
+
+
+@dataclass
+class Harness:
+    client: Client
+    world: World
+    task_queue: str
+
+    async def start(self, order: InferenceService, timings: OrderTimings = FAST) -> WorkflowHandle[Any, Any]:
+        self.world.orders[f"support/{order.metadata.name}"] = order
+        ref = OrderRef(namespace="support", name=order.metadata.name, uid=order.metadata.uid or "")
+        state = OrderState(ref=ref, timings=timings)
+        return await self.client.start_workflow(
+            OrderWorkflow.run,
+            state,
+            id=order_workflow_id(ref.namespace, ref.name, ref.uid),
+            task_queue=self.task_queue,
+            start_signal="spec_changed",
+            start_signal_args=[order.metadata.generation or 1],
+        )
+
+    async def until(self, predicate: Callable[[], bool], timeout: float = 20) -> None:
+        async def poll() -> None:
+            while not predicate():
+                await asyncio.sleep(0.05)
+
+        await asyncio.wait_for(poll(), timeout)
+
+    def phase_is(self, phase: Phase, reason: str | None = "any") -> Callable[[], bool]:
+        def check() -> bool:
+            if not self.world.statuses:
+                return False
+            last = self.world.last()
+            return last.phase == phase and (reason == "any" or last.reason == reason)
+
+        return check
+
+
+@pytest_asyncio.fixture
+async def harness(temporal_client: Client) -> AsyncIterator[Harness]:
+    world = World()
+    task_queue = f"orders-{uuid.uuid4()}"
+    async with Worker(
+        temporal_client,
+        task_queue=task_queue,
+        workflows=[OrderWorkflow],
+        activities=world.activities(),
+        max_cached_workflows=0,
+        workflow_failure_exception_types=[workflow.NondeterminismError],
+    ):
+        world.classes["default-llm"] = make_class()
+        yield Harness(temporal_client, world, task_queue)
+
+
+def cond(update: StatusUpdate, type_: str) -> Condition:
+    return next(c for c in update.conditions if c.type == type_)
+
+
+async def test_order_becomes_ready_after_every_step(harness: Harness) -> None:
+    handle = await harness.start(make_order("happy"))
+    await harness.until(harness.phase_is(Phase.READY))
+    last = harness.world.last()
+    for type_ in ("ClassResolved", "ModelResolved", "Planned", "WorkloadReady", "Ready"):
+        assert cond(last, type_).status == ConditionStatus.TRUE, type_
+    assert cond(last, "Planned").reason == Reason.LAUNCH_PLAN_CALCULATED
+    assert last.resolved is not None and last.resolved.sharePercent == 30 and last.resolved.replanCount == 0
+    assert last.endpointType == "Chat"
+    assert "support/happy" in harness.world.finalizers
+    # The workload is applied only after the model resolved and the plan was made.
+    assert len(harness.world.applies) == 1
+    description = await handle.describe()
+    assert description.typed_search_attributes.get(ORDER_PHASE) == "Ready"
+    state = await handle.query(OrderWorkflow.query_state)
+    assert state.everReady and state.plan is not None
+
+
+async def test_missing_class_waits_then_proceeds_when_the_class_appears(harness: Harness) -> None:
+    handle = await harness.start(make_order("late-class", class_name="later"))
+    await harness.until(harness.phase_is(Phase.PENDING, Reason.CLASS_NOT_FOUND))
+    assert harness.world.applies == []
+    assert cond(harness.world.last(), "Planned").reason == Reason.WAITING_FOR_PREVIOUS_STEP
+    harness.world.classes["later"] = make_class("later")
+    await handle.signal(OrderWorkflow.class_changed)
+    await harness.until(harness.phase_is(Phase.READY))
+
+
+async def test_capacity_refusal_retries_on_a_backoff_without_an_edit(harness: Harness) -> None:
+    calls: list[int] = []
+
+    def plan(_: PlanInput) -> PlanOutcome:
+        calls.append(1)
+        if len(calls) < 3:
+            return PlanOutcome(refusal=PlanRefusal(reason=Reason.NO_CAPACITY, message="every H100 is taken"))
+        return PlanOutcome(plan=make_plan())
+
+    harness.world.plan = plan
+    await harness.start(make_order("waits-for-capacity"))
+    await harness.until(harness.phase_is(Phase.PENDING, Reason.NO_CAPACITY))
+    assert harness.world.applies == []
+    await harness.until(harness.phase_is(Phase.READY))
+    assert len(calls) == 3
+
+
+async def test_class_refusal_waits_without_a_timer(harness: Harness) -> None:
+    harness.world.classes["narrow"] = make_class("narrow", admissionPolicy={"allowedNamespaces": ["analytics"]})
+    handle = await harness.start(make_order("wrong-ns", class_name="narrow"))
+    await harness.until(harness.phase_is(Phase.PENDING, Reason.NAMESPACE_NOT_ALLOWED))
+    await asyncio.sleep(1.5)
+    state = await handle.query(OrderWorkflow.query_state)
+    assert state.retryDelaySeconds is None
+    assert state.reconciles == 1
+
+
+async def test_old_generations_are_dropped_and_an_edit_replans(harness: Harness) -> None:
+    order = make_order("edited", generation=2)
+    handle = await harness.start(order)
+    await harness.until(harness.phase_is(Phase.READY))
+    reconciles = (await handle.query(OrderWorkflow.query_state)).reconciles
+    await handle.signal(OrderWorkflow.spec_changed, 1)
+    await asyncio.sleep(0.5)
+    assert (await handle.query(OrderWorkflow.query_state)).reconciles == reconciles
+    order.metadata.generation = 3
+    harness.world.plan = lambda _: PlanOutcome(plan=make_plan(share=50))
+    await handle.signal(OrderWorkflow.spec_changed, 3)
+    await harness.until(
+        lambda: harness.world.last().resolved is not None and harness.world.last().resolved.sharePercent == 50
+    )
+    last = harness.world.last()
+    assert last.resolved is not None and last.resolved.replanCount == 1
+    assert last.observedGeneration == 3
+    assert len(harness.world.applies) == 2
+
+
+async def test_replan_update_returns_the_outcome(harness: Harness) -> None:
+    handle = await harness.start(make_order("replanned"))
+    await harness.until(harness.phase_is(Phase.READY))
+    outcome = await handle.execute_update(OrderWorkflow.replan)
+    assert outcome.planned and outcome.reason == Reason.LAUNCH_PLAN_CALCULATED and outcome.replanCount == 1
+
+
+async def test_failed_replan_of_a_serving_order_keeps_it_ready_with_launch_plan_in_force(harness: Harness) -> None:
+    handle = await harness.start(make_order("in-force"))
+    await harness.until(harness.phase_is(Phase.READY))
+    harness.world.plan = lambda _: PlanOutcome(
+        refusal=PlanRefusal(reason=Reason.NO_CAPACITY, message="no H100 has 30% free")
+    )
+    outcome = await handle.execute_update(OrderWorkflow.replan)
+    assert outcome.planned and outcome.reason == Reason.LAUNCH_PLAN_IN_FORCE
+    assert "no H100 has 30% free" in outcome.message
+    last = harness.world.last()
+    assert last.phase == Phase.READY and last.reason == Reason.LAUNCH_PLAN_IN_FORCE
+    assert len(harness.world.applies) == 2  # the plan in force is re-applied unchanged
+
+
+async def test_replan_validator_rejects_when_nothing_can_change(harness: Harness) -> None:
+    handle = await harness.start(make_order("not-planned", class_name="missing"))
+    await harness.until(harness.phase_is(Phase.PENDING, Reason.CLASS_NOT_FOUND))
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await handle.execute_update(OrderWorkflow.replan)
+    assert "nothing to replan" in str(refused.value.cause)
+    await handle.signal(OrderWorkflow.delete)
+    with pytest.raises(WorkflowUpdateFailedError):
+        await handle.execute_update(OrderWorkflow.replan)
+
+
+async def test_sustained_api_errors_fail_the_order_and_recovery_makes_it_ready(harness: Harness) -> None:
+    await harness.start(make_order("flaky"))
+    await harness.until(harness.phase_is(Phase.READY))
+    harness.world.healthy = False
+    await harness.until(harness.phase_is(Phase.FAILED, Reason.SERVICE_UNHEALTHY))
+    harness.world.healthy = True
+    await harness.until(harness.phase_is(Phase.READY))
+
+
+async def test_failure_before_the_first_ready_keeps_pending_with_health_check_failed(harness: Harness) -> None:
+    harness.world.healthy = False
+    await harness.start(make_order("never-ready"))
+    await harness.until(harness.phase_is(Phase.PENDING, Reason.HEALTH_CHECK_FAILED))
+    harness.world.healthy = True
+    await harness.until(harness.phase_is(Phase.READY))
+
+
+async def test_delete_removes_the_finalizer_last_and_completes(harness: Harness) -> None:
+    handle = await harness.start(make_order("deleted"))
+    await harness.until(harness.phase_is(Phase.READY))
+    assert "support/deleted" in harness.world.finalizers
+    await handle.signal(OrderWorkflow.delete)
+    assert await handle.result() == "deleted"
+    assert "support/deleted" not in harness.world.finalizers
+
+
+async def test_continue_as_new_carries_the_state(harness: Harness) -> None:
+    timings = FAST.model_copy(update={"maxHistoryEvents": 40, "healthWatchMaxSeconds": 0.3})
+    handle = await harness.start(make_order("long-lived"), timings)
+    await harness.until(harness.phase_is(Phase.READY))
+    first_run = (await handle.describe()).run_id
+
+    async def continued() -> bool:
+        return (await harness.client.get_workflow_handle(handle.id).describe()).run_id != first_run
+
+    for _ in range(200):
+        if await continued():
+            break
+        await asyncio.sleep(0.1)
+    assert await continued()
+    state = await harness.client.get_workflow_handle(handle.id).query(OrderWorkflow.query_state)
+    assert state.everReady and state.plan is not None and state.phase == Phase.READY
+
+
+async def test_a_simulated_day_stays_under_200_history_events(harness: Harness) -> None:
+    # One day at the default timings, scaled down 2000x: 600 s probes → 0.3 s, 6 h watches → 10.8 s.
+    scale = 2000
+    defaults = OrderTimings()
+    timings = defaults.model_copy(
+        update={
+            "healthIntervalSeconds": defaults.healthIntervalSeconds / scale,
+            "healthWatchMaxSeconds": defaults.healthWatchMaxSeconds / scale,
+            "maxHistoryEvents": 100_000,
+        }
+    )
+    handle = await harness.start(make_order("one-day"), timings)
+    await harness.until(harness.phase_is(Phase.READY))
+    await asyncio.sleep(86400 / scale)
+    events = [e async for e in handle.fetch_history_events()]
+    assert len(events) <= 200, len(events)
+    # ...and the watch really ran for the whole day: the run is alive and no probe flipped health.
+    assert (await handle.describe()).status is not None
+    history = await handle.fetch_history()
+    await Replayer(workflows=[OrderWorkflow], data_converter=harness.client.data_converter).replay_workflow(history)

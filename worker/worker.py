@@ -1,0 +1,33 @@
+"""The Temporal worker hosting the order workflow and its activities."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from workflows.order import OrderWorkflow
+
+WORKFLOWS: list[type] = [OrderWorkflow]
+
+
+def build_worker(
+    client: Client,
+    task_queue: str,
+    activities: Sequence[Callable[..., Any]],
+    max_cached_workflows: int = 1000,
+    **kwargs: Any,
+) -> Worker:
+    # The kubernetes client blocks: sync activities run on this pool, never on the event loop.
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=WORKFLOWS,
+        activities=list(activities),
+        activity_executor=ThreadPoolExecutor(max_workers=16),
+        max_cached_workflows=max_cached_workflows,
+        **kwargs,
+    )
