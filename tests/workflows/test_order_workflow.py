@@ -47,7 +47,7 @@ from inference_api.types import (
     Phase,
 )
 from workflows import activity_names as act
-from workflows.order import OrderState, OrderTimings, OrderWorkflow
+from workflows.order import OrderState, OrderTimings, OrderWorkflow, ReplanOutcome
 from workflows.search_attributes import ORDER_PHASE
 
 pytestmark = pytest.mark.temporal
@@ -246,6 +246,10 @@ async def harness(temporal_client: Client) -> AsyncIterator[Harness]:
         yield Harness(temporal_client, world, task_queue)
 
 
+def share_of(update: StatusUpdate) -> int | None:
+    return update.resolved.sharePercent if update.resolved else None
+
+
 def cond(update: StatusUpdate, type_: str) -> Condition:
     return next(c for c in update.conditions if c.type == type_)
 
@@ -316,9 +320,7 @@ async def test_old_generations_are_dropped_and_an_edit_replans(harness: Harness)
     order.metadata.generation = 3
     harness.world.plan = lambda _: PlanOutcome(plan=make_plan(share=50))
     await handle.signal(OrderWorkflow.spec_changed, 3)
-    await harness.until(
-        lambda: harness.world.last().resolved is not None and harness.world.last().resolved.sharePercent == 50
-    )
+    await harness.until(lambda: share_of(harness.world.last()) == 50)
     last = harness.world.last()
     assert last.resolved is not None and last.resolved.replanCount == 1
     assert last.observedGeneration == 3
@@ -328,7 +330,7 @@ async def test_old_generations_are_dropped_and_an_edit_replans(harness: Harness)
 async def test_replan_update_returns_the_outcome(harness: Harness) -> None:
     handle = await harness.start(make_order("replanned"))
     await harness.until(harness.phase_is(Phase.READY))
-    outcome = await handle.execute_update(OrderWorkflow.replan)
+    outcome = await handle.execute_update("replan", result_type=ReplanOutcome)
     assert outcome.planned and outcome.reason == Reason.LAUNCH_PLAN_CALCULATED and outcome.replanCount == 1
 
 
@@ -338,7 +340,7 @@ async def test_failed_replan_of_a_serving_order_keeps_it_ready_with_launch_plan_
     harness.world.plan = lambda _: PlanOutcome(
         refusal=PlanRefusal(reason=Reason.NO_CAPACITY, message="no H100 has 30% free")
     )
-    outcome = await handle.execute_update(OrderWorkflow.replan)
+    outcome = await handle.execute_update("replan", result_type=ReplanOutcome)
     assert outcome.planned and outcome.reason == Reason.LAUNCH_PLAN_IN_FORCE
     assert "no H100 has 30% free" in outcome.message
     last = harness.world.last()
@@ -350,11 +352,11 @@ async def test_replan_validator_rejects_when_nothing_can_change(harness: Harness
     handle = await harness.start(make_order("not-planned", class_name="missing"))
     await harness.until(harness.phase_is(Phase.PENDING, Reason.CLASS_NOT_FOUND))
     with pytest.raises(WorkflowUpdateFailedError) as refused:
-        await handle.execute_update(OrderWorkflow.replan)
+        await handle.execute_update("replan", result_type=ReplanOutcome)
     assert "nothing to replan" in str(refused.value.cause)
     await handle.signal(OrderWorkflow.delete)
     with pytest.raises(WorkflowUpdateFailedError):
-        await handle.execute_update(OrderWorkflow.replan)
+        await handle.execute_update("replan", result_type=ReplanOutcome)
 
 
 async def test_sustained_api_errors_fail_the_order_and_recovery_makes_it_ready(harness: Harness) -> None:
