@@ -45,6 +45,7 @@ from activities.builders.runtime import (
     placement_changed,
     replica_runtime_versions,
     runtime_current,
+    volume_must_grow,
 )
 from activities.builders.service import build_service
 from activities.builders.statefulset import build_statefulset
@@ -88,4 +89,5 @@ __all__ = [
     "runtime_current",
     "settled_region_kept_message",
     "storage_class_kept",
+    "volume_must_grow",
 ]

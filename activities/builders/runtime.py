@@ -81,6 +81,19 @@ def standing_model_volume_bytes(statefulset: Mapping[str, Any]) -> int | None:
     return None
 
 
+def volume_must_grow(standing_statefulset: Mapping[str, Any] | None, plan: LaunchPlan) -> bool:
+    """Whether the plan needs a larger model volume than the standing claim template gives.
+
+    The server refuses changes to claim templates, so the apply step must delete the
+    StatefulSet (its volumes go with it: retention policy ``whenDeleted: Delete``) and apply it
+    again without a standing one.
+    """
+    if standing_statefulset is None:
+        return False
+    volume = standing_model_volume_bytes(standing_statefulset)
+    return volume is not None and plan.modelVolumeGiB * _GIB > volume
+
+
 def placement_changed(standing_statefulset: Mapping[str, Any] | None, plan: LaunchPlan) -> bool:
     """Whether ``plan`` moves a standing workload onto another placement (→ WorkloadRebuilding).
 
@@ -90,8 +103,7 @@ def placement_changed(standing_statefulset: Mapping[str, Any] | None, plan: Laun
     """
     if standing_statefulset is None:
         return False
-    volume = standing_model_volume_bytes(standing_statefulset)
-    if volume is not None and plan.modelVolumeGiB * _GIB > volume:
+    if volume_must_grow(standing_statefulset, plan):
         return True
     recorded = _template_annotations(standing_statefulset).get(ANNOTATION_PLACEMENT) or _annotations(
         standing_statefulset

@@ -10,6 +10,7 @@ from activities.builders import (
     placement_changed,
     replica_runtime_versions,
     runtime_current,
+    volume_must_grow,
 )
 from inference_api.reasons import Reason
 from inference_api.types import ConditionStatus
@@ -127,3 +128,14 @@ def test_the_held_statefulset_keeps_running_pods_and_carries_the_shipped_templat
     # The next reconcile reads this object back and keeps holding while pods are mixed.
     assert decide_runtime_hold(f.order(), new_plan, sts, [OLD, NEW])
     assert not decide_runtime_hold(f.order(), new_plan, sts, [NEW, NEW])
+
+
+def test_volume_must_grow() -> None:
+    standing = _standing(volume_gib=40)
+    assert volume_must_grow(standing, f.plan(volume_gib=41))
+    assert not volume_must_grow(standing, f.plan(volume_gib=40))
+    assert not volume_must_grow(standing, f.plan(volume_gib=10))
+    assert not volume_must_grow(None, f.plan(volume_gib=400))
+    # The server's canonical form of the standing request is read by amount.
+    standing["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] = "40960Mi"
+    assert not volume_must_grow(standing, f.plan(volume_gib=40))
