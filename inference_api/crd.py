@@ -172,10 +172,16 @@ def render(spec: CRDSpec) -> str:
     return yaml.safe_dump(build_crd(spec), sort_keys=False, width=120)
 
 
+# The Helm chart carries the module CRDs (not the stand-ins) in its crds/ folder.
+CHART_CRDS_DIR = "../charts/ai-inference/crds"
+
+
 def crd_files() -> dict[str, str]:
-    """File name (under deploy/crds/) → YAML text; stand-ins go under deploy/crds/stand-ins/."""
+    """File name (under deploy/crds/) → YAML text; stand-ins go under deploy/crds/stand-ins/, and
+    the module CRDs once more under the chart's crds/ (``../charts/ai-inference/crds/``)."""
     files = {f"{spec.name}.yaml": render(spec) for spec in MODULE_CRDS}
     files.update({f"stand-ins/{spec.name}.yaml": render(spec) for spec in STAND_IN_CRDS})
+    files.update({f"{CHART_CRDS_DIR}/{spec.name}.yaml": render(spec) for spec in MODULE_CRDS})
     return files
 
 
