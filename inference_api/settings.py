@@ -76,6 +76,12 @@ class HealthSettings(BaseModel):
     intervalSeconds: float = Field(default=600, gt=0)
     failureThreshold: int = Field(default=3, ge=1)
     probeTimeoutSeconds: float = Field(default=5, gt=0)
+    # How long the first probe waits for a replica to load the model, and how often it looks.
+    serveWaitSeconds: float = Field(default=1800, gt=0)
+    serveRetrySeconds: float = Field(default=5, gt=0)
+    # When set, the probe reads its target URL from this annotation of the order's Service
+    # (the local cluster's stand-in runtimes); otherwise it probes the in-cluster Service.
+    probeTargetAnnotation: str | None = None
 
 
 class ModuleSettings(BaseSettings):

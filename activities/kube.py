@@ -1,0 +1,81 @@
+"""Kubernetes access for activities: one ApiClient, server-side apply with one field manager."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client import ApiClient
+from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import ResourceNotFoundError
+
+FIELD_MANAGER = "ai-inference"
+
+
+def load_api_client(kubeconfig: str | None = None) -> ApiClient:
+    """In-cluster config inside a pod, else the kubeconfig (KUBECONFIG or the given path)."""
+    if kubeconfig is None:
+        try:
+            config.load_incluster_config()
+            return ApiClient()
+        except config.ConfigException:
+            pass
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    return ApiClient(configuration)
+
+
+class Applier:
+    """Server-side apply of plain dicts; discovery is cached and refreshed once on a miss."""
+
+    def __init__(self, api: ApiClient, field_manager: str = FIELD_MANAGER) -> None:
+        self._api = api
+        self._field_manager = field_manager
+        self._dynamic: DynamicClient | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def dynamic(self) -> DynamicClient:
+        with self._lock:
+            if self._dynamic is None:
+                self._dynamic = DynamicClient(self._api)
+            return self._dynamic
+
+    def resource(self, api_version: str, kind: str) -> Any:
+        try:
+            return self.dynamic.resources.get(api_version=api_version, kind=kind)
+        except ResourceNotFoundError:
+            # A CRD created a moment ago may not be in the discovery cache yet.
+            self.dynamic.resources.invalidate_cache()
+            return self.dynamic.resources.get(api_version=api_version, kind=kind)
+
+    def apply(self, obj: dict[str, Any], subresource: str | None = None) -> Any:
+        resource = self.resource(obj["apiVersion"], obj["kind"])
+        if subresource:
+            resource = resource.subresources[subresource]
+        return self.dynamic.server_side_apply(
+            resource,
+            body=obj,
+            name=obj["metadata"]["name"],
+            namespace=obj["metadata"].get("namespace"),
+            field_manager=self._field_manager,
+            force_conflicts=True,
+        )
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        from kubernetes.dynamic.exceptions import NotFoundError
+
+        try:
+            found = self.resource(api_version, kind).get(name=name, namespace=namespace)
+        except NotFoundError:
+            return None
+        result: dict[str, Any] = found.to_dict()
+        return result
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
+        from kubernetes.dynamic.exceptions import NotFoundError
+
+        with contextlib.suppress(NotFoundError):
+            self.resource(api_version, kind).delete(name=name, namespace=namespace)

@@ -1,0 +1,372 @@
+"""The order workflow's activities: thin I/O around the pure builders, checks and the planner.
+
+Secrets: the auth token is generated and written here and read back only to probe; the user's
+HF token is never read (its Secret is only checked for existence and key). Neither is logged,
+returned, or put in an exception message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import structlog
+from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi
+from kubernetes.client.exceptions import ApiException
+from temporalio import activity
+
+from activities.builders.auth import new_token, requires_token
+from activities.builders.autoscaling import constraints_status
+from activities.builders.claim import claim_template_spec_differs
+from activities.builders.common import WorkloadInputs, artifact_from_resolution, selector_labels
+from activities.builders.exposure import custom_certificate_source, endpoint_status
+from activities.builders.objects import desired_objects, storage_class_kept
+from activities.builders.runtime import decide_runtime_hold, replica_runtime_versions, volume_must_grow
+from activities.catalog import KubernetesCatalogReader, lookup_model, model_resolution
+from activities.health import watch_health_loop
+from activities.kube import Applier
+from inference_api.payloads import (
+    ApplyInput,
+    ApplyResult,
+    HealthChange,
+    HealthWatchInput,
+    ModelResolution,
+    OrderEvent,
+    OrderRef,
+    OrderSnapshot,
+    PlanInput,
+    ProbeInput,
+    ProbeResult,
+    StatusUpdate,
+)
+from inference_api.plan import PlanOutcome
+from inference_api.reasons import Reason
+from inference_api.settings import ModuleSettings
+from inference_api.types import GROUP, VERSION, InferenceService, InferenceServiceClass, ModelSource
+from workflows import activity_names as act
+
+log = structlog.get_logger(__name__)
+
+FINALIZER = "ai.deckhouse.io/inference-service"
+ORDERS = "inferenceservices"
+CLASSES = "inferenceserviceclasses"
+
+PlanFunction = Callable[[PlanInput], PlanOutcome]
+
+
+class OrderActivities:
+    """One instance per worker; its methods are the registered activities."""
+
+    def __init__(self, api: ApiClient, settings: ModuleSettings, planner: PlanFunction) -> None:
+        self.api = api
+        self.settings = settings
+        self.planner = planner
+        self.core = CoreV1Api(api)
+        self.apps = AppsV1Api(api)
+        self.custom = CustomObjectsApi(api)
+        self.applier = Applier(api)
+        self.catalog_reader = KubernetesCatalogReader(api, settings.aiModels.catalogLookup.timeoutSeconds)
+
+    def all(self) -> list[Callable[..., Any]]:
+        return [
+            self.read_order,
+            self.ensure_finalizer,
+            self.resolve_model,
+            self.plan_launch,
+            self.apply_workload,
+            self.await_serving,
+            self.watch_health,
+            self.publish_status,
+            self.record_event,
+            self.finalize_order,
+        ]
+
+    # ------------------------------------------------------------------ reads
+
+    def _read_order_object(self, ref: OrderRef) -> dict[str, Any] | None:
+        try:
+            obj = self.custom.get_namespaced_custom_object(GROUP, VERSION, ref.namespace, ORDERS, ref.name)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        # Same name, other uid: the order was deleted and made again; that one has its own workflow.
+        if not isinstance(obj, dict) or obj.get("metadata", {}).get("uid") != ref.uid:
+            return None
+        return obj
+
+    @activity.defn(name=act.READ_ORDER)
+    def read_order(self, ref: OrderRef) -> OrderSnapshot:
+        obj = self._read_order_object(ref)
+        if obj is None:
+            return OrderSnapshot()
+        order = InferenceService.model_validate(obj)
+        cls: InferenceServiceClass | None = None
+        try:
+            cls_obj = self.custom.get_cluster_custom_object(
+                GROUP, VERSION, CLASSES, order.spec.inferenceServiceClassName
+            )
+            cls = InferenceServiceClass.model_validate(cls_obj)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+        return OrderSnapshot(order=order, cls=cls)
+
+    @activity.defn(name=act.ENSURE_FINALIZER)
+    def ensure_finalizer(self, ref: OrderRef) -> None:
+        obj = self._read_order_object(ref)
+        if obj is None or obj["metadata"].get("deletionTimestamp"):
+            return
+        finalizers = obj["metadata"].get("finalizers") or []
+        if FINALIZER in finalizers:
+            return
+        patch: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/uid", "value": ref.uid}]
+        if finalizers:
+            patch.append({"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER})
+        else:
+            patch.append({"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]})
+        self.custom.patch_namespaced_custom_object(GROUP, VERSION, ref.namespace, ORDERS, ref.name, patch)
+
+    @activity.defn(name=act.FINALIZE_ORDER)
+    def finalize_order(self, ref: OrderRef) -> None:
+        """Last step of a deletion: the owned objects go by garbage collection once the order goes."""
+        obj = self._read_order_object(ref)
+        if obj is None:
+            return
+        finalizers = obj["metadata"].get("finalizers") or []
+        if FINALIZER not in finalizers:
+            return
+        index = finalizers.index(FINALIZER)
+        patch = [
+            {"op": "test", "path": f"/metadata/finalizers/{index}", "value": FINALIZER},
+            {"op": "remove", "path": f"/metadata/finalizers/{index}"},
+        ]
+        self.custom.patch_namespaced_custom_object(GROUP, VERSION, ref.namespace, ORDERS, ref.name, patch)
+        log.info("order finalized", order=ref.key)
+
+    # ----------------------------------------------------------------- model
+
+    @activity.defn(name=act.RESOLVE_MODEL)
+    async def resolve_model(self, order: InferenceService) -> ModelResolution:
+        model = order.spec.model
+        namespace = order.metadata.namespace or ""
+        if model.src == ModelSource.AI_MODELS:
+            outcome = await lookup_model(model.ref, namespace, self.settings, self.catalog_reader)
+            return model_resolution(outcome, model.ref)
+        if model.authSecretRef is not None:
+            problem = await asyncio.to_thread(
+                self._auth_secret_problem, namespace, model.authSecretRef.name, model.authSecretRef.key
+            )
+            if problem:
+                return ModelResolution(
+                    servedName=model.ref.name,
+                    refusal=Reason.AUTH_SECRET_NOT_FOUND,
+                    message=problem,
+                    retryAfterSeconds=self.settings.aiModels.catalogLookup.notReadyRequeueSeconds,
+                )
+        # A bare Hugging Face reference carries no facts: the class's whole contract list stands.
+        return ModelResolution(servedName=model.ref.name, source=model.ref.name)
+
+    def _auth_secret_problem(self, namespace: str, name: str, key: str) -> str | None:
+        try:
+            secret = self.core.read_namespaced_secret(name, namespace)
+        except ApiException as err:
+            if err.status == 404:
+                return (
+                    f"spec.model.authSecretRef names Secret {name!r}, which does not exist in namespace "
+                    f"{namespace!r}. Create it with the Hugging Face token under key {key!r}."
+                )
+            raise
+        if key not in (secret.data or {}):
+            return f"Secret {name!r} has no key {key!r}; put the Hugging Face token there or set authSecretRef.key."
+        return None
+
+    # ------------------------------------------------------------------ plan
+
+    @activity.defn(name=act.PLAN_LAUNCH)
+    def plan_launch(self, request: PlanInput) -> PlanOutcome:
+        return self.planner(request)
+
+    # ----------------------------------------------------------------- apply
+
+    @activity.defn(name=act.APPLY_WORKLOAD)
+    def apply_workload(self, request: ApplyInput) -> ApplyResult:
+        order, cls, plan = request.order, request.cls, request.plan
+        ns, name = request.ref.namespace, request.ref.name
+        standing = self.applier.get("apps/v1", "StatefulSet", name, ns)
+        if volume_must_grow(standing, plan):
+            # Claim templates are immutable: a larger model volume means a new StatefulSet.
+            self.applier.delete("apps/v1", "StatefulSet", name, ns)
+            standing = None
+        pods = self.core.list_namespaced_pod(
+            ns, label_selector=",".join(f"{k}={v}" for k, v in selector_labels(name).items())
+        )
+        versions = replica_runtime_versions(self.api.sanitize_for_serialization(p) for p in pods.items)
+        kept = storage_class_kept(standing, cls)
+        inputs = WorkloadInputs(
+            order=order,
+            service_class=cls,
+            plan=plan,
+            settings=self.settings,
+            endpoint_type=request.endpointType,
+            artifact=artifact_from_resolution(order, request.resolution),
+            standing_statefulset=standing,
+            hold_running_replicas=decide_runtime_hold(order, plan, standing, versions),
+        )
+        token = None
+        if requires_token(cls) and self.applier.get("v1", "Secret", inputs.names.auth_secret, ns) is None:
+            token = new_token()
+        certificate = None
+        source = custom_certificate_source(cls, self.settings)
+        if source is not None:
+            certificate = self.applier.get("v1", "Secret", source[1], source[0])
+        for desired in desired_objects(inputs, auth_token=token, custom_certificate=certificate):
+            if desired.create_only:
+                self._create_once(desired.body)
+                continue
+            if desired.kind == "ResourceClaimTemplate":
+                current = self.applier.get(desired.api_version, desired.kind, desired.name, ns)
+                if claim_template_spec_differs(current, desired.body):
+                    # Its spec is immutable: a new share or device class replaces the template.
+                    self.applier.delete(desired.api_version, desired.kind, desired.name, ns)
+            self.applier.apply(desired.body)
+        statefulset = self.applier.get("apps/v1", "StatefulSet", name, ns) or {}
+        st_status = statefulset.get("status") or {}
+        log.info("workload applied", order=request.ref.key, device_class=plan.deviceClass, share=plan.sharePercent)
+        return ApplyResult(
+            endpoint=endpoint_status(order, cls, self.settings),
+            authSecretName=inputs.names.auth_secret if requires_token(cls) else None,
+            constraints=constraints_status(cls, request.resolution.scope),
+            readyReplicas=int(st_status.get("readyReplicas") or 0),
+            desiredReplicas=int((statefulset.get("spec") or {}).get("replicas") or 1),
+            settledRegionKept=kept is not None,
+        )
+
+    def _create_once(self, body: dict[str, Any]) -> None:
+        """Create-only objects (the auth Secret): never rotated silently, never overwritten."""
+        if body["kind"] != "Secret":
+            raise ValueError(f"create-only is for Secrets, not {body['kind']}")
+        try:
+            self.core.create_namespaced_secret(body["metadata"]["namespace"], body)  # type: ignore[arg-type]
+        except ApiException as err:
+            if err.status != 409:
+                # The status line only: the body of the request held the token.
+                raise RuntimeError(f"creating Secret {body['metadata']['name']} failed: HTTP {err.status}") from None
+
+    # ----------------------------------------------------------------- probe
+
+    def _probe_target(self, ref: OrderRef) -> str:
+        """In-cluster Service URL; a Service annotation may point elsewhere (the local stand-ins)."""
+        annotation = self.settings.health.probeTargetAnnotation
+        if annotation:
+            service = self.applier.get("v1", "Service", ref.name, ref.namespace) or {}
+            target = ((service.get("metadata") or {}).get("annotations") or {}).get(annotation)
+            if target:
+                return str(target)
+        return f"http://{ref.name}.{ref.namespace}.svc"
+
+    def _token(self, ref: OrderRef, secret_name: str | None) -> str | None:
+        if not secret_name:
+            return None
+        try:
+            secret = self.core.read_namespaced_secret(secret_name, ref.namespace)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        import base64
+
+        raw = (secret.data or {}).get("token")
+        return base64.b64decode(raw).decode() if raw else None
+
+    async def probe(self, request: ProbeInput) -> ProbeResult:
+        """One GET /v1/models; ok when it answers 200 and lists the served model."""
+        target = await asyncio.to_thread(self._probe_target, request.ref)
+        token = await asyncio.to_thread(self._token, request.ref, request.authSecretName)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        try:
+            async with httpx.AsyncClient(timeout=request.timeoutSeconds, verify=False) as http:
+                response = await http.get(f"{target}/v1/models", headers=headers)
+        except httpx.HTTPError as err:
+            return ProbeResult(ok=False, detail=f"GET /v1/models: {type(err).__name__}")
+        if response.status_code != 200:
+            return ProbeResult(ok=False, detail=f"GET /v1/models: HTTP {response.status_code}")
+        try:
+            served = [m.get("id") for m in response.json().get("data", [])]
+        except ValueError:
+            return ProbeResult(ok=False, detail="GET /v1/models: not JSON")
+        if request.servedName not in served:
+            return ProbeResult(ok=False, detail=f"GET /v1/models does not list {request.servedName}")
+        return ProbeResult(ok=True, detail=f"GET /v1/models lists {request.servedName}")
+
+    def _ready_replicas(self, ref: OrderRef) -> int:
+        statefulset = self.applier.get("apps/v1", "StatefulSet", ref.name, ref.namespace) or {}
+        return int((statefulset.get("status") or {}).get("readyReplicas") or 0)
+
+    @activity.defn(name=act.AWAIT_SERVING)
+    async def await_serving(self, request: ProbeInput) -> ProbeResult:
+        """Waits for a ready replica, then for the API to answer; gives up after serveWait."""
+        deadline = time.monotonic() + self.settings.health.serveWaitSeconds
+        last = ProbeResult(ok=False, workloadReady=False, detail="no replica is ready yet")
+        while time.monotonic() < deadline:
+            ready = await asyncio.to_thread(self._ready_replicas, request.ref)
+            if ready >= 1:
+                result = await self.probe(request)
+                last = result.model_copy(update={"workloadReady": True})
+                if result.ok:
+                    return last
+            activity.heartbeat(last.detail)
+            await asyncio.sleep(self.settings.health.serveRetrySeconds)
+        return last
+
+    @activity.defn(name=act.WATCH_HEALTH)
+    async def watch_health(self, request: HealthWatchInput) -> HealthChange:
+        async def probe() -> ProbeResult:
+            return await self.probe(request.probe)
+
+        return await watch_health_loop(request, probe, asyncio.sleep, activity.heartbeat)
+
+    # ---------------------------------------------------------------- status
+
+    @activity.defn(name=act.PUBLISH_STATUS)
+    def publish_status(self, update: StatusUpdate) -> None:
+        if self._read_order_object(update.ref) is None:
+            return
+        status = update.model_dump(mode="json", exclude_none=True, exclude={"ref", "endpointType"})
+        if update.endpointType is not None:
+            status["model"] = {"endpointType": update.endpointType.value}
+        self.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, update.ref.namespace, ORDERS, update.ref.name, {"status": status}
+        )
+
+    @activity.defn(name=act.RECORD_EVENT)
+    def record_event(self, event: OrderEvent) -> None:
+        obj = self._read_order_object(event.ref)
+        if obj is None:
+            return
+        from kubernetes.client import CoreV1Event, V1EventSource, V1ObjectMeta, V1ObjectReference
+
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self.core.create_namespaced_event(
+            event.ref.namespace,
+            CoreV1Event(
+                metadata=V1ObjectMeta(generate_name=f"{event.ref.name}."),
+                involved_object=V1ObjectReference(
+                    api_version=f"{GROUP}/{VERSION}",
+                    kind="InferenceService",
+                    name=event.ref.name,
+                    namespace=event.ref.namespace,
+                    uid=event.ref.uid,
+                ),
+                reason=event.reason,
+                message=event.message,
+                type=event.type,
+                source=V1EventSource(component="ai-inference"),
+                first_timestamp=now,
+                last_timestamp=now,
+                count=1,
+            ),
+        )
