@@ -17,7 +17,8 @@ VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 
 # "32B", "360M", "1.5B", "7b": a number and a magnitude (thousand, million, billion, trillion).
-PARAMETER_COUNT_PATTERN = r"^[0-9]+(\.[0-9]+)?[KkMmBbTt]$"
+# "[.]" rather than an escaped dot: CEL string literals allow no "\\." escape.
+PARAMETER_COUNT_PATTERN = r"^[0-9]+([.][0-9]+)?[KkMmBbTt]$"
 HF_REPO_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$"
 
 
