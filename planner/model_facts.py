@@ -88,7 +88,7 @@ def resolve_parameter_count(facts: OrderFacts) -> ModelSize | None:
 def format_parameter_count(count: int) -> str:
     for suffix, magnitude in (("T", 10**12), ("B", 10**9), ("M", 10**6), ("K", 10**3)):
         if count >= magnitude:
-            return f"{Decimal(count) / magnitude:f}".rstrip("0").rstrip(".") + suffix
+            return f"{(Decimal(count) / magnitude).normalize():f}" + suffix
     return str(count)
 
 
