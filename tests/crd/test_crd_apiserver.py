@@ -11,8 +11,8 @@ from kubernetes.client import ApiClient, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
 from inference_api.types import GROUP, VERSION
-from worker.cluster.launcher import LocalCluster
 from tests.crd.cases import ALL_CASES, HF, PRUNED_ORDER_FIELDS, Case, order
+from worker.cluster.launcher import LocalCluster
 
 pytestmark = pytest.mark.cluster
 
