@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import uuid
+from typing import Any
 
 import pytest
 from kubernetes.client import ApiClient, CustomObjectsApi
@@ -17,12 +18,12 @@ from worker.cluster.launcher import LocalCluster
 pytestmark = pytest.mark.cluster
 
 
-def _create(api: CustomObjectsApi, case: Case, namespace: str, **kwargs: object) -> dict:
+def _create(api: CustomObjectsApi, case: Case, namespace: str) -> Any:
     body = copy.deepcopy(case.body)
     body["metadata"]["name"] = f"{case.id[:40]}-{uuid.uuid4().hex[:5]}"
     if case.kind == "InferenceService":
-        return api.create_namespaced_custom_object(GROUP, VERSION, namespace, "inferenceservices", body, **kwargs)
-    return api.create_cluster_custom_object(GROUP, VERSION, "inferenceserviceclasses", body, **kwargs)
+        return api.create_namespaced_custom_object(GROUP, VERSION, namespace, "inferenceservices", body)
+    return api.create_cluster_custom_object(GROUP, VERSION, "inferenceserviceclasses", body)
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +41,7 @@ def test_api_server_judges_the_fixture(kube_admin: ApiClient, crd_namespace: str
     with pytest.raises(ApiException) as refused:
         _create(api, case, crd_namespace)
     assert refused.value.status == 422
-    message = json.loads(refused.value.body)["message"]
+    message = json.loads(refused.value.body or "{}")["message"]
     assert case.error in message, message
 
 
@@ -48,7 +49,7 @@ def test_fields_of_an_older_cut_are_pruned(kube_admin: ApiClient, crd_namespace:
     api = CustomObjectsApi(kube_admin)
     body = order(HF, **PRUNED_ORDER_FIELDS)
     body["metadata"]["name"] = f"pruned-{uuid.uuid4().hex[:5]}"
-    created = api.create_namespaced_custom_object(GROUP, VERSION, crd_namespace, "inferenceservices", body)
+    created: Any = api.create_namespaced_custom_object(GROUP, VERSION, crd_namespace, "inferenceservices", body)
     assert set(created["spec"]) == {"inferenceServiceClassName", "model"}
 
 
@@ -60,6 +61,6 @@ def test_fields_of_an_older_cut_are_refused_under_strict_validation(kube_admin: 
         api.create_namespaced_custom_object(
             GROUP, VERSION, crd_namespace, "inferenceservices", body, field_validation="Strict"
         )
-    message = json.loads(refused.value.body)["message"]
+    message = json.loads(refused.value.body or "{}")["message"]
     for name in PRUNED_ORDER_FIELDS:
         assert f'unknown field "spec.{name}"' in message, message
