@@ -163,6 +163,18 @@ def test_two_half_card_orders_land_on_one_card() -> None:
     assert third.deviceNames != first.deviceNames
 
 
+def test_the_worked_example_of_docs_planner() -> None:
+    taken: dict[str, list[DeviceAllocation]] = {}
+    placed = []
+    for i in range(4):
+        result = planned(plan(AWQ_32B, SHARED_HOPPER, sim_snapshot(taken)))
+        assert (result.sharePercent, result.memoryRequestMiB) == (30, 24576)
+        placed.append(result.deviceNames[0])
+        taken = merge(taken, hold(result, f"ns/order-{i}"))
+    assert placed == ["gpu-0", "gpu-0", "gpu-0", "gpu-1"]
+    assert planned(plan(AWQ_32B, policy(classes=[S3], sharing=SHARED, min_share=50))).sharePercent == 50
+
+
 def test_small_orders_fill_the_fullest_card_first() -> None:
     # gpu-2 is the fullest shared card with room: best fit goes there, not to the empty gpu-0.
     taken = {
