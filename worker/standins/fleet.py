@@ -1,0 +1,161 @@
+"""What a kubelet and a storage provisioner would do, for the local cluster (kwok pods run nothing).
+
+* For every order workload with a ready replica, a stand-in OpenAI-compatible runtime on a
+  loopback port, serving the model the StatefulSet names, with the order's token; the order's
+  Service is annotated with its URL so the probe activity (``health.probeTargetAnnotation``)
+  reaches it. ``fail``/``recover`` inject API errors; ``stop`` makes the endpoint absent.
+* For every Pending PersistentVolumeClaim of an order, a hostPath PersistentVolume bound to it,
+  so the scheduler can place pods that carry a model volume.
+
+Dev/test only: it is started by ``ai-inference dev up`` and by the end-to-end tests.
+"""
+
+from __future__ import annotations
+
+import base64
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api
+from kubernetes.client.exceptions import ApiException
+
+from activities.builders.common import LABEL_MANAGED_BY, MANAGED_BY
+from worker.standins.runtime import StandInRuntime
+
+log = structlog.get_logger(__name__)
+
+PROBE_URL_ANNOTATION = "ai.deckhouse.io/stand-in-url"
+
+
+def served_model(statefulset: Any) -> str | None:
+    """The --served-model-name of the runtime container."""
+    for container in statefulset.spec.template.spec.containers or []:
+        words = [*(container.command or []), *(container.args or [])]
+        for i, word in enumerate(words):
+            if word == "--served-model-name" and i + 1 < len(words):
+                return str(words[i + 1])
+            if word.startswith("--served-model-name="):
+                return word.split("=", 1)[1]
+    return None
+
+
+@dataclass
+class StandInFleet:
+    api: ApiClient
+    interval_seconds: float = 0.5
+    runtimes: dict[str, StandInRuntime] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.core = CoreV1Api(self.api)
+        self.apps = AppsV1Api(self.api)
+
+    # ---------------------------------------------------------------- control
+
+    def start(self) -> StandInFleet:
+        self._thread = threading.Thread(target=self._loop, name="stand-in-fleet", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(10)
+        with self._lock:
+            for runtime in self.runtimes.values():
+                runtime.stop()
+            self.runtimes.clear()
+
+    def fail(self, namespace: str, name: str, status: int = 503) -> None:
+        with self._lock:
+            self.runtimes[f"{namespace}/{name}"].fail(status)
+
+    def recover(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self.runtimes[f"{namespace}/{name}"].recover()
+
+    def runtime(self, namespace: str, name: str) -> StandInRuntime | None:
+        with self._lock:
+            return self.runtimes.get(f"{namespace}/{name}")
+
+    # ------------------------------------------------------------------- loop
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.reconcile_once()
+            except Exception as err:  # keep serving the others whatever one object does
+                log.warning("stand-in fleet pass failed", error=f"{type(err).__name__}: {err}")
+            self._stop.wait(self.interval_seconds)
+
+    def reconcile_once(self) -> None:
+        selector = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+        self._bind_volumes()
+        sets = self.apps.list_stateful_set_for_all_namespaces(label_selector=selector).items
+        alive = set()
+        for sts in sets:
+            key = f"{sts.metadata.namespace}/{sts.metadata.name}"
+            alive.add(key)
+            if (sts.status.ready_replicas or 0) >= 1 and key not in self.runtimes:
+                self._serve(sts)
+        with self._lock:
+            for key in set(self.runtimes) - alive:
+                self.runtimes.pop(key).stop()
+
+    def _serve(self, sts: Any) -> None:
+        namespace, name = sts.metadata.namespace, sts.metadata.name
+        model = served_model(sts)
+        if model is None:
+            return
+        token = self._token(namespace, f"{name}-auth")
+        runtime = StandInRuntime(model, token=token).start()
+        with self._lock:
+            self.runtimes[f"{namespace}/{name}"] = runtime
+        try:
+            self.core.patch_namespaced_service(
+                name, namespace, {"metadata": {"annotations": {PROBE_URL_ANNOTATION: runtime.url}}}
+            )
+        except ApiException as err:
+            log.warning("service not annotated", order=f"{namespace}/{name}", status=err.status)
+        log.info("stand-in runtime serving", order=f"{namespace}/{name}", url=runtime.url, model=model)
+
+    def _token(self, namespace: str, secret: str) -> str | None:
+        try:
+            data = self.core.read_namespaced_secret(secret, namespace).data or {}
+        except ApiException:
+            return None
+        raw = data.get("token")
+        return base64.b64decode(raw).decode() if raw else None
+
+    def _bind_volumes(self) -> None:
+        claims = self.core.list_persistent_volume_claim_for_all_namespaces().items
+        for claim in claims:
+            if claim.status.phase != "Pending" or claim.spec.volume_name:
+                continue
+            pv_name = f"standin-{claim.metadata.uid}"
+            body = {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": pv_name, "labels": {"ai-inference.deckhouse.io/stand-in": "volume"}},
+                "spec": {
+                    "capacity": {"storage": claim.spec.resources.requests["storage"]},
+                    "accessModes": claim.spec.access_modes,
+                    "persistentVolumeReclaimPolicy": "Delete",
+                    "storageClassName": claim.spec.storage_class_name or "",
+                    "hostPath": {"path": f"/tmp/ai-inference-standin/{pv_name}"},
+                    "claimRef": {
+                        "namespace": claim.metadata.namespace,
+                        "name": claim.metadata.name,
+                        "uid": claim.metadata.uid,
+                    },
+                },
+            }
+            try:
+                self.core.create_persistent_volume(body)
+            except ApiException as err:
+                if err.status != 409:
+                    raise
