@@ -250,7 +250,7 @@ class OrderActivities:
         if body["kind"] != "Secret":
             raise ValueError(f"create-only is for Secrets, not {body['kind']}")
         try:
-            self.core.create_namespaced_secret(body["metadata"]["namespace"], body)  # type: ignore[arg-type]
+            self.core.create_namespaced_secret(body["metadata"]["namespace"], body)
         except ApiException as err:
             if err.status != 409:
                 # The status line only: the body of the request held the token.
