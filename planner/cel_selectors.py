@@ -15,7 +15,8 @@ there either: the planner must not pretend it knows which devices the class hold
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import lru_cache
@@ -213,18 +214,64 @@ def _evaluate(compiled: CompiledSelector, activation: dict[str, Any]) -> bool:
     return bool(result)
 
 
+# Verdicts by (expression, what CEL sees of the device). CEL sees neither the device's name nor its
+# node nor its allocations, so identical devices share a verdict within a plan, and a planner service
+# judging many orders against a slowly changing inventory evaluates each selector once per device
+# shape instead of once per plan. Interpreted CEL costs about a millisecond an evaluation.
+_VERDICT_LIMIT = 65536
+_VERDICTS: OrderedDict[tuple[str, Hashable], bool | str] = OrderedDict()
+_VERDICTS_LOCK = threading.Lock()
+
+
+def _view_key(device: Device) -> Hashable:
+    # The type name keeps True and 1 apart: Python hashes them alike, CEL does not.
+    attributes = tuple(
+        sorted(
+            (domain, tuple(sorted((k, type(v).__name__, v) for k, v in values.items())))
+            for domain, values in device_attributes(device).items()
+        )
+    )
+    capacity = tuple(
+        sorted((domain, tuple(sorted(values.items()))) for domain, values in device_capacity(device).items())
+    )
+    return (device.driver, device.allowMultipleAllocations, attributes, capacity)
+
+
+def _verdict(compiled: CompiledSelector, device: Device, key: Hashable) -> bool | str:
+    """True/False, or the text of the error that makes the expression undecidable on this device."""
+    cache_key = (compiled.expression, key)
+    with _VERDICTS_LOCK:
+        if cache_key in _VERDICTS:
+            _VERDICTS.move_to_end(cache_key)
+            return _VERDICTS[cache_key]
+    verdict: bool | str
+    try:
+        verdict = _evaluate(compiled, {"device": _cel_device(device)})
+    except Exception as exc:  # celpy raises its own errors and Python's: all mean "cannot judge"
+        verdict = _one_line(exc)
+    with _VERDICTS_LOCK:
+        _VERDICTS[cache_key] = verdict
+        if len(_VERDICTS) > _VERDICT_LIMIT:
+            _VERDICTS.popitem(last=False)
+    return verdict
+
+
+def clear_verdicts() -> None:
+    with _VERDICTS_LOCK:
+        _VERDICTS.clear()
+
+
 def matches(device_class: DeviceClass, device: Device) -> bool:
     """Does the class select the device? Raises SelectorError when that cannot be judged."""
-    activation = {"device": _cel_device(device)}
+    key = _view_key(device)
     for expression in device_class.selectors:
         compiled = compile_selector(expression)
         if compiled.error is not None:
             raise SelectorError(device_class.name, expression, compiled.error)
-        try:
-            selected = _evaluate(compiled, activation)
-        except Exception as exc:  # celpy raises its own errors and Python's: all mean "cannot judge"
-            raise SelectorError(device_class.name, expression, _one_line(exc), device.key) from exc
-        if not selected:
+        verdict = _verdict(compiled, device, key)
+        if isinstance(verdict, str):
+            raise SelectorError(device_class.name, expression, verdict, device.key)
+        if not verdict:
             return False
     return True
 
@@ -263,6 +310,7 @@ __all__ = [
     "ClassSelection",
     "CompiledSelector",
     "SelectorError",
+    "clear_verdicts",
     "compile_selector",
     "device_attributes",
     "device_capacity",

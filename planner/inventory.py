@@ -204,18 +204,28 @@ def _allocated_mib(device: Device, allocation: DeviceAllocation) -> int:
     return device.memoryMiB * allocation.sharePercent // 100
 
 
-def occupancy(device: Device, snapshot: InventorySnapshot, own: frozenset[AllocationId] = frozenset()) -> Occupancy:
+def related_devices(snapshot: InventorySnapshot) -> dict[str, tuple[Device, ...]]:
+    """Device key → the devices sharing its silicon: a partition's whole device, a whole device's partitions."""
+    by_key = {d.key: d for d in snapshot.devices}
+    related: dict[str, list[Device]] = {}
+    for device in snapshot.devices:
+        if device.parentDevice is None:
+            continue
+        parent = by_key.get(f"{device.node}/{device.parentDevice}")
+        if parent is None:
+            continue
+        related.setdefault(device.key, []).append(parent)
+        related.setdefault(parent.key, []).append(device)
+    return {key: tuple(devices) for key, devices in related.items()}
+
+
+def occupancy(device: Device, own: frozenset[AllocationId] = frozenset(), related: Sequence[Device] = ()) -> Occupancy:
+    """What others hold of ``device``; ``related`` are the devices sharing its silicon."""
     others = _others(device, own)
     share = min(100, sum(a.sharePercent for a in others))
     memory = sum(_allocated_mib(device, a) for a in others)
     exclusive = bool(others) and not device.allowMultipleAllocations
-    # A whole device and its partitions share the same silicon.
-    related = [
-        d
-        for d in snapshot.devices
-        if d.node == device.node
-        and ((device.parentDevice is not None and d.name == device.parentDevice) or d.parentDevice == device.name)
-    ]
+    # A whole device and its partitions share the same silicon: a claim on one takes the other.
     if any(_others(d, own) for d in related):
         exclusive = True
     return Occupancy(sharePercent=share, memoryMiB=memory, exclusive=exclusive)

@@ -36,7 +36,15 @@ from inference_api.plan import LaunchPlan, LaunchPlanRequest, PlanOutcome, PlanR
 from inference_api.reasons import Reason
 from inference_api.types import AcceleratorPolicy, PlacementType, SharingMode
 from planner.cel_selectors import SelectorError, select_devices
-from planner.inventory import AllocationId, Device, InventorySnapshot, Occupancy, occupancy, own_allocations
+from planner.inventory import (
+    AllocationId,
+    Device,
+    InventorySnapshot,
+    Occupancy,
+    occupancy,
+    own_allocations,
+    related_devices,
+)
 from planner.model_facts import (
     estimate_cpu,
     estimate_memory_gib,
@@ -376,7 +384,10 @@ def _fit_stage(
     )
     feasible: list[Candidate] = []
     sized_classes: set[str] = set()
-    occupancies = {d.key: occupancy(d, inventory, own) for d in {s.device.key: s.device for s in slots}.values()}
+    related = related_devices(inventory)
+    occupancies = {
+        d.key: occupancy(d, own, related.get(d.key, ())) for d in {s.device.key: s.device for s in slots}.values()
+    }
 
     # Devices that may work together in tensor parallel: one class, one node, one product, whole devices.
     groups: dict[tuple[object, ...], list[Slot]] = {}

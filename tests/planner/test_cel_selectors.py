@@ -159,3 +159,36 @@ def test_compiled_programs_are_cached() -> None:
     assert compile_selector.cache_info().hits == 1
     broken = compile_selector("((")
     assert broken.error is not None and broken is compile_selector("((")
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        f'device.driver == "{D}" && device.attributes["{D}"].productName == "{T4}"',
+        # CEL's && is commutative: a false side absorbs an error on the other.
+        f'device.attributes["{D}"].productName == "{T4}" && device.driver == "{D}"',
+    ],
+)
+def test_a_driver_guard_keeps_other_drivers_devices_decidable(expression: str) -> None:
+    nic = Device(name="nic-0", node="n", driver="net.example.com")
+    gpu = Device(name="gpu-0", node="n", productName=T4, memoryMiB=16384)
+    selection = select_devices(DeviceClass(name="c", selectors=[expression]), [nic, gpu])
+    assert selection.decidable
+    assert [d.name for d in selection.devices] == ["gpu-0"]
+
+
+def test_verdicts_are_remembered_by_what_cel_sees() -> None:
+    from planner import cel_selectors
+
+    cel_selectors.clear_verdicts()
+    select_devices(SIM_CLASSES[0], DEVICES)
+    # Identical devices (name and node aside) were judged once.
+    distinct_views = {cel_selectors._view_key(d) for d in DEVICES}
+    assert len(cel_selectors._VERDICTS) == len(distinct_views) < len(DEVICES)
+    # True and 1 are different attribute values to CEL.
+    flag = Device(name="a", node="n", attributes={"x": True})
+    one = Device(name="b", node="n", attributes={"x": 1})
+    assert cel_selectors._view_key(flag) != cel_selectors._view_key(one)
+    is_true = DeviceClass(name="c", selectors=[f'device.attributes["{D}"].x == true'])
+    assert matches(is_true, flag)
+    assert select_devices(is_true, [one]).error is not None
