@@ -174,7 +174,8 @@ class _Trace:
     missingClasses: list[str] = field(default_factory=list)
     undecidable: list[SelectorError] = field(default_factory=list)
     emptyClasses: list[str] = field(default_factory=list)
-    filteredOut: list[str] = field(default_factory=list)
+    # DeviceClass → placement types of the devices it selects that the class does not allow.
+    filteredOut: dict[str, set[PlacementType]] = field(default_factory=dict)
     recipeFailures: list[RecipeFailure] = field(default_factory=list)
     tooSmall: list[tuple[str, Device, int, ShareDecision]] = field(default_factory=list)
     busy: list[tuple[str, Device]] = field(default_factory=list)
@@ -291,10 +292,7 @@ def _placement_stage(request: PlanningRequest, policy: EffectivePolicy, book: Re
             continue
         for device in selection.devices:
             if device.placement not in policy.placementTypes:
-                trace.filteredOut.append(
-                    f"{device.label} of {device_class.name} is a {device.placement.value} placement, "
-                    f"the class allows {_join(sorted(p.value for p in policy.placementTypes))}"
-                )
+                trace.filteredOut.setdefault(device_class.name, set()).add(device.placement)
                 continue
             family = book.hardware_family(device.hardwareFamily, device.productName)
             mode = sharing_mode_for(device, policy.sharingModes)
@@ -312,7 +310,12 @@ def _undecidable_message(request: PlanningRequest, policy: EffectivePolicy, trac
     parts.extend(str(e) for e in trace.undecidable)
     if trace.emptyClasses:
         parts.append(f"DeviceClass(es) {_join(trace.emptyClasses)} select no device")
-    parts.extend(trace.filteredOut[:5])
+    allowed = _join(sorted(p.value for p in policy.placementTypes))
+    for name, placements in trace.filteredOut.items():
+        parts.append(
+            f"DeviceClass {name} selects {_join(sorted(p.value for p in placements))} devices, "
+            f"the class allows {allowed} placement only"
+        )
     return (
         f"No placement can be judged for {subject}: " + "; ".join(parts or ["nothing to try"]) + ". "
         "Waiting will not help: an administrator needs to fix the device classes or the selector "
@@ -488,7 +491,7 @@ def _memory_message(
         "No accelerator the class allows is big enough, even empty: "
         + "; ".join(parts)
         + ". Order a smaller or more strongly quantized model, or ask your administrator for a class "
-        "with larger devices or more devices per replica."
+        "with larger devices or more devices per replica." + _notes(trace)
     )
 
 
@@ -504,11 +507,7 @@ def _capacity_message(
     busy = {d.key: d for _, d in trace.busy}
     need = _needs(choices)
     classes = _join(sorted(sized_classes))
-    notes = ""
-    if trace.undecidable:
-        notes = (
-            " Not tried, their selectors cannot be judged: " + _join(e.device_class for e in trace.undecidable) + "."
-        )
+    notes = _notes(trace)
     if exhausted:
         return (
             f"Every device class the order may use was tried ({classes}): {len(busy)} device(s) can hold "
@@ -549,6 +548,17 @@ def _launch_plan(best: Candidate) -> LaunchPlan:
         deviceNames=[d.name for d in best.devices],
         modelMemoryMiB=best.perDeviceNeedMiB,
     )
+
+
+def _notes(trace: _Trace) -> str:
+    """What else the search met, so a capacity or memory refusal does not hide a broken class or family."""
+    notes = ""
+    if trace.undecidable:
+        notes += " Not tried, their selectors cannot be judged: " + _join(e.device_class for e in trace.undecidable)
+        notes += "."
+    if trace.recipeFailures:
+        notes += " Not usable: " + "; ".join(dict.fromkeys(f.message for f in trace.recipeFailures)) + "."
+    return notes
 
 
 def _needs(choices: dict[str | None, RecipeChoice]) -> str:

@@ -431,7 +431,7 @@ def test_placement_undecidable_when_the_placement_types_rule_out_every_device() 
     message = refused(
         plan(AWQ_32B, policy(classes=[T4_CLASS], sharing=SHARED, placement=PARTITION)), Reason.PLACEMENT_UNDECIDABLE
     )
-    assert "WholeDevice placement" in message
+    assert "selects WholeDevice devices, the class allows Partition placement only" in message
 
 
 def test_an_undecidable_class_does_not_hide_a_working_one() -> None:
@@ -494,6 +494,14 @@ def test_no_accelerator_with_enough_memory() -> None:
     message = refused(plan("Qwen/Qwen2.5-72B-Instruct", DEFAULT_LLM), Reason.NO_ACCELERATOR_WITH_ENOUGH_MEMORY)
     assert "161.9 GiB" in message
     assert "80.0 GiB" in message
+
+
+def test_a_memory_refusal_names_the_family_that_could_not_run_the_model() -> None:
+    # FP8 8B: hopper runs it but its only class here is capped at 10 %; turing cannot run FP8 at all.
+    both = policy(classes=[T4_CLASS, S3], sharing=SHARED, max_share=10)
+    message = refused(plan("RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8", both), Reason.NO_ACCELERATOR_WITH_ENOUGH_MEMORY)
+    assert "maxSharePercent 10" in message
+    assert "Not usable: turing hardware" in message
 
 
 def test_no_capacity_when_the_one_class_in_play_is_full() -> None:
