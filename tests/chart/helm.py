@@ -1,0 +1,146 @@
+"""Helm as a subprocess: render the chart, lint it, install it into the local control plane.
+
+The helm binary is the pinned one ``worker.cluster.build`` builds from Go modules (built here when
+missing, never skipped). Such a helm carries no version stamps, so ``template``/``lint`` default to
+Kubernetes v1.20; the chart needs >= 1.34, hence ``--kube-version``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from worker.cluster.build import ensure_binaries
+from worker.cluster.launcher import LocalCluster
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CHART_DIR = REPO_ROOT / "deploy" / "charts" / "ai-inference"
+EXAMPLES_DIR = REPO_ROOT / "deploy" / "examples"
+RELEASE = "ai-inference"
+NAMESPACE = "d8-ai-inference"
+KUBE_VERSION = "1.34.0"
+MONITORING_APIS = ("monitoring.coreos.com/v1/PrometheusRule", "monitoring.coreos.com/v1/PodMonitor")
+
+Doc = dict[str, Any]
+# Values files of this process's helm calls; removed when the interpreter exits.
+_VALUES_DIR = tempfile.TemporaryDirectory(prefix="ai-inference-chart-values-")
+
+
+@cache
+def helm_binary() -> Path:
+    return ensure_binaries(("helm",)).helm
+
+
+def helm(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([str(helm_binary()), *args], capture_output=True, text=True, timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed ({result.returncode}):\n{result.stderr}{result.stdout}")
+    return result
+
+
+def nested(values: dict[str, Any] | None) -> dict[str, Any]:
+    """{"a.b": 1} -> {"a": {"b": 1}}: dotted keys as a values document (no --set parsing rules)."""
+    out: dict[str, Any] = {}
+    for key, value in (values or {}).items():
+        node = out
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
+
+
+def set_args(values: dict[str, Any] | None) -> list[str]:
+    """``--values <file>`` holding ``values`` (dotted keys), or nothing."""
+    if not values:
+        return []
+    fd, path = tempfile.mkstemp(prefix="values-", suffix=".yaml", dir=_VALUES_DIR.name)
+    with os.fdopen(fd, "w") as handle:
+        yaml.safe_dump(nested(values), handle)
+    return ["--values", path]
+
+
+def template_args(values: dict[str, Any] | None = None, api_versions: Iterable[str] = ()) -> list[str]:
+    args = ["template", RELEASE, str(CHART_DIR), "--namespace", NAMESPACE, "--kube-version", KUBE_VERSION]
+    for api in api_versions:
+        args += ["--api-versions", api]
+    return args + set_args(values)
+
+
+def render(values: dict[str, Any] | None = None, api_versions: Iterable[str] = ()) -> list[Doc]:
+    """The chart's objects as helm renders them (CRDs of crds/ are not templates and not included)."""
+    out = helm(*template_args(values, api_versions)).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def find(docs: list[Doc], kind: str, name: str) -> Doc:
+    matches = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(matches) == 1, f"{kind}/{name}: {len(matches)} rendered"
+    return matches[0]
+
+
+def of_kind(docs: list[Doc], kind: str) -> list[Doc]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def container_env(deployment: Doc) -> dict[str, str]:
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+
+
+def example(name: str) -> Doc:
+    doc: Doc = yaml.safe_load((EXAMPLES_DIR / name).read_text())
+    return doc
+
+
+# -- install ----------------------------------------------------------------------------------
+
+
+def install(cluster: LocalCluster, values: dict[str, Any] | None = None) -> None:
+    """``helm upgrade --install`` as the cluster admin (idempotent; takes over objects a previous
+    run left behind in a reused cluster)."""
+    helm(
+        "upgrade",
+        "--install",
+        RELEASE,
+        str(CHART_DIR),
+        "--kubeconfig",
+        str(cluster.kubeconfig("admin")),
+        "--namespace",
+        NAMESPACE,
+        "--create-namespace",
+        "--take-ownership",
+        *set_args(values),
+        timeout=180,
+    )
+
+
+def uninstall(cluster: LocalCluster) -> None:
+    helm(
+        "uninstall",
+        RELEASE,
+        "--kubeconfig",
+        str(cluster.kubeconfig("admin")),
+        "--namespace",
+        NAMESPACE,
+        "--ignore-not-found",
+        timeout=180,
+    )
+
+
+@contextmanager
+def installed(cluster: LocalCluster, values: dict[str, Any] | None = None) -> Iterator[None]:
+    """The chart installed for the duration; uninstalled afterwards (the CRDs stay, as with helm)."""
+    install(cluster, values)
+    try:
+        yield
+    finally:
+        uninstall(cluster)
