@@ -11,21 +11,75 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from worker.cluster.paths import CONTROLPLANE_DIR, bin_root, build_logs_dir
+from worker.cluster.paths import CONTROLPLANE_DIR, bin_root, build_logs_dir, cache_root
 
 
 class BuildError(RuntimeError):
     """A binary could not be built; the message says what to do about it."""
+
+
+@dataclass(frozen=True)
+class SourcePatch:
+    """An upstream fix the pinned release lacks, applied at build time (see ``_patched_modfile``).
+
+    No fork and no vendored copy in the repo: the patched file is produced from the module
+    cache's original by one exact text substitution (the build fails loudly when the text is not there exactly once,
+    e.g. after a version bump that already carries the fix) plus an optional appended snippet.
+    """
+
+    module: str
+    file: str  # path inside the module
+    old: str
+    new: str
+    append: str = ""
+    reason: str = ""
+
+    def apply(self, original: str) -> str:
+        if original.count(self.old) != 1:
+            raise BuildError(
+                f"patch for {self.module}/{self.file} no longer applies ({self.reason}); "
+                f"drop or update it in worker/cluster/build.py"
+            )
+        return original.replace(self.old, self.new) + self.append
+
+
+# kubernetes/kubernetes#133705, fixed upstream by #133706 (1.35), not in any 1.34.x (checked up to
+# v0.34.13): with DRAConsumableCapacity the experimental allocator checks the capacity of
+# slice.Spec.Devices[<n-th device of the request>] instead of the candidate device. With several
+# devices in one ResourceSlice, a claim then fails whenever the slice's FIRST device is consumed
+# ("cannot allocate all claims"), or overcommits a device when the first one is free.
+DRA_CONSUMABLE_CAPACITY_FIX = SourcePatch(
+    module="k8s.io/dynamic-resource-allocation",
+    file="structured/internal/experimental/allocator_experimental.go",
+    old="success, err := alloc.CmpRequestOverCapacity(requestData.request, device.slice, r.deviceIndex)",
+    new="success, err := alloc.cmpDeviceRequestOverCapacity(requestData.request, device)",
+    append="""
+// cmpDeviceRequestOverCapacity checks the capacity of the candidate device itself.
+// Backport of kubernetes/kubernetes#133706 applied by ai-inference's control-plane build.
+func (alloc *allocator) cmpDeviceRequestOverCapacity(request requestAccessor, device deviceWithID) (bool, error) {
+	consumed := NewConsumedCapacity()
+	if allocated, found := alloc.allocatedState.AggregatedCapacity[device.id]; found {
+		consumed = allocated
+	}
+	return CmpRequestOverCapacity(consumed, request.capacities(), device.AllowMultipleAllocations,
+		device.Capacity, alloc.allocatingCapacity[device.id])
+}
+""",
+    reason="kubernetes/kubernetes#133705: consumable capacity checked on the wrong device",
+)
 
 
 @dataclass(frozen=True)
@@ -41,6 +95,23 @@ class Tool:
     # Version ldflags need the version, so they are produced late from a template.
     ldflags_template: tuple[str, ...] = ("-s", "-w")
     env: dict[str, str] = field(default_factory=dict)
+    # binary name -> source patches its build needs (see SourcePatch).
+    patches: dict[str, tuple[SourcePatch, ...]] = field(default_factory=dict)
+
+    def patch_id(self, name: str) -> str:
+        """Identity of the patch set of ``name`` ("" when unpatched), stamped beside the binary."""
+        patches = self.patches.get(name, ())
+        if not patches:
+            return ""
+        return hashlib.sha256(repr(patches).encode()).hexdigest()[:16]
+
+    def is_built(self, name: str) -> bool:
+        path = self.bin_dir / name
+        if not os.access(path, os.X_OK):
+            return False
+        wanted = self.patch_id(name)
+        stamp = _patch_stamp(path)
+        return (stamp.read_text().strip() if stamp.is_file() else "") == wanted
 
     @property
     def module_dir(self) -> Path:
@@ -83,6 +154,7 @@ TOOLS: dict[str, Tool] = {
         tags="selinux,notest,grpcnotrace",
         # Without the version stamps /version reports v0.0.0-master and clients warn about skew.
         ldflags_template=("-s", "-w", *_K8S_VERSION_FLAGS),
+        patches={"kube-scheduler": (DRA_CONSUMABLE_CAPACITY_FIX,)},
     ),
     "etcd": Tool(key="etcd", module="go.etcd.io/etcd/server/v3", packages={"etcd": "go.etcd.io/etcd/server/v3"}),
     "kwok": Tool(key="kwok", module="sigs.k8s.io/kwok", packages={"kwok": "sigs.k8s.io/kwok/cmd/kwok"}),
@@ -90,6 +162,10 @@ TOOLS: dict[str, Tool] = {
 }
 
 CONTROL_PLANE_TOOLS = ("k8s", "etcd", "kwok")
+
+
+def _patch_stamp(binary: Path) -> Path:
+    return binary.with_name(f".{binary.name}.patches")
 
 
 def pinned_version(go_mod: Path, module: str) -> str:
@@ -140,7 +216,7 @@ def missing_binaries(tools: Iterable[str] = TOOLS) -> list[tuple[Tool, str]]:
     for key in tools:
         tool = TOOLS[key]
         for name in tool.packages:
-            if not os.access(tool.bin_dir / name, os.X_OK):
+            if not tool.is_built(name):
                 out.append((tool, name))
     return out
 
@@ -267,9 +343,12 @@ def _build_one(tool: Tool, name: str, say: Progress) -> None:
     cmd = ["go", "build", "-ldflags", tool.ldflags(), "-o", str(tmp)]
     if tool.tags:
         cmd[2:2] = ["-tags", tool.tags]
-    cmd.append(tool.packages[name])
-    say(f"  {name} {tool.version}: building (log {log})")
+    patches = tool.patches.get(name, ())
+    say(f"  {name} {tool.version}: building{' with source patches' if patches else ''} (log {log})")
     started = time.monotonic()
+    if patches:
+        cmd[2:2] = [f"-modfile={_patched_modfile(tool, name)}"]
+    cmd.append(tool.packages[name])
     with log.open("w") as out:
         out.write(" ".join(cmd) + "\n")
         out.flush()
@@ -278,8 +357,67 @@ def _build_one(tool: Tool, name: str, say: Progress) -> None:
     if result.returncode != 0:
         tmp.unlink(missing_ok=True)
         raise BuildError(_explain_go_failure(f"go build {name}", log.read_text()) + f"\n(full log: {log})")
+    stamp = _patch_stamp(target)
+    if patches:
+        stamp.write_text(tool.patch_id(name) + "\n")
+    else:
+        stamp.unlink(missing_ok=True)
     os.replace(tmp, target)
     say(f"  {name} {tool.version}: built in {elapsed:.0f}s -> {target}")
+
+
+def _patched_modfile(tool: Tool, name: str) -> Path:
+    """A go.mod twin whose replace directives point at patched copies of the patched modules.
+
+    ``go build -overlay`` refuses files under GOMODCACHE, so each patched module is copied out of
+    the module cache once (into ``<cache>/src/``, under a name carrying the patch id, so the paths
+    - and with them the Go build cache - stay stable across rebuilds) and the build uses
+    ``-modfile`` with a go.mod/go.sum pair that replaces the module by that directory. The
+    committed wrapper go.mod stays untouched.
+    """
+    patch_id = tool.patch_id(name)
+    src_root = cache_root() / "src"
+    src_root.mkdir(parents=True, exist_ok=True)
+    by_module: dict[str, list[SourcePatch]] = {}
+    for patch in tool.patches[name]:
+        by_module.setdefault(patch.module, []).append(patch)
+    modfile = src_root / f"{tool.key}-{tool.version}-{name}-{patch_id}.mod"
+    shutil.copyfile(tool.module_dir / "go.mod", modfile)
+    shutil.copyfile(tool.module_dir / "go.sum", modfile.with_suffix(".sum"))
+    for module, patches in by_module.items():
+        listed = subprocess.run(
+            ["go", "list", "-m", "-json", module],
+            cwd=tool.module_dir,
+            env=_go_env(tool),
+            capture_output=True,
+            text=True,
+        )
+        if listed.returncode != 0:
+            raise BuildError(_explain_go_failure(f"go list -m {module}", listed.stderr))
+        info = json.loads(listed.stdout)
+        effective = info.get("Replace") or info
+        dest = src_root / f"{module.replace('/', '_')}@{effective['Version']}-patched-{patch_id}"
+        if not dest.is_dir():
+            staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=src_root))
+            shutil.copytree(effective["Dir"], staging / "m")
+            for path in (staging / "m").rglob("*"):
+                # The module cache is read-only; the copy must be writable (and removable).
+                path.chmod(path.stat().st_mode | 0o200)
+            (staging / "m").chmod(0o755)
+            for patch in patches:
+                target = staging / "m" / patch.file
+                target.write_text(patch.apply(target.read_text()))
+            os.replace(staging / "m", dest)
+            shutil.rmtree(staging, ignore_errors=True)
+        edit = subprocess.run(
+            ["go", "mod", "edit", f"-replace={module}={dest}", str(modfile)],
+            env=_go_env(tool),
+            capture_output=True,
+            text=True,
+        )
+        if edit.returncode != 0:
+            raise BuildError(f"go mod edit failed: {edit.stderr.strip()}")
+    return modfile
 
 
 def describe(tools: Iterable[str] = TOOLS) -> list[tuple[str, str, Path, bool]]:
@@ -289,5 +427,5 @@ def describe(tools: Iterable[str] = TOOLS) -> list[tuple[str, str, Path, bool]]:
         tool = TOOLS[key]
         for name in tool.packages:
             path = tool.bin_dir / name
-            rows.append((name, tool.version, path, os.access(path, os.X_OK)))
+            rows.append((name, tool.version, path, tool.is_built(name)))
     return rows
