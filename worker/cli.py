@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from inference_api.crd import crd_files, write_crds
+from inference_api.settings import ModuleSettings, load_settings
 
 app = typer.Typer(no_args_is_help=True, help="ai-inference: LLM inference on shared GPUs for Kubernetes.")
 
@@ -28,6 +31,89 @@ def crds(
         return
     for path in write_crds(output):
         typer.echo(f"wrote {path}")
+
+
+KUBECONFIG_OPTION = typer.Option(None, help="Kubeconfig (default: in-cluster, then KUBECONFIG).")
+HEALTH_PORT_OPTION = typer.Option(None, "--health-port", help="Serve GET /healthz on this port.")
+
+
+def _runtime(kubeconfig: str | None) -> tuple[ModuleSettings, Any]:
+    from activities.kube import load_api_client
+    from worker.logs import configure_logging
+
+    configure_logging()
+    return load_settings(), load_api_client(kubeconfig)
+
+
+@app.command()
+def worker(kubeconfig: str | None = KUBECONFIG_OPTION, health_port: int | None = HEALTH_PORT_OPTION) -> None:
+    """Run the Temporal worker: the order workflow and its activities."""
+    from worker.processes import run_worker, with_health
+    from worker.temporal_client import connect
+
+    settings, api = _runtime(kubeconfig)
+
+    async def main() -> None:
+        await with_health(health_port, run_worker(await connect(settings), api, settings))
+
+    asyncio.run(main())
+
+
+@app.command()
+def watcher(kubeconfig: str | None = KUBECONFIG_OPTION, health_port: int | None = HEALTH_PORT_OPTION) -> None:
+    """Run the watcher: InferenceService and InferenceServiceClass changes become workflow signals."""
+    from worker.processes import run_watcher, with_health
+    from worker.temporal_client import connect
+
+    settings, api = _runtime(kubeconfig)
+
+    async def main() -> None:
+        await with_health(health_port, run_watcher(await connect(settings), api, settings))
+
+    asyncio.run(main())
+
+
+@app.command()
+def replan(
+    order: str = typer.Argument(..., help="NAMESPACE/NAME of the InferenceService."),
+    kubeconfig: str | None = KUBECONFIG_OPTION,
+) -> None:
+    """Ask an order's workflow to recompute its launch plan, and print the outcome."""
+    from kubernetes.client import CustomObjectsApi
+    from kubernetes.client.exceptions import ApiException
+    from temporalio.client import WorkflowUpdateFailedError
+    from temporalio.service import RPCError
+
+    from inference_api.payloads import order_workflow_id
+    from inference_api.types import GROUP, VERSION
+    from worker.temporal_client import connect
+    from workflows.order import ReplanOutcome
+
+    if "/" not in order:
+        raise typer.BadParameter("give the order as NAMESPACE/NAME", param_hint="ORDER")
+    namespace, name = order.split("/", 1)
+    settings, api = _runtime(kubeconfig)
+    try:
+        obj = CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, namespace, "inferenceservices", name)
+    except ApiException as err:
+        typer.echo(f"cannot read InferenceService {order}: HTTP {err.status} {err.reason}", err=True)
+        raise typer.Exit(1) from None
+    workflow_id = order_workflow_id(namespace, name, obj["metadata"]["uid"])
+
+    async def main() -> ReplanOutcome:
+        client = await connect(settings)
+        return await client.get_workflow_handle(workflow_id).execute_update("replan", result_type=ReplanOutcome)
+
+    try:
+        outcome = asyncio.run(main())
+    except WorkflowUpdateFailedError as err:
+        typer.echo(f"replan refused: {err.cause}", err=True)
+        raise typer.Exit(2) from None
+    except RPCError as err:
+        typer.echo(f"replan not delivered to workflow {workflow_id}: {err}", err=True)
+        raise typer.Exit(1) from None
+    verdict = "planned" if outcome.planned else "not planned"
+    typer.echo(f"{order}: {verdict} ({outcome.reason}), replanCount={outcome.replanCount}\n{outcome.message}")
 
 
 def _read(path: Path) -> str | None:
