@@ -100,7 +100,15 @@ class StandInFleet:
         for sts in sets:
             key = f"{sts.metadata.namespace}/{sts.metadata.name}"
             alive.add(key)
-            if (sts.status.ready_replicas or 0) >= 1 and key not in self.runtimes:
+            if (sts.status.ready_replicas or 0) < 1:
+                continue
+            standing = self.runtime(sts.metadata.namespace, sts.metadata.name)
+            if standing is not None and standing.config.model != served_model(sts):
+                # An edit changed the model: the "pod" now serves the new one.
+                with self._lock:
+                    self.runtimes.pop(key).stop()
+                standing = None
+            if standing is None:
                 self._serve(sts)
         with self._lock:
             for key in set(self.runtimes) - alive:
