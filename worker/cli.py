@@ -123,8 +123,10 @@ def _read(path: Path) -> str | None:
 def _register_subcommands() -> None:
     # Sub-apps live beside the code they drive; importing them here keeps one entry point.
     from worker.cluster.cli import cluster_app
+    from worker.dev_cli import dev_app
 
     app.add_typer(cluster_app, name="cluster", help="The local Kubernetes control plane with simulated GPUs.")
+    app.add_typer(dev_app, name="dev", help="The whole module locally: up, down, env, status.")
 
 
 _register_subcommands()

@@ -1,0 +1,310 @@
+"""``ai-inference dev up|down|env|status``: the whole module on this machine, on embedded defaults.
+
+Up builds what is missing, starts the local control plane with simulated GPUs, the Temporal dev
+server (SQLite, UI, the module's search attributes), the stand-in catalog, the planner, the
+worker, the watcher and the stand-in fleet; installs the bundled and example classes; applies
+the user guide's minimal order and waits until it is Ready. Every process runs in the
+background with its pid and log in the state directory; ``down`` stops them all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from worker.cluster.paths import REPO_ROOT, STATE_ENV
+from worker.temporal_dev import temporal_binary
+from workflows.search_attributes import dev_server_flags
+
+Say = Callable[[str], None]
+
+MINIMAL_ORDER = REPO_ROOT / "deploy" / "examples" / "order-minimal.yaml"
+CATALOG_FIXTURES = REPO_ROOT / "deploy" / "dev" / "catalog-models.yaml"
+CHART = REPO_ROOT / "deploy" / "charts" / "ai-inference"
+EXAMPLES = REPO_ROOT / "deploy" / "examples"
+
+
+def dev_state_dir() -> Path:
+    root = os.environ.get(STATE_ENV)
+    base = Path(root).expanduser() if root else Path.home() / ".local" / "state" / "ai-inference"
+    return base / "dev"
+
+
+def free_port(preferred: int | None = None) -> int:
+    for candidate in ([preferred] if preferred else []) + [0]:
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", candidate or 0))
+            except OSError:
+                continue
+            return int(sock.getsockname()[1])
+    raise RuntimeError("no free loopback port")
+
+
+def wait_port(port: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout:.0f}s")
+
+
+@dataclass
+class DevStack:
+    state: Path
+
+    @property
+    def pids(self) -> Path:
+        return self.state / "pids.json"
+
+    @property
+    def ports_file(self) -> Path:
+        return self.state / "ports.json"
+
+    @property
+    def logs(self) -> Path:
+        return self.state / "logs"
+
+    def cluster(self) -> Any:
+        from worker.cluster.launcher import LocalCluster
+
+        return LocalCluster(self.state / "cluster")
+
+    def _load(self, path: Path) -> dict[str, Any]:
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+    def running(self) -> dict[str, int]:
+        alive = {}
+        for name, pid in self._load(self.pids).items():
+            try:
+                os.kill(pid, 0)
+            except OSError:
+                continue
+            alive[name] = pid
+        return alive
+
+    def ports(self) -> dict[str, int]:
+        return self._load(self.ports_file)
+
+    def spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> int:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        log = (self.logs / f"{name}.log").open("ab")
+        process = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+            cwd=REPO_ROOT,
+            start_new_session=True,
+        )
+        pids = self._load(self.pids)
+        pids[name] = process.pid
+        self.pids.write_text(json.dumps(pids, indent=2))
+        return process.pid
+
+    def env(self) -> dict[str, str]:
+        ports = self.ports()
+        return {
+            "KUBECONFIG": str(self.cluster().kubeconfig("admin")),
+            "TEMPORAL_ADDRESS": f"127.0.0.1:{ports.get('temporal', 7233)}",
+        }
+
+    # ------------------------------------------------------------------ up
+
+    def up(self, say: Say, wait_ready: bool = True, timeout: float = 300) -> None:
+        started = time.monotonic()
+        self.state.mkdir(parents=True, exist_ok=True)
+        from worker.cluster.build import CONTROL_PLANE_TOOLS, ensure_binaries
+
+        say("[1/6] control-plane binaries (built once, cached)")
+        ensure_binaries((*CONTROL_PLANE_TOOLS, "helm"), progress=say)
+        cluster = self.cluster()
+        say("[2/6] local Kubernetes control plane with simulated GPUs")
+        cluster.up(progress=say)
+        kubeconfig = str(cluster.kubeconfig("admin"))
+        running = self.running()
+        ports = self.ports()
+        say("[3/6] Temporal dev server, stand-in catalog, planner")
+        if "temporal" not in running:
+            ports["temporal"] = free_port(7233)
+            ports["temporal-ui"] = free_port(8233)
+            self.spawn(
+                "temporal",
+                [
+                    str(temporal_binary()),
+                    "server",
+                    "start-dev",
+                    "--db-filename",
+                    str(self.state / "temporal.db"),
+                    "--ip",
+                    "127.0.0.1",
+                    "--port",
+                    str(ports["temporal"]),
+                    "--ui-port",
+                    str(ports["temporal-ui"]),
+                    *dev_server_flags(),
+                ],
+            )
+        if "catalog" not in running:
+            ports["catalog"] = free_port()
+            self.spawn(
+                "catalog",
+                [
+                    sys.executable,
+                    "-m",
+                    "worker.standins.catalog_service",
+                    "--port",
+                    str(ports["catalog"]),
+                    "--fixtures",
+                    str(CATALOG_FIXTURES),
+                ],
+            )
+        if "planner" not in running:
+            ports["planner"] = free_port()
+            self.spawn(
+                "planner",
+                [
+                    sys.executable,
+                    "-m",
+                    "worker.cli",
+                    "planner",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(ports["planner"]),
+                    "--kubeconfig",
+                    kubeconfig,
+                ],
+            )
+        self.ports_file.write_text(json.dumps(ports, indent=2))
+        for name in ("temporal", "catalog", "planner"):
+            wait_port(ports[name], timeout=120)
+        env = self.module_env(ports)
+        say("[4/6] worker, watcher, stand-in runtimes")
+        for name, argv in (
+            ("worker", [sys.executable, "-m", "worker.cli", "worker", "--kubeconfig", kubeconfig]),
+            ("watcher", [sys.executable, "-m", "worker.cli", "watcher", "--kubeconfig", kubeconfig]),
+            ("fleet", [sys.executable, "-m", "worker.cli", "dev", "fleet", "--kubeconfig", kubeconfig]),
+        ):
+            if name not in running:
+                self.spawn(name, argv, env)
+        say("[5/6] bundled class, example classes, priority classes, the minimal order")
+        self.install_manifests(cluster)
+        say(f"stack up in {time.monotonic() - started:.0f}s; logs in {self.logs}")
+        if wait_ready:
+            say("[6/6] waiting for support/support-llm to be Ready")
+            self.wait_ready(cluster, "support", "support-llm", timeout, say)
+
+    def module_env(self, ports: dict[str, int]) -> dict[str, str]:
+        from worker.standins.fleet import PROBE_URL_ANNOTATION
+
+        return {
+            "AI_INFERENCE_TEMPORAL__ADDRESS": f"127.0.0.1:{ports['temporal']}",
+            "AI_INFERENCE_PLANNER__BASEURL": f"http://127.0.0.1:{ports['planner']}",
+            "AI_INFERENCE_AIMODELS__CATALOGLOOKUP__BASEURL": f"http://127.0.0.1:{ports['catalog']}",
+            "AI_INFERENCE_HEALTH__PROBETARGETANNOTATION": PROBE_URL_ANNOTATION,
+            "AI_INFERENCE_HEALTH__INTERVALSECONDS": "30",
+            "AI_INFERENCE_HEALTH__SERVERETRYSECONDS": "1",
+        }
+
+    def rendered_chart_objects(self) -> list[dict[str, Any]]:
+        """The chart's cluster-level policy objects (the bundled class, roles), as Helm renders them."""
+        from worker.cluster.build import ensure_binaries
+
+        helm = ensure_binaries(("helm",), progress=None).helm
+        out = subprocess.run(
+            [str(helm), "template", "ai-inference", str(CHART), "--namespace", "d8-ai-inference"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        keep = {"InferenceServiceClass", "ClusterRole", "PriorityClass"}
+        return [d for d in yaml.safe_load_all(out) if d and d.get("kind") in keep]
+
+    def install_manifests(self, cluster: Any) -> None:
+        objects = self.rendered_chart_objects()
+        for path in sorted(EXAMPLES.glob("*.yaml")):
+            objects += [d for d in yaml.safe_load_all(path.read_text()) if d and d.get("kind") != "Secret"]
+        namespaces = {o["metadata"]["namespace"] for o in objects if o.get("metadata", {}).get("namespace")}
+        for namespace in sorted(namespaces):
+            cluster.create_namespace(namespace, users=("ns-user",))
+        cluster.apply(objects)
+
+    def wait_ready(self, cluster: Any, namespace: str, name: str, timeout: float, say: Say) -> None:
+        from kubernetes.client import CustomObjectsApi
+
+        api = CustomObjectsApi(cluster.api_client("admin"))
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            obj = api.get_namespaced_custom_object("ai.deckhouse.io", "v1alpha1", namespace, "inferenceservices", name)
+            status = obj.get("status") or {}
+            now = (status.get("phase"), status.get("reason"))
+            if now != last:
+                say(f"  {namespace}/{name}: {now[0] or 'no status yet'}" + (f" ({now[1]})" if now[1] else ""))
+                last = now
+            if status.get("phase") == "Ready":
+                self.print_endpoint(cluster, namespace, name, status, say)
+                return
+            time.sleep(1)
+        raise RuntimeError(f"{namespace}/{name} is not Ready after {timeout:.0f}s: see `ai-inference dev status`")
+
+    def print_endpoint(self, cluster: Any, namespace: str, name: str, status: dict[str, Any], say: Say) -> None:
+        from kubernetes.client import CoreV1Api
+
+        from worker.standins.fleet import PROBE_URL_ANNOTATION
+
+        core = CoreV1Api(cluster.api_client("admin"))
+        service = core.read_namespaced_service(name, namespace)
+        local_url = (service.metadata.annotations or {}).get(PROBE_URL_ANNOTATION, "")
+        ports = self.ports()
+        say("")
+        say(f"Ready: {namespace}/{name} serves {status.get('model', {}).get('endpointType')} ")
+        say(f"  status.endpoint.url: {status.get('endpoint', {}).get('url')} (in a real cluster)")
+        say(f"  locally, the stand-in runtime behind it: {local_url}")
+        say("")
+        say(f'  eval "$({sys.argv[0]} dev env)"')
+        say(
+            f"  TOKEN=$(kubectl get secret {status.get('authSecretName')} -n {namespace} -o jsonpath='{{.data.token}}' "
+            "| base64 -d)"
+        )
+        say(f'  curl -sS {local_url}/v1/models -H "Authorization: Bearer $TOKEN"')
+        say("")
+        say(f"  Temporal UI: http://127.0.0.1:{ports.get('temporal-ui')}/namespaces/default/workflows")
+
+    # ---------------------------------------------------------------- down
+
+    def down(self, say: Say, purge: bool = False) -> None:
+        for name, pid in self.running().items():
+            say(f"stopping {name} (pid {pid})")
+            try:
+                os.killpg(pid, signal.SIGTERM)
+            except OSError:
+                continue
+        deadline = time.monotonic() + 15
+        while self.running() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for name, pid in self.running().items():
+            say(f"killing {name} (pid {pid})")
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+        self.pids.unlink(missing_ok=True)
+        self.cluster().down(purge=purge, progress=say)
+        if purge:
+            shutil.rmtree(self.state, ignore_errors=True)

@@ -1,0 +1,74 @@
+"""``ai-inference dev``: the whole module locally (see worker/dev.py)."""
+
+from __future__ import annotations
+
+import shlex
+
+import typer
+
+from worker.dev import DevStack, dev_state_dir
+
+dev_app = typer.Typer(no_args_is_help=True)
+
+
+def _say(line: str) -> None:
+    typer.echo(line, err=True)
+
+
+@dev_app.command()
+def up(
+    wait: bool = typer.Option(True, help="Wait until the minimal order is Ready and print its endpoint."),
+    timeout: float = typer.Option(600, help="Seconds to wait for Ready."),
+) -> None:
+    """Start everything, apply the minimal order, wait until it is Ready."""
+    try:
+        DevStack(dev_state_dir()).up(_say, wait_ready=wait, timeout=timeout)
+    except RuntimeError as err:
+        _say(f"error: {err}")
+        raise typer.Exit(1) from None
+
+
+@dev_app.command()
+def down(purge: bool = typer.Option(False, help="Also delete the state (cluster data, Temporal history).")) -> None:
+    """Stop everything `dev up` started; leaves no process and no port behind."""
+    DevStack(dev_state_dir()).down(_say, purge=purge)
+
+
+@dev_app.command()
+def env() -> None:
+    """Print `export KUBECONFIG=…` and `export TEMPORAL_ADDRESS=…` for the running stack."""
+    for key, value in DevStack(dev_state_dir()).env().items():
+        typer.echo(f"export {key}={shlex.quote(value)}")
+
+
+@dev_app.command()
+def status() -> None:
+    """Which processes of the stack run, and where their logs are."""
+    stack = DevStack(dev_state_dir())
+    running = stack.running()
+    for name in ("temporal", "catalog", "planner", "worker", "watcher", "fleet"):
+        state = f"pid {running[name]}" if name in running else "stopped"
+        typer.echo(f"{name:<9} {state:<12} {stack.logs / (name + '.log')}")
+    typer.echo(f"ports: {stack.ports()}")
+
+
+@dev_app.command()
+def fleet(kubeconfig: str = typer.Option(..., help="Kubeconfig of the local cluster.")) -> None:
+    """Run the stand-in runtimes and volume binder of the local cluster (started by `dev up`)."""
+    import signal
+    import threading
+
+    from activities.kube import load_api_client
+    from worker.logs import configure_logging
+    from worker.standins.fleet import StandInFleet
+
+    configure_logging()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    standins = StandInFleet(load_api_client(kubeconfig)).start()
+    try:
+        stop.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        standins.stop()
