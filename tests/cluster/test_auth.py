@@ -10,7 +10,12 @@ from kubernetes.client import (
     AuthenticationV1TokenRequest,
     AuthorizationV1Api,
     CoreV1Api,
+    V1ConfigMap,
+    V1ObjectMeta,
     V1ResourceAttributes,
+    V1SelfSubjectRulesReview,
+    V1SelfSubjectRulesReviewSpec,
+    V1ServiceAccount,
     V1SubjectAccessReview,
     V1SubjectAccessReviewSpec,
     V1TokenRequestSpec,
@@ -60,7 +65,7 @@ def test_token_review_of_users_and_service_accounts(
 
     # A ServiceAccount token (TokenRequest) is signed with the cluster's SA key and validates.
     core = CoreV1Api(kube_admin)
-    core.create_namespaced_service_account(namespace, {"metadata": {"name": "caller"}})  # type: ignore[arg-type]
+    core.create_namespaced_service_account(namespace, V1ServiceAccount(metadata=V1ObjectMeta(name="caller")))
     issued = core.create_namespaced_service_account_token(
         "caller", namespace, AuthenticationV1TokenRequest(spec=V1TokenRequestSpec(audiences=[], expiration_seconds=600))
     )
@@ -83,13 +88,13 @@ def test_subject_access_review_and_user_rbac(
     # ns-user edits in its namespace (the `edit` binding create_namespace made), nowhere else.
     with local_cluster.api_client("ns-user") as api:
         core = CoreV1Api(api)
-        core.create_namespaced_config_map(namespace, {"metadata": {"name": "mine"}})  # type: ignore[arg-type]
+        core.create_namespaced_config_map(namespace, V1ConfigMap(metadata=V1ObjectMeta(name="mine")))
         with pytest.raises(ApiException) as denied:
-            core.create_namespaced_config_map("default", {"metadata": {"name": "not-mine"}})  # type: ignore[arg-type]
+            core.create_namespaced_config_map("default", V1ConfigMap(metadata=V1ObjectMeta(name="not-mine")))
         assert denied.value.status == 403
         # Orders are aggregated into `edit` by the dev role.
         rules = AuthorizationV1Api(api).create_self_subject_rules_review(
-            {"spec": {"namespace": namespace}}  # type: ignore[arg-type]
+            V1SelfSubjectRulesReview(spec=V1SelfSubjectRulesReviewSpec(namespace=namespace))
         )
         assert rules.status is not None
         assert any(
