@@ -118,6 +118,8 @@ def install(cluster: LocalCluster, values: dict[str, Any] | None = None) -> None
         NAMESPACE,
         "--create-namespace",
         "--take-ownership",
+        # Without values helm would reuse the previous release's, not the chart's defaults.
+        "--reset-values",
         *set_args(values),
         timeout=180,
     )

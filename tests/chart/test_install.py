@@ -1,0 +1,140 @@
+"""The chart installed with helm into the real local control plane: the release deploys, the bundled
+class exists exactly as rendered and validates against the module's CRD, the processes get their
+ServiceAccounts, catalog.mode None removes the catalog RBAC from a running release, and the
+examples' manifests are accepted by the API server."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes.client import (
+    ApiClient,
+    ApiextensionsV1Api,
+    AppsV1Api,
+    CoreV1Api,
+    CustomObjectsApi,
+    RbacAuthorizationV1Api,
+    SchedulingV1Api,
+)
+from kubernetes.client.rest import ApiException
+
+from tests.chart.helm import NAMESPACE, RELEASE, example, find, helm, install, installed, render
+from worker.cluster.launcher import LocalCluster
+
+pytestmark = pytest.mark.cluster
+
+GROUP, VERSION, CLASSES = "ai.deckhouse.io", "v1alpha1", "inferenceserviceclasses"
+
+
+@pytest.fixture(scope="module")
+def chart(local_cluster: LocalCluster) -> Iterator[LocalCluster]:
+    with installed(local_cluster):
+        yield local_cluster
+
+
+def _create_class_dry_run(api: ApiClient, body: dict[str, Any]) -> dict[str, Any]:
+    created: dict[str, Any] = CustomObjectsApi(api).create_cluster_custom_object(
+        GROUP, VERSION, CLASSES, body, dry_run="All", field_validation="Strict"
+    )
+    return created
+
+
+def test_release_is_deployed(chart: LocalCluster) -> None:
+    status = json.loads(
+        helm("status", RELEASE, "--kubeconfig", str(chart.kubeconfig("admin")), "-n", NAMESPACE, "-o", "json").stdout
+    )
+    assert status["info"]["status"] == "deployed"
+
+
+def test_default_llm_exists_as_rendered_and_validates_against_the_crd(
+    chart: LocalCluster, kube_admin: ApiClient
+) -> None:
+    rendered = find(render(), "InferenceServiceClass", "default-llm")
+    stored = CustomObjectsApi(kube_admin).get_cluster_custom_object(GROUP, VERSION, CLASSES, "default-llm")
+    assert stored["metadata"]["labels"]["module"] == "ai-inference"
+    # Nothing pruned, nothing defaulted in: the server kept exactly the admin guide's class.
+    assert stored["spec"] == rendered["spec"]
+
+    # The CRD the server judges it by is the module's (the one the chart carries).
+    crd = ApiextensionsV1Api(kube_admin).read_custom_resource_definition(f"{CLASSES}.{GROUP}")
+    assert crd.metadata.labels["module"] == "ai-inference"
+
+    # Strict field validation: no unknown or duplicate field, every CEL rule holds.
+    body = copy.deepcopy(rendered)
+    body["metadata"] = {"name": "default-llm-validation"}
+    _create_class_dry_run(kube_admin, body)
+
+    # The same validation refuses a broken copy, so the dry run above did judge it.
+    broken = copy.deepcopy(body)
+    broken["spec"]["modelPolicy"]["allowedEndpointTypes"] = []
+    with pytest.raises(ApiException) as refused:
+        _create_class_dry_run(kube_admin, broken)
+    assert refused.value.status == 422
+    broken = copy.deepcopy(body)
+    broken["spec"]["scalingPolicy"] = {"minReplicas": 3, "maxReplicas": 2}
+    with pytest.raises(ApiException) as refused:
+        _create_class_dry_run(kube_admin, broken)
+    assert refused.value.status == 422
+
+
+def test_processes_run_under_their_service_accounts(chart: LocalCluster, kube_admin: ApiClient) -> None:
+    apps, core = AppsV1Api(kube_admin), CoreV1Api(kube_admin)
+    for component in ("worker", "watcher", "planner"):
+        deployment = apps.read_namespaced_deployment(f"ai-inference-{component}", NAMESPACE)
+        assert deployment.spec.template.spec.service_account_name == f"ai-inference-{component}"
+        core.read_namespaced_service_account(f"ai-inference-{component}", NAMESPACE)
+    service = core.read_namespaced_service("ai-inference-planner", NAMESPACE)
+    assert [(p.name, p.port) for p in service.spec.ports] == [("http", 8080)]
+
+
+def test_catalog_none_removes_the_catalog_rbac_from_the_release(chart: LocalCluster, kube_admin: ApiClient) -> None:
+    rbac = RbacAuthorizationV1Api(kube_admin)
+    rbac.read_cluster_role("d8:ai-inference:catalog-reader")
+    try:
+        install(chart, {"catalog.mode": "None"})
+        for read in (rbac.read_cluster_role, rbac.read_cluster_role_binding):
+            with pytest.raises(ApiException) as gone:
+                read("d8:ai-inference:catalog-reader")
+            assert gone.value.status == 404
+        env = {
+            e.name: e.value
+            for e in AppsV1Api(kube_admin)
+            .read_namespaced_deployment("ai-inference-worker", NAMESPACE)
+            .spec.template.spec.containers[0]
+            .env
+        }
+        assert env["AI_INFERENCE_CATALOG__MODE"] == "None"
+    finally:
+        install(chart)
+    rbac.read_cluster_role_binding("d8:ai-inference:catalog-reader")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "class-llm-internal.yaml",
+        "class-llm-chat-external.yaml",
+        "class-llm-strict.yaml",
+        "class-embeddings-only.yaml",
+    ],
+)
+def test_example_classes_validate_against_the_crd(
+    local_cluster: LocalCluster, kube_admin: ApiClient, name: str
+) -> None:
+    body = example(name)
+    created = _create_class_dry_run(kube_admin, body)
+    assert created["spec"] == body["spec"]
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["priorityclass-inference-low.yaml", "priorityclass-inference-normal.yaml", "priorityclass-inference-high.yaml"],
+)
+def test_example_priority_classes_are_accepted(local_cluster: LocalCluster, kube_admin: ApiClient, name: str) -> None:
+    body = example(name)
+    created = SchedulingV1Api(kube_admin).create_priority_class(body, dry_run="All", field_validation="Strict")
+    assert created.value == body["value"]
