@@ -511,6 +511,8 @@ SA_MATRIX: list[tuple[str, Access, bool]] = [
     ("planner", Access("watch", "resourceslices", group="resource.k8s.io", scope="cluster"), True),
     ("planner", Access("list", "deviceclasses", group="resource.k8s.io", scope="cluster"), True),
     ("planner", Access("list", "resourceclaims", group="resource.k8s.io", scope="cluster"), True),
+    ("planner", Access("list", "pods", group="", scope="cluster"), True),
+    ("planner", Access("delete", "pods", group="", scope="other"), False),
     ("planner", Access("get", "secrets", group="", scope="other"), False),
     ("planner", PLANNER[0], False),
     ("planner", Access("patch", "inferenceservices", subresource="status", scope="cluster"), False),
