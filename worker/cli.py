@@ -74,6 +74,24 @@ def watcher(kubeconfig: str | None = KUBECONFIG_OPTION, health_port: int | None 
 
 
 @app.command()
+def planner(
+    host: str = typer.Option("127.0.0.1", help="Address to listen on."),
+    port: int = typer.Option(8080, help="Port to listen on."),
+    kubeconfig: str | None = KUBECONFIG_OPTION,
+) -> None:
+    """Run the planner service: POST /api/v1/launch-plan, GET /healthz, GET /openapi.json."""
+    import uvicorn
+
+    from activities.inventory import read_inventory
+    from planner.service import KubernetesAccessReviewer, create_app
+
+    settings, api = _runtime(kubeconfig)
+    timeout = settings.planner.timeoutSeconds
+    service = create_app(lambda: read_inventory(api, timeout=timeout), KubernetesAccessReviewer(api, timeout))
+    uvicorn.run(service, host=host, port=port, log_config=None)
+
+
+@app.command()
 def replan(
     order: str = typer.Argument(..., help="NAMESPACE/NAME of the InferenceService."),
     kubeconfig: str | None = KUBECONFIG_OPTION,

@@ -1,0 +1,437 @@
+"""The Kubernetes inventory adapter: the cluster's GPUs, DeviceClasses and allocations as an InventorySnapshot.
+
+Read on every plan (the planner judges what is taken *now*):
+
+* **DeviceClasses** (``resource.k8s.io/v1``): name and the CEL expressions of ``spec.selectors``.
+* **ResourceSlices**: every device the GPU driver publishes, with every attribute and capacity as
+  DRA shows them to CEL (``productName``, ``hardwareFamily``, ``memoryGiB``, ``placement``,
+  ``migProfile``, ``sharingMode``, ``shareable``, … and ``allowMultipleAllocations``). Only the
+  newest generation of each pool counts, as for the scheduler.
+* **PhysicalGPUs** (``gpu.deckhouse.io/v1alpha1``, cluster-scoped): the gpu module's own view. They
+  fill facts a slice leaves out (product, family, a whole device's memory) and name the whole device a
+  MIG partition is cut from; where both speak, the slice wins (the scheduler allocates against it) and
+  the disagreement is logged.
+* **ResourceClaims** of every namespace: ``status.allocation.devices.results`` become the devices'
+  allocations, with ``consumedCapacity`` (``gpu.deckhouse.io/memory``, ``gpu.deckhouse.io/sharePercent``)
+  for a share of a device that allows multiple allocations, the whole device otherwise.
+
+Each allocation is given a **holder** so that a replan does not count an order's own claim against it:
+``<namespace>/<order>`` when the claim carries the order label ``ai.deckhouse.io/inference-service``
+(the order's ResourceClaimTemplate puts it on every claim made from it), or when a pod that owns or
+reserves the claim carries that label; ``<namespace>/<claim name>`` otherwise. The planner client sends
+``holder = <namespace>/<order>`` (``OrderRef.key``), so the two meet.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Collection, Iterator, Mapping
+from typing import Any
+
+import structlog
+from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
+from kubernetes.client.exceptions import ApiException
+
+from activities.builders.common import LABEL_ORDER
+from inference_api.gpu_types import GPU_GROUP, GPU_VERSION
+from inference_api.types import PlacementType
+from planner.inventory import GPU_DRIVER, AttributeValue, Device, DeviceAllocation, DeviceClass, InventorySnapshot
+from planner.quantity import MIB, Quantity, QuantityError
+
+log = structlog.get_logger(__name__)
+
+RESOURCE_GROUP = "resource.k8s.io"
+RESOURCE_VERSION = "v1"
+PAGE_SIZE = 500
+
+# Attributes and capacities the typed fields of a Device come from (bare names, the driver's domain).
+MEMORY = "memory"
+SHARE_PERCENT = "sharePercent"
+
+Obj = dict[str, Any]
+
+
+# ------------------------------------------------------------------------------ reads
+
+
+def _list_cluster(
+    custom: CustomObjectsApi, group: str, version: str, plural: str, timeout: float | None
+) -> Iterator[Obj]:
+    """Every object of a resource, all namespaces, page by page (plain dicts: no model round-trip)."""
+    token: str | None = None
+    while True:
+        kwargs: dict[str, Any] = {"limit": PAGE_SIZE}
+        if token:
+            kwargs["_continue"] = token
+        if timeout is not None:
+            kwargs["_request_timeout"] = timeout
+        page = custom.list_cluster_custom_object(group, version, plural, **kwargs)
+        yield from page.get("items") or []
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return
+
+
+def _order_pods(api: ApiClient, timeout: float | None) -> dict[tuple[str, str], str]:
+    """(namespace, pod) → order name, for pods that carry the order label. Empty when pods are not readable."""
+    kwargs: dict[str, Any] = {"label_selector": LABEL_ORDER, "_preload_content": False}
+    if timeout is not None:
+        kwargs["_request_timeout"] = timeout
+    try:
+        response = CoreV1Api(api).list_pod_for_all_namespaces(**kwargs)
+    except ApiException as err:
+        if err.status in (401, 403, 404):
+            log.debug("pods not readable: claims without the order label keep their own name", status=err.status)
+            return {}
+        raise
+    pods = json.loads(response.data).get("items") or []
+    out: dict[tuple[str, str], str] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        order = (meta.get("labels") or {}).get(LABEL_ORDER)
+        if order:
+            out[(meta.get("namespace", ""), meta.get("name", ""))] = order
+    return out
+
+
+def read_inventory(
+    api: ApiClient,
+    *,
+    drivers: Collection[str] = (GPU_DRIVER,),
+    timeout: float | None = None,
+) -> InventorySnapshot:
+    """The cluster's inventory as the planner judges it: devices of ``drivers``, every DeviceClass,
+    and what allocated ResourceClaims hold. ``timeout`` bounds each API call (seconds)."""
+    custom = CustomObjectsApi(api)
+    classes = list(_list_cluster(custom, RESOURCE_GROUP, RESOURCE_VERSION, "deviceclasses", timeout))
+    slices = list(_list_cluster(custom, RESOURCE_GROUP, RESOURCE_VERSION, "resourceslices", timeout))
+    claims = list(_list_cluster(custom, RESOURCE_GROUP, RESOURCE_VERSION, "resourceclaims", timeout))
+    try:
+        gpus = list(_list_cluster(custom, GPU_GROUP, GPU_VERSION, "physicalgpus", timeout))
+    except ApiException as err:
+        if err.status != 404:
+            raise
+        gpus = []  # no gpu module (or its CRD) here: the slices alone describe the devices
+    pods: dict[tuple[str, str], str] | None = None
+    if any(_needs_pods(c, drivers) for c in claims):
+        pods = _order_pods(api, timeout)
+    return build_snapshot(classes, slices, claims, gpus, pods or {}, drivers=drivers)
+
+
+# ----------------------------------------------------------------------- pure mapping
+
+
+def build_snapshot(
+    device_classes: list[Obj],
+    resource_slices: list[Obj],
+    resource_claims: list[Obj],
+    physical_gpus: list[Obj],
+    order_pods: Mapping[tuple[str, str], str],
+    *,
+    drivers: Collection[str] = (GPU_DRIVER,),
+) -> InventorySnapshot:
+    """The snapshot from the objects as the API server returns them (plain dicts). Pure."""
+    classes = [_device_class(obj) for obj in sorted(device_classes, key=lambda o: o["metadata"]["name"])]
+    raw_devices = list(_slice_devices(resource_slices, drivers))
+    gpus = _index_gpus(physical_gpus)
+    allocations = _allocations(resource_claims, order_pods, drivers)
+
+    devices: list[Device] = []
+    by_pool: dict[tuple[str, str, str], int] = {}
+    seen: set[tuple[str, str]] = set()
+    for raw in raw_devices:
+        device = _device(raw, gpus)
+        if (device.node, device.name) in seen:
+            log.warning("device published twice; the second is ignored", node=device.node, device=device.name)
+            continue
+        seen.add((device.node, device.name))
+        by_pool[(raw.driver, raw.pool, raw.name)] = len(devices)
+        devices.append(device)
+    devices = _with_parents(devices, raw_devices, gpus)
+    for key, held in allocations.items():
+        index = by_pool.get(key)
+        if index is None:
+            continue  # allocated on a device no current slice publishes (a pool being replaced)
+        device = devices[index]
+        devices[index] = device.model_copy(update={"allocations": [_allocation(device, h) for h in held]})
+    return InventorySnapshot(devices=devices, deviceClasses=classes)
+
+
+def _device_class(obj: Obj) -> DeviceClass:
+    selectors = []
+    for selector in (obj.get("spec") or {}).get("selectors") or []:
+        expression = (selector.get("cel") or {}).get("expression")
+        if expression is not None:
+            selectors.append(str(expression))
+    return DeviceClass(name=obj["metadata"]["name"], selectors=selectors)
+
+
+class _RawDevice:
+    """One device entry of a ResourceSlice, with where it lives."""
+
+    __slots__ = ("attributes", "capacity", "driver", "entry", "name", "node", "pool")
+
+    def __init__(self, driver: str, pool: str, node: str, entry: Obj) -> None:
+        self.driver = driver
+        self.pool = pool
+        self.node = node
+        self.entry = entry
+        self.name: str = entry["name"]
+        self.attributes: dict[str, AttributeValue] = {
+            name: value
+            for name, raw in (entry.get("attributes") or {}).items()
+            if (value := _attribute(raw)) is not None
+        }
+        self.capacity: dict[str, str] = {
+            name: str(raw["value"]) for name, raw in (entry.get("capacity") or {}).items() if "value" in (raw or {})
+        }
+
+    def attribute(self, bare: str) -> AttributeValue | None:
+        value = self.attributes.get(bare)
+        return value if value is not None else self.attributes.get(f"{self.driver}/{bare}")
+
+    def capacity_of(self, bare: str) -> str | None:
+        return self.capacity.get(bare) or self.capacity.get(f"{self.driver}/{bare}")
+
+
+def _attribute(raw: Obj | None) -> AttributeValue | None:
+    """A DeviceAttribute's value: exactly one of bool, int, string, version (a string to CEL here)."""
+    if not raw:
+        return None
+    for kind in ("bool", "int", "string", "version"):
+        if kind in raw and raw[kind] is not None:
+            value = raw[kind]
+            if kind == "bool":
+                return bool(value)
+            if kind == "int":
+                return int(value)
+            return str(value)
+    return None
+
+
+def _slice_devices(slices: list[Obj], drivers: Collection[str]) -> Iterator[_RawDevice]:
+    # Only the newest generation of a pool is current; older slices are on their way out.
+    newest: dict[tuple[str, str], int] = {}
+    for s in slices:
+        spec = s.get("spec") or {}
+        pool = spec.get("pool") or {}
+        key = (spec.get("driver", ""), pool.get("name", ""))
+        newest[key] = max(newest.get(key, 0), int(pool.get("generation") or 0))
+    for s in sorted(slices, key=lambda o: o["metadata"]["name"]):
+        spec = s.get("spec") or {}
+        driver = spec.get("driver", "")
+        if driver not in drivers:
+            continue
+        pool = spec.get("pool") or {}
+        pool_name = pool.get("name", "")
+        if int(pool.get("generation") or 0) < newest[(driver, pool_name)]:
+            continue
+        for entry in spec.get("devices") or []:
+            # A device names its node itself under per-device node selection; else the slice does;
+            # a network-attached pool has no node, and its pool name stands in for one.
+            node = entry.get("nodeName") or spec.get("nodeName") or pool_name
+            yield _RawDevice(driver, pool_name, node, entry)
+
+
+def _index_gpus(gpus: list[Obj]) -> dict[tuple[str, ...], tuple[str, Obj]]:
+    """PhysicalGPU (name, status) by ("name", name) and by ("index", node, index)."""
+    out: dict[tuple[str, ...], tuple[str, Obj]] = {}
+    for gpu in gpus:
+        status = gpu.get("status") or {}
+        if not status:
+            continue  # not observed yet
+        name = gpu["metadata"]["name"]
+        out[("name", name)] = (name, status)
+        if status.get("nodeName") is not None and status.get("index") is not None:
+            out[("index", str(status["nodeName"]), str(status["index"]))] = (name, status)
+    return out
+
+
+GpuIndex = Mapping[tuple[str, ...], tuple[str, Obj]]
+
+
+def _physical_gpu(raw: _RawDevice, gpus: GpuIndex) -> tuple[str | None, Obj | None]:
+    """The PhysicalGPU a device belongs to (name, status): by its ``physicalGPU`` attribute, else by node
+    and ``index``. Without a PhysicalGPU, the attribute alone still names the silicon (no status)."""
+    name = raw.attribute("physicalGPU")
+    if isinstance(name, str) and ("name", name) in gpus:
+        return gpus[("name", name)]
+    index = raw.attribute("index")
+    if index is not None and not isinstance(index, bool):
+        found = gpus.get(("index", raw.node, str(index)))
+        if found is not None:
+            return found
+    return (name if isinstance(name, str) else None), None
+
+
+def _mib(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return Quantity.parse(text).mib()
+    except QuantityError:
+        return None
+
+
+def _device(raw: _RawDevice, gpus: GpuIndex) -> Device:
+    _, gpu = _physical_gpu(raw, gpus)
+    mig_profile = raw.attribute("migProfile")
+    placement_text = raw.attribute("placement")
+    try:
+        placement = PlacementType(str(placement_text)) if placement_text is not None else None
+    except ValueError:
+        placement = None
+    if placement is None:
+        placement = PlacementType.PARTITION if mig_profile else PlacementType.WHOLE_DEVICE
+
+    product = raw.attribute("productName")
+    family = raw.attribute("hardwareFamily")
+    memory_mib = _mib(raw.capacity_of(MEMORY))
+    if memory_mib is None:
+        memory_gib = raw.attribute("memoryGiB")
+        if isinstance(memory_gib, int) and not isinstance(memory_gib, bool):
+            memory_mib = memory_gib * 1024
+    if gpu is not None:
+        _confirm(raw, "productName", product, gpu.get("productName"))
+        _confirm(raw, "hardwareFamily", family, gpu.get("hardwareFamily"))
+        product = product if product is not None else gpu.get("productName")
+        family = family if family is not None else gpu.get("hardwareFamily")
+        if placement == PlacementType.WHOLE_DEVICE:
+            _confirm(raw, "memoryMiB", memory_mib, gpu.get("memoryMiB"))
+            if memory_mib is None and gpu.get("memoryMiB") is not None:
+                memory_mib = int(gpu["memoryMiB"])
+
+    return Device(
+        name=raw.name,
+        node=raw.node,
+        pool=raw.pool,
+        driver=raw.driver,
+        productName=str(product) if product is not None else None,
+        memoryMiB=memory_mib,
+        hardwareFamily=str(family) if family is not None else None,
+        placement=placement,
+        migProfile=str(mig_profile) if mig_profile is not None else None,
+        allowMultipleAllocations=bool(raw.entry.get("allowMultipleAllocations")),
+        # Everything the slice publishes, so selectors see exactly what the DRA allocator sees.
+        attributes=dict(raw.attributes),
+        capacity=dict(raw.capacity),
+    )
+
+
+def _confirm(raw: _RawDevice, what: str, published: object, observed: object) -> None:
+    if published is not None and observed is not None and published != observed:
+        log.warning(
+            "ResourceSlice and PhysicalGPU disagree; the slice is used",
+            node=raw.node,
+            device=raw.name,
+            field=what,
+            slice=published,
+            physical_gpu=observed,
+        )
+
+
+def _with_parents(devices: list[Device], raws: list[_RawDevice], gpus: GpuIndex) -> list[Device]:
+    """A partition's ``parentDevice``: the whole device of its node cut from the same physical GPU."""
+    physical: dict[tuple[str, str], str] = {}
+    for raw in raws:
+        key, _ = _physical_gpu(raw, gpus)
+        if key is not None:
+            physical[(raw.node, raw.name)] = key
+    whole: dict[tuple[str, str], str] = {}
+    for d in devices:
+        key = physical.get((d.node, d.name))
+        if key is not None and d.placement == PlacementType.WHOLE_DEVICE:
+            whole[(d.node, key)] = d.name
+    out = []
+    for d in devices:
+        key = physical.get((d.node, d.name))
+        parent = whole.get((d.node, key)) if key is not None else None
+        if d.placement == PlacementType.PARTITION and parent is not None and d.parentDevice is None:
+            d = d.model_copy(update={"parentDevice": parent})
+        out.append(d)
+    return out
+
+
+# ------------------------------------------------------------------------ allocations
+
+
+class _Held:
+    __slots__ = ("consumed", "holder")
+
+    def __init__(self, holder: str, consumed: dict[str, str]) -> None:
+        self.holder = holder
+        self.consumed = consumed
+
+
+def _needs_pods(claim: Obj, drivers: Collection[str]) -> bool:
+    """Whether the claim's holder can only be learnt from its pods."""
+    meta = claim.get("metadata") or {}
+    if (meta.get("labels") or {}).get(LABEL_ORDER):
+        return False
+    results = ((((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results")) or []
+    return any(r.get("driver") in drivers for r in results)
+
+
+def claim_holder(claim: Obj, order_pods: Mapping[tuple[str, str], str]) -> str:
+    """``<namespace>/<order>`` when the claim or a pod owning / reserving it names the order; else
+    ``<namespace>/<claim>``."""
+    meta = claim.get("metadata") or {}
+    namespace = meta.get("namespace", "")
+    order = (meta.get("labels") or {}).get(LABEL_ORDER)
+    if order:
+        return f"{namespace}/{order}"
+    pods = [ref.get("name", "") for ref in meta.get("ownerReferences") or [] if ref.get("kind") == "Pod"]
+    pods += [
+        ref.get("name", "")
+        for ref in (claim.get("status") or {}).get("reservedFor") or []
+        if ref.get("resource") == "pods" and not ref.get("apiGroup")
+    ]
+    for pod in pods:
+        order = order_pods.get((namespace, pod))
+        if order:
+            return f"{namespace}/{order}"
+    return f"{namespace}/{meta.get('name', '')}"
+
+
+def _allocations(
+    claims: list[Obj], order_pods: Mapping[tuple[str, str], str], drivers: Collection[str]
+) -> dict[tuple[str, str, str], list[_Held]]:
+    """(driver, pool, device) → what each allocated claim holds there."""
+    out: dict[tuple[str, str, str], list[_Held]] = {}
+    for claim in sorted(claims, key=lambda c: (c["metadata"].get("namespace", ""), c["metadata"].get("name", ""))):
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        results = (allocation.get("devices") or {}).get("results") or []
+        holder: str | None = None
+        for result in results:
+            if result.get("driver") not in drivers or result.get("adminAccess"):
+                continue  # admin access observes a device without taking any of it
+            holder = holder or claim_holder(claim, order_pods)
+            consumed = {str(k): str(v) for k, v in (result.get("consumedCapacity") or {}).items()}
+            key = (result["driver"], result.get("pool", ""), result.get("device", ""))
+            out.setdefault(key, []).append(_Held(holder, consumed))
+    return out
+
+
+def _allocation(device: Device, held: _Held) -> DeviceAllocation:
+    """What one claim holds of a device: its consumed capacity on a shareable device, else all of it."""
+
+    def consumed(bare: str) -> Quantity | None:
+        text = held.consumed.get(f"{device.driver}/{bare}") or held.consumed.get(bare)
+        if text is None:
+            return None
+        try:
+            return Quantity.parse(text)
+        except QuantityError:
+            return None
+
+    if not device.allowMultipleAllocations:
+        return DeviceAllocation(holder=held.holder)
+    memory = consumed(MEMORY)
+    share = consumed(SHARE_PERCENT)
+    if memory is None and share is None:
+        # A shared device with no consumed capacity recorded: nothing says how much, so all of it.
+        return DeviceAllocation(holder=held.holder)
+    memory_mib = math.ceil(memory.value / MIB) if memory is not None else None
+    share_percent = min(100, max(0, math.ceil(share.value))) if share is not None else 0
+    return DeviceAllocation(holder=held.holder, sharePercent=share_percent, memoryMiB=memory_mib)

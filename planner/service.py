@@ -1,0 +1,407 @@
+"""The planner service: ``POST /api/v1/launch-plan`` around the planning library (Starlette + uvicorn).
+
+Routes:
+
+* ``POST /api/v1/launch-plan`` — body a ``LaunchPlanRequest``, answer a ``PlanOutcome`` (a plan or a
+  refusal, both ``200``). The service reads the inventory itself, on every request, through its own
+  ``ApiClient`` (the ``inventory`` callable it is built with).
+* ``GET /healthz`` — ``ok``; ``GET /openapi.json`` — the OpenAPI 3.1 document of the above, its
+  schemas generated from the pydantic models.
+
+Callers are authorized like an extension API server: the bearer token goes to a **TokenReview**
+(``authentication.k8s.io/v1``), the user it names to a **SubjectAccessReview**
+(``authorization.k8s.io/v1``) for verb ``create`` on ``inferenceserviceclasses/planner`` in API group
+``ai.deckhouse.io`` — a virtual subresource no human role grants. No or an unknown token → ``401``,
+not allowed → ``403``, with a JSON ``{error, message}`` saying why; the token itself is never echoed,
+logged or kept (a positive answer is remembered for ``cache_ttl`` seconds under the token's SHA-256).
+
+Imports point one way: the Kubernetes inventory adapter lives with the activities, so whoever starts
+the service (the ``ai-inference planner`` command, a test) hands it the reader.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import structlog
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.json_schema import models_json_schema
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from inference_api.plan import LaunchPlanRequest, PlanOutcome
+from planner.inventory import InventorySnapshot
+from planner.planning import PlanningRequest, plan_launch
+from planner.recipes import RecipeBook, load_recipe_book
+
+log = structlog.get_logger(__name__)
+
+LAUNCH_PLAN_PATH = "/api/v1/launch-plan"
+HEALTHZ_PATH = "/healthz"
+OPENAPI_PATH = "/openapi.json"
+
+# The virtual subresource a caller must be allowed to create.
+PLANNER_GROUP = "ai.deckhouse.io"
+PLANNER_RESOURCE = "inferenceserviceclasses"
+PLANNER_SUBRESOURCE = "planner"
+PLANNER_VERB = "create"
+PERMISSION = f"{PLANNER_VERB} {PLANNER_RESOURCE}/{PLANNER_SUBRESOURCE} in API group {PLANNER_GROUP}"
+
+MAX_BODY_BYTES = 1 << 20
+DEFAULT_CACHE_TTL = 30.0
+
+ErrorKind = Literal["BadRequest", "Unauthorized", "Forbidden", "PayloadTooLarge", "ServiceUnavailable"]
+
+
+class ErrorBody(BaseModel):
+    """Why a request was not answered with a PlanOutcome."""
+
+    model_config = ConfigDict(extra="forbid")
+    error: ErrorKind = Field(description="What went wrong, by HTTP status.")
+    message: str = Field(description="Why, for a person; never the caller's token.")
+    details: list[dict[str, Any]] = Field(
+        default_factory=list, description="Field errors of an invalid body (location, message, type)."
+    )
+
+
+# ------------------------------------------------------------------------ authorization
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who a token belongs to, as the TokenReview said."""
+
+    username: str
+    uid: str = ""
+    groups: tuple[str, ...] = ()
+    extra: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Decision:
+    allowed: bool
+    reason: str = ""
+
+
+class ReviewError(Exception):
+    """The API server could not be asked (the service answers 503; the caller retries)."""
+
+
+class AccessReviewer(Protocol):
+    def authenticate(self, token: str) -> Caller | None:
+        """The token's user, or None when the API server does not accept the token."""
+        ...
+
+    def authorize(self, caller: Caller) -> Decision:
+        """May the caller create inferenceserviceclasses/planner?"""
+        ...
+
+
+class KubernetesAccessReviewer:
+    """TokenReview and SubjectAccessReview through the service's own ApiClient (its ServiceAccount
+    needs ``create`` on tokenreviews and subjectaccessreviews)."""
+
+    def __init__(self, api: Any, timeout: float = 10) -> None:
+        self._api = api
+        self._timeout = timeout
+
+    def authenticate(self, token: str) -> Caller | None:
+        from kubernetes.client import AuthenticationV1Api, V1TokenReview, V1TokenReviewSpec
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            review = AuthenticationV1Api(self._api).create_token_review(
+                V1TokenReview(spec=V1TokenReviewSpec(token=token)), _request_timeout=self._timeout
+            )
+        except ApiException as err:
+            # Status line only: an error body is not ours to repeat.
+            raise ReviewError(f"TokenReview failed: HTTP {err.status} {err.reason}") from None
+        except Exception as err:
+            raise ReviewError(f"TokenReview failed: {type(err).__name__}") from None
+        status = review.status
+        if status is None or not status.authenticated or status.user is None:
+            return None
+        user = status.user
+        return Caller(
+            username=user.username or "",
+            uid=user.uid or "",
+            groups=tuple(user.groups or ()),
+            extra={k: tuple(v or ()) for k, v in (user.extra or {}).items()},
+        )
+
+    def authorize(self, caller: Caller) -> Decision:
+        from kubernetes.client import (
+            AuthorizationV1Api,
+            V1ResourceAttributes,
+            V1SubjectAccessReview,
+            V1SubjectAccessReviewSpec,
+        )
+        from kubernetes.client.exceptions import ApiException
+
+        review = V1SubjectAccessReview(
+            spec=V1SubjectAccessReviewSpec(
+                user=caller.username,
+                uid=caller.uid or None,
+                groups=list(caller.groups),
+                extra={k: list(v) for k, v in caller.extra.items()} or None,
+                resource_attributes=V1ResourceAttributes(
+                    group=PLANNER_GROUP, resource=PLANNER_RESOURCE, subresource=PLANNER_SUBRESOURCE, verb=PLANNER_VERB
+                ),
+            )
+        )
+        try:
+            answer = AuthorizationV1Api(self._api).create_subject_access_review(review, _request_timeout=self._timeout)
+        except ApiException as err:
+            raise ReviewError(f"SubjectAccessReview failed: HTTP {err.status} {err.reason}") from None
+        except Exception as err:
+            raise ReviewError(f"SubjectAccessReview failed: {type(err).__name__}") from None
+        status = answer.status
+        if status is None:
+            return Decision(False, "the SubjectAccessReview came back without a status")
+        reason = status.reason or status.evaluation_error or ""
+        return Decision(bool(status.allowed) and not status.denied, reason)
+
+
+class CallerCache:
+    """Positive reviews for a short while, keyed by the SHA-256 of the token (never the token)."""
+
+    def __init__(self, ttl: float = DEFAULT_CACHE_TTL, limit: int = 4096, clock: Callable[[], float] = time.monotonic):
+        self._ttl = ttl
+        self._limit = limit
+        self._clock = clock
+        self._entries: dict[str, tuple[float, Caller]] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(token: str) -> str:
+        return hashlib.sha256(token.encode()).hexdigest()
+
+    def get(self, token: str) -> Caller | None:
+        key, now = self.key(token), self._clock()
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            if entry[0] <= now:
+                del self._entries[key]
+                return None
+            return entry[1]
+
+    def put(self, token: str, caller: Caller) -> None:
+        if self._ttl <= 0:
+            return
+        now = self._clock()
+        with self._lock:
+            if len(self._entries) >= self._limit:
+                self._entries = {k: v for k, v in self._entries.items() if v[0] > now}
+                if len(self._entries) >= self._limit:
+                    self._entries.pop(next(iter(self._entries)))
+            self._entries[self.key(token)] = (now + self._ttl, caller)
+
+
+def _bearer(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return token.strip() or None
+
+
+def _error(status: int, kind: ErrorKind, message: str, details: list[dict[str, Any]] | None = None) -> JSONResponse:
+    headers = {"WWW-Authenticate": 'Bearer realm="ai-inference-planner"'} if status == 401 else None
+    body = ErrorBody(error=kind, message=message, details=details or [])
+    return JSONResponse(body.model_dump(mode="json"), status_code=status, headers=headers)
+
+
+# ------------------------------------------------------------------------------ OpenAPI
+
+
+def openapi_document() -> dict[str, Any]:
+    """OpenAPI 3.1 (its schemas are JSON Schema 2020-12, which pydantic writes)."""
+    refs, top = models_json_schema(
+        [(LaunchPlanRequest, "validation"), (PlanOutcome, "serialization"), (ErrorBody, "serialization")],
+        ref_template="#/components/schemas/{model}",
+    )
+    request_ref = refs[(LaunchPlanRequest, "validation")]
+    outcome_ref = refs[(PlanOutcome, "serialization")]
+    error_ref = refs[(ErrorBody, "serialization")]
+
+    def json_content(ref: Mapping[str, Any]) -> dict[str, Any]:
+        return {"application/json": {"schema": dict(ref)}}
+
+    def error(description: str) -> dict[str, Any]:
+        return {"description": description, "content": json_content(error_ref)}
+
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "ai-inference planner",
+            "version": "v1",
+            "description": "Launch planning for one InferenceService: on which accelerator, with how much of "
+            "it, with which vLLM recipe. See docs/planner.md.",
+        },
+        "paths": {
+            LAUNCH_PLAN_PATH: {
+                "post": {
+                    "operationId": "launchPlan",
+                    "summary": "Plan one order against the cluster's current inventory.",
+                    "description": "Callers need `create` on the virtual subresource `inferenceserviceclasses/planner` "
+                    "(API group ai.deckhouse.io), checked with a TokenReview and a SubjectAccessReview.",
+                    "security": [{"kubernetesBearer": []}],
+                    "requestBody": {"required": True, "content": json_content(request_ref)},
+                    "responses": {
+                        "200": {
+                            "description": "A plan, or a refusal with its reason (exactly one of the two).",
+                            "content": json_content(outcome_ref),
+                        },
+                        "400": error("The body is not a valid LaunchPlanRequest."),
+                        "401": error("No bearer token, or the API server does not accept it."),
+                        "403": error(f"The caller may not {PERMISSION}."),
+                        "413": error(f"The body is larger than {MAX_BODY_BYTES} bytes."),
+                        "503": error("The API server could not be asked (reviews, inventory); retry."),
+                    },
+                }
+            },
+            HEALTHZ_PATH: {
+                "get": {
+                    "operationId": "healthz",
+                    "summary": "Liveness.",
+                    "responses": {
+                        "200": {"description": "ok", "content": {"text/plain": {"schema": {"type": "string"}}}}
+                    },
+                }
+            },
+            OPENAPI_PATH: {
+                "get": {
+                    "operationId": "openapi",
+                    "summary": "This document.",
+                    "responses": {
+                        "200": {
+                            "description": "OpenAPI 3.1",
+                            "content": {"application/json": {"schema": {"type": "object"}}},
+                        }
+                    },
+                }
+            },
+        },
+        "components": {
+            "schemas": top.get("$defs", {}),
+            "securitySchemes": {
+                "kubernetesBearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "A Kubernetes bearer token (the caller's ServiceAccount token), reviewed with a "
+                    "TokenReview.",
+                }
+            },
+        },
+    }
+
+
+# ---------------------------------------------------------------------------------- app
+
+
+def create_app(
+    inventory: Callable[[], InventorySnapshot],
+    reviewer: AccessReviewer,
+    *,
+    recipes: RecipeBook | None = None,
+    cache_ttl: float = DEFAULT_CACHE_TTL,
+    clock: Callable[[], float] = time.monotonic,
+) -> Starlette:
+    """The service. ``inventory`` reads the cluster's snapshot (it is called on every plan);
+    ``reviewer`` answers TokenReviews and SubjectAccessReviews."""
+    book = recipes or load_recipe_book()  # loaded (and validated) now: a broken table fails the start
+    cache = CallerCache(cache_ttl, clock=clock)
+    document = openapi_document()
+
+    async def authorize(request: Request) -> Caller | JSONResponse:
+        token = _bearer(request)
+        if token is None:
+            return _error(401, "Unauthorized", "no bearer token: send `Authorization: Bearer <ServiceAccount token>`")
+        cached = cache.get(token)
+        if cached is not None:
+            return cached
+        try:
+            caller = await run_in_threadpool(reviewer.authenticate, token)
+            if caller is None:
+                return _error(401, "Unauthorized", "the API server did not accept the bearer token (TokenReview)")
+            decision = await run_in_threadpool(reviewer.authorize, caller)
+        except ReviewError as err:
+            log.warning("planner: review failed", error=str(err))
+            return _error(503, "ServiceUnavailable", f"cannot authorize the caller now: {err}")
+        if not decision.allowed:
+            why = f" ({decision.reason})" if decision.reason else ""
+            log.info("planner: caller refused", user=caller.username)
+            return _error(403, "Forbidden", f'user "{caller.username}" may not {PERMISSION}{why}')
+        cache.put(token, caller)
+        return caller
+
+    async def launch_plan(request: Request) -> Response:
+        started = time.perf_counter()
+        caller = await authorize(request)
+        if isinstance(caller, Response):
+            return caller
+        raw = await request.body()
+        if len(raw) > MAX_BODY_BYTES:
+            return _error(413, "PayloadTooLarge", f"the body is larger than {MAX_BODY_BYTES} bytes")
+        try:
+            body = LaunchPlanRequest.model_validate_json(raw)
+        except ValidationError as err:
+            details = err.errors(include_url=False, include_context=False, include_input=False)
+            return _error(400, "BadRequest", f"the body is not a LaunchPlanRequest: {err.error_count()} error(s)",
+                          [dict(d) for d in details])  # fmt: skip
+        try:
+            snapshot = await run_in_threadpool(inventory)
+        except Exception as err:
+            status = getattr(err, "status", None)
+            what = f"HTTP {status} {getattr(err, 'reason', '')}".strip() if status else type(err).__name__
+            log.warning("planner: inventory read failed", error=what)
+            return _error(503, "ServiceUnavailable", f"reading the inventory failed: {what}")
+        outcome = await run_in_threadpool(plan_launch, PlanningRequest(**dict(body), inventory=snapshot), book)
+        log.info(
+            "planner: planned",
+            user=caller.username,
+            holder=body.holder,
+            model=body.facts.modelName,
+            outcome=outcome.refusal.reason.value if outcome.refusal else "Planned",
+            devices=outcome.plan.deviceNames if outcome.plan else None,
+            ms=round((time.perf_counter() - started) * 1000, 1),
+        )
+        return Response(outcome.model_dump_json(), media_type="application/json")
+
+    async def healthz(request: Request) -> Response:
+        return PlainTextResponse("ok\n")
+
+    async def openapi(request: Request) -> Response:
+        return JSONResponse(document)
+
+    return Starlette(
+        routes=[
+            Route(LAUNCH_PLAN_PATH, launch_plan, methods=["POST"]),
+            Route(HEALTHZ_PATH, healthz, methods=["GET"]),
+            Route(OPENAPI_PATH, openapi, methods=["GET"]),
+        ]
+    )
+
+
+__all__ = [
+    "LAUNCH_PLAN_PATH",
+    "AccessReviewer",
+    "Caller",
+    "CallerCache",
+    "Decision",
+    "ErrorBody",
+    "KubernetesAccessReviewer",
+    "ReviewError",
+    "create_app",
+    "openapi_document",
+]

@@ -1,0 +1,181 @@
+"""build_snapshot: API objects (plain dicts, as the server returns them) → the planner's snapshot."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from activities.inventory import build_snapshot, claim_holder
+from inference_api.types import PlacementType
+from planner.cel_selectors import select_devices
+from planner.inventory import DeviceAllocation, DeviceClass
+from worker.cluster.inventory import (
+    device_class_object,
+    load_inventory,
+    physical_gpu_object,
+    resource_slice_object,
+)
+
+D = "gpu.deckhouse.io"
+ORDER_LABEL = "ai.deckhouse.io/inference-service"
+
+
+def sim_objects() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    inv = load_inventory()
+    classes = [device_class_object(c) for c in inv.device_classes]
+    slices = [resource_slice_object(n) for n in inv.nodes if n.devices]
+    gpus = [physical_gpu_object(g) for g in inv.physical_gpus]
+    return classes, slices, gpus
+
+
+def claim(
+    name: str,
+    namespace: str,
+    results: list[dict[str, Any]],
+    labels: dict[str, str] | None = None,
+    owner_pod: str | None = None,
+    reserved_for: str | None = None,
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if labels:
+        meta["labels"] = labels
+    if owner_pod:
+        meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": owner_pod, "uid": "u"}]
+    status: dict[str, Any] = {"allocation": {"devices": {"results": results}}}
+    if reserved_for:
+        status["reservedFor"] = [{"resource": "pods", "name": reserved_for, "uid": "u"}]
+    return {"metadata": meta, "status": status}
+
+
+def result(pool: str, device: str, **consumed: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"request": "gpu", "driver": D, "pool": pool, "device": device}
+    if consumed:
+        out["consumedCapacity"] = {f"{D}/{k}": v for k, v in consumed.items()}
+    return out
+
+
+def test_the_simulated_inventory_maps_to_devices_the_selectors_judge_like_the_twin() -> None:
+    inv = load_inventory()
+    classes, slices, gpus = sim_objects()
+    snap = build_snapshot(classes, slices, [], gpus, {})
+    assert {(d.node, d.name) for d in snap.devices} == {(d.node, d.name) for d in inv.devices}
+    by_key = {(d.node, d.name): d for d in snap.devices}
+    for sim in inv.devices:
+        d = by_key[(sim.node, sim.name)]
+        assert d.productName == sim.product_name
+        assert d.hardwareFamily == sim.hardware_family
+        assert d.memoryMiB == sim.memory_gib * 1024
+        assert d.placement == PlacementType(sim.placement)
+        assert d.migProfile == sim.mig_profile
+        assert d.allowMultipleAllocations == sim.shareable
+        assert d.pool == sim.node
+        assert d.attributes == sim.attributes  # every published attribute, for the selectors
+        assert d.capacity[f"{D}/memory"] == f"{sim.memory_gib}Gi"
+        assert d.allocations == []
+    assert [c.name for c in snap.deviceClasses] == sorted(c.name for c in inv.device_classes)
+    for dc in snap.deviceClasses:
+        chosen = select_devices(dc, snap.devices)
+        assert chosen.decidable, chosen.error
+        assert {(d.node, d.name) for d in chosen.devices} == {(d.node, d.name) for d in inv.devices_of_class(dc.name)}
+
+
+def test_allocations_consumed_capacity_and_holders() -> None:
+    classes, slices, gpus = sim_objects()
+    claims = [
+        # Made from the order's template: the claim carries the order label.
+        claim(
+            "llm-a-claim-x",
+            "team",
+            [result("gpu-h100-0", "gpu-0", memory="24Gi", sharePercent="0")],
+            labels={ORDER_LABEL: "llm-a"},
+        ),
+        # No label on the claim; the pod that owns it names the order.
+        claim(
+            "pod-b-gpu-y",
+            "team",
+            [result("gpu-h100-0", "gpu-0", memory="30Gi", sharePercent="40")],
+            owner_pod="llm-b-0",
+        ),
+        # A claim nobody labels: itself.
+        claim("plain", "other", [result("gpu-h100-0", "gpu-4")], reserved_for="somepod"),
+        # Shared device, nothing recorded: all of it.
+        claim("legacy", "other", [result("gpu-t4-0", "gpu-1")]),
+        # Admin access observes without taking; another driver's device is not ours.
+        claim("observer", "other", [{**result("gpu-t4-0", "gpu-2"), "adminAccess": True}]),
+        claim("nic", "other", [{**result("gpu-t4-0", "gpu-3"), "driver": "nic.example.com"}]),
+    ]
+    snap = build_snapshot(classes, slices, claims, gpus, {("team", "llm-b-0"): "llm-b"})
+    by_key = {d.key: d for d in snap.devices}
+    assert by_key["gpu-h100-0/gpu-0"].allocations == [
+        DeviceAllocation(holder="team/llm-a", sharePercent=0, memoryMiB=24 * 1024),
+        DeviceAllocation(holder="team/llm-b", sharePercent=40, memoryMiB=30 * 1024),
+    ]
+    assert by_key["gpu-h100-0/gpu-4"].allocations == [DeviceAllocation(holder="other/plain")]
+    assert by_key["gpu-t4-0/gpu-1"].allocations == [DeviceAllocation(holder="other/legacy")]
+    assert by_key["gpu-t4-0/gpu-2"].allocations == []
+    assert by_key["gpu-t4-0/gpu-3"].allocations == []
+
+
+def test_claim_holder_prefers_the_label_then_pods_then_the_claim() -> None:
+    c = claim("c", "ns", [], owner_pod="p1", reserved_for="p2")
+    assert claim_holder(c, {}) == "ns/c"
+    assert claim_holder(c, {("ns", "p2"): "order-2"}) == "ns/order-2"
+    assert claim_holder(c, {("ns", "p1"): "order-1", ("ns", "p2"): "order-2"}) == "ns/order-1"
+    assert claim_holder(c, {("elsewhere", "p1"): "order-1"}) == "ns/c"
+    labelled = claim("c", "ns", [], labels={ORDER_LABEL: "mine"}, owner_pod="p1")
+    assert claim_holder(labelled, {("ns", "p1"): "order-1"}) == "ns/mine"
+
+
+def test_only_the_newest_generation_of_a_pool_counts() -> None:
+    _, slices, _ = sim_objects()
+    (t4,) = [s for s in slices if s["spec"]["nodeName"] == "gpu-t4-0"]
+    old = {**t4, "metadata": {"name": "old"}, "spec": {**t4["spec"], "devices": [{"name": "gone"}]}}
+    new = {**t4, "spec": {**t4["spec"], "pool": {**t4["spec"]["pool"], "generation": 2}}}
+    snap = build_snapshot([], [old, new], [], [], {})
+    assert sorted(d.name for d in snap.devices) == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
+
+
+def test_physical_gpus_fill_what_a_slice_leaves_out_and_name_a_partitions_parent() -> None:
+    slice_ = {
+        "metadata": {"name": "n1-gpu"},
+        "spec": {
+            "driver": D,
+            "nodeName": "n1",
+            "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+            "devices": [
+                {"name": "gpu-0", "attributes": {"index": {"int": 0}, "version": {"version": "1.2.3"}}},
+                {
+                    "name": "gpu-0-mig-0",
+                    "attributes": {"physicalGPU": {"string": "n1-gpu-0"}, "migProfile": {"string": "3g.40gb"}},
+                    "capacity": {"memory": {"value": "40Gi"}},
+                },
+            ],
+        },
+    }
+    gpu = {
+        "metadata": {"name": "n1-gpu-0"},
+        "status": {
+            "nodeName": "n1",
+            "index": 0,
+            "productName": "NVIDIA H100 80GB HBM3",
+            "memoryMiB": 81920,
+            "hardwareFamily": "hopper",
+        },
+    }
+    snap = build_snapshot([], [slice_], [], [gpu], {})
+    whole, part = snap.devices
+    assert (whole.productName, whole.hardwareFamily, whole.memoryMiB) == ("NVIDIA H100 80GB HBM3", "hopper", 81920)
+    assert whole.placement == PlacementType.WHOLE_DEVICE and whole.parentDevice is None
+    assert whole.attributes["version"] == "1.2.3"
+    assert part.placement == PlacementType.PARTITION and part.migProfile == "3g.40gb"
+    assert part.memoryMiB == 40 * 1024  # the partition's own capacity, not the card's
+    assert part.productName == "NVIDIA H100 80GB HBM3"
+    assert part.parentDevice == "gpu-0"
+
+
+def test_device_class_selectors_are_the_cel_expressions() -> None:
+    obj = {
+        "metadata": {"name": "x"},
+        "spec": {"selectors": [{"cel": {"expression": "true"}}, {"cel": {"expression": "device.driver == 'a'"}}]},
+    }
+    snap = build_snapshot([obj], [], [], [], {})
+    assert snap.deviceClasses == [DeviceClass(name="x", selectors=["true", "device.driver == 'a'"])]
