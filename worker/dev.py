@@ -229,7 +229,16 @@ class DevStack:
 
         helm = ensure_binaries(("helm",), progress=None).helm
         out = subprocess.run(
-            [str(helm), "template", "ai-inference", str(CHART), "--namespace", "d8-ai-inference"],
+            [
+                str(helm),
+                "template",
+                "ai-inference",
+                str(CHART),
+                "--namespace",
+                "d8-ai-inference",
+                "--kube-version",
+                "1.34.4",
+            ],
             check=True,
             capture_output=True,
             text=True,
