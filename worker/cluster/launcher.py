@@ -326,14 +326,24 @@ class LocalCluster:
                 say(f"cluster in {self.state_dir} is partly down ({dead} exited): restarting it")
                 self._stop(say)
             binaries = self.binaries  # may build (minutes, cold) - before the clock starts
-            started = time.monotonic()
-            try:
-                self._start(binaries, inventory=inventory, timeout=timeout, say=say, started=started)
-            except BaseException:
-                # Never leave half a cluster running (KeyboardInterrupt included).
-                with contextlib.suppress(Exception):
-                    self._stop(lambda _line: None)
-                raise
+            for attempt in (1, 2):
+                started = time.monotonic()
+                try:
+                    self._start(binaries, inventory=inventory, timeout=timeout, say=say, started=started)
+                    return True
+                except ClusterError as e:
+                    with contextlib.suppress(Exception):
+                        self._stop(lambda _line: None)
+                    # Free ports are picked, then bound by the components a moment later; another
+                    # cluster on this machine may win that race. Only that is worth a retry.
+                    if attempt == 2 or "address already in use" not in str(e):
+                        raise
+                    say("a port was taken by someone else meanwhile: retrying with new ports")
+                except BaseException:
+                    # Never leave half a cluster running (KeyboardInterrupt included).
+                    with contextlib.suppress(Exception):
+                        self._stop(lambda _line: None)
+                    raise
             return True
 
     def _start(self, b: Binaries, *, inventory: bool, timeout: float, say: Progress, started: float) -> None:
