@@ -53,6 +53,7 @@ log = structlog.get_logger(__name__)
 FINALIZER = "ai.deckhouse.io/inference-service"
 ORDERS = "inferenceservices"
 CLASSES = "inferenceserviceclasses"
+JSON_PATCH = "application/json-patch+json"
 
 PlanFunction = Callable[[PlanInput], PlanOutcome]
 
@@ -128,7 +129,9 @@ class OrderActivities:
             patch.append({"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER})
         else:
             patch.append({"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]})
-        self.custom.patch_namespaced_custom_object(GROUP, VERSION, ref.namespace, ORDERS, ref.name, patch)
+        self.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, ref.namespace, ORDERS, ref.name, patch, _content_type=JSON_PATCH
+        )
 
     @activity.defn(name=act.FINALIZE_ORDER)
     def finalize_order(self, ref: OrderRef) -> None:
@@ -144,7 +147,9 @@ class OrderActivities:
             {"op": "test", "path": f"/metadata/finalizers/{index}", "value": FINALIZER},
             {"op": "remove", "path": f"/metadata/finalizers/{index}"},
         ]
-        self.custom.patch_namespaced_custom_object(GROUP, VERSION, ref.namespace, ORDERS, ref.name, patch)
+        self.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, ref.namespace, ORDERS, ref.name, patch, _content_type=JSON_PATCH
+        )
         log.info("order finalized", order=ref.key)
 
     # ----------------------------------------------------------------- model
