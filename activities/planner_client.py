@@ -91,7 +91,8 @@ def bearer_token(api: ApiClient, token_file: Path = SERVICE_ACCOUNT_TOKEN) -> st
         return token
     configuration = api.configuration
     # Calls the refresh hook of in-cluster and exec-plugin configurations before reading.
-    value = configuration.get_api_key_with_prefix("authorization") or ""
+    # Kubeconfig and in-cluster loaders store it as "BearerToken"; older clients as "authorization".
+    value = configuration.get_api_key_with_prefix("BearerToken", alias="authorization") or ""
     scheme, _, rest = value.strip().partition(" ")
     if rest and scheme.lower() == "bearer":
         return rest.strip() or None

@@ -1,0 +1,433 @@
+"""The inventory adapter, the planner client and the planner service against the real API server.
+
+The local cluster's kube-scheduler allocates real ResourceClaims against the simulated ResourceSlices;
+the service authorizes its callers with real TokenReviews and SubjectAccessReviews.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import Any
+
+import httpx
+import pytest
+from kubernetes.client import (
+    ApiClient,
+    AuthenticationV1TokenRequest,
+    CoreV1Api,
+    RbacAuthorizationV1Api,
+    V1TokenRequestSpec,
+)
+from kubernetes.client.rest import ApiException
+from openapi_spec_validator import validate
+
+from activities.builders.claim import memory_request_mib
+from activities.inventory import read_inventory
+from activities.planner_client import HttpPlanner, plan_in_process
+from inference_api.plan import LaunchPlan, LaunchPlanRequest, OrderFacts, PlanOutcome
+from inference_api.reasons import Reason
+from inference_api.settings import ModuleSettings
+from inference_api.types import AcceleratorPolicy, PlacementType, SharingMode
+from planner.cel_selectors import select_devices
+from planner.inventory import DeviceAllocation
+from planner.quantity import Quantity
+from planner.service import KubernetesAccessReviewer, create_app
+from tests.cluster.helpers import dynamic, eventually, get, kwok_pod, pod_running
+from tests.planner_service import running_service
+from worker.cluster.inventory import load_inventory
+from worker.cluster.launcher import LocalCluster
+
+pytestmark = pytest.mark.cluster
+
+RESOURCE = "resource.k8s.io/v1"
+D = "gpu.deckhouse.io"
+ORDER_LABEL = "ai.deckhouse.io/inference-service"
+PATH = "/api/v1/launch-plan"
+
+DEFAULT_LLM = AcceleratorPolicy(
+    allowedSharingModes=[SharingMode.SHARED, SharingMode.DEDICATED],
+    allowedPlacementTypes=[PlacementType.WHOLE_DEVICE, PlacementType.PARTITION],
+    maxAcceleratorCount=1,
+)
+
+
+@pytest.fixture(scope="module")
+def service_url(kube_admin: ApiClient) -> Iterator[str]:
+    """The service in this process, reading the inventory and reviewing callers as the cluster admin."""
+    app = create_app(lambda: read_inventory(kube_admin), KubernetesAccessReviewer(kube_admin))
+    with running_service(app) as url:
+        yield url
+
+
+@pytest.fixture
+def http_planner(local_cluster: LocalCluster, service_url: str) -> Iterator[HttpPlanner]:
+    planner = HttpPlanner(service_url, lambda: local_cluster.token("admin"), 30, ModuleSettings())
+    yield planner
+    planner.close()
+
+
+def claim_template(name: str, namespace: str, device_class: str, **exactly: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": RESOURCE,
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "spec": {
+                "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": device_class, **exactly}}]}
+            }
+        },
+    }
+
+
+def pinned(expression: str) -> dict[str, Any]:
+    return {"selectors": [{"cel": {"expression": expression}}]}
+
+
+def allocated(kube_admin: ApiClient, pod: str, namespace: str, claim_name: str | None = None) -> dict[str, Any]:
+    """The single allocation result of the pod's claim (made from a template unless named) once it runs."""
+    dyn = dynamic(kube_admin)
+    running = eventually(partial(pod_running, dyn, pod, namespace), timeout=90, what=f"{pod} Running")
+    claim_name = claim_name or running["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+    claim = get(dyn, RESOURCE, "ResourceClaim", claim_name, namespace)
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    result_: dict[str, Any] = result
+    return result_
+
+
+# ------------------------------------------------------------------------------ inventory
+
+
+def test_read_inventory_sees_every_simulated_device_and_class(kube_admin: ApiClient) -> None:
+    inv = load_inventory()
+    snap = read_inventory(kube_admin)
+    assert {(d.node, d.name) for d in snap.devices} == {(d.node, d.name) for d in inv.devices}
+    by_key = {(d.node, d.name): d for d in snap.devices}
+    for sim in inv.devices:
+        d = by_key[(sim.node, sim.name)]
+        assert (d.productName, d.hardwareFamily, d.memoryMiB) == (
+            sim.product_name,
+            sim.hardware_family,
+            sim.memory_gib * 1024,
+        )
+        assert d.placement == PlacementType(sim.placement)
+        assert d.migProfile == sim.mig_profile
+        assert d.allowMultipleAllocations == sim.shareable
+        assert d.attributes == sim.attributes
+    classes = {c.name: c for c in snap.deviceClasses}
+    for dc in inv.device_classes:
+        assert classes[dc.name].selectors == [dc.cel]
+        chosen = select_devices(classes[dc.name], snap.devices)
+        assert chosen.decidable, chosen.error
+        assert {(d.node, d.name) for d in chosen.devices} == {(d.node, d.name) for d in inv.devices_of_class(dc.name)}
+
+
+def test_read_inventory_sees_the_allocations_the_scheduler_made(
+    local_cluster: LocalCluster, kube_admin: ApiClient, namespace: str
+) -> None:
+    """A pod of an order (label on the pod, not on its claim) holding 20Gi of a shared H100, and a plain
+    pod holding a dedicated H100 through a claim of its own."""
+    local_cluster.apply(
+        [
+            claim_template(
+                "shared",
+                namespace,
+                "nvidia-hopper-s3-shared",
+                capacity={"requests": {f"{D}/memory": "20Gi"}},
+                **pinned(f'device.attributes["{D}"].index == 1'),
+            ),
+            {
+                **kwok_pod(
+                    "llm-x-0", namespace, resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "shared"}]
+                ),
+                "metadata": {"name": "llm-x-0", "namespace": namespace, "labels": {ORDER_LABEL: "llm-x"}},
+            },
+            {
+                "apiVersion": RESOURCE,
+                "kind": "ResourceClaim",
+                "metadata": {"name": "plain", "namespace": namespace},
+                "spec": {
+                    "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "nvidia-h100-dedicated"}}]}
+                },
+            },
+            kwok_pod("worker", namespace, resourceClaims=[{"name": "gpu", "resourceClaimName": "plain"}]),
+        ]
+    )
+    shared = allocated(kube_admin, "llm-x-0", namespace)
+    dedicated = allocated(kube_admin, "worker", namespace, "plain")
+    assert (shared["pool"], shared["device"]) == ("gpu-h100-0", "gpu-1")
+
+    snap = read_inventory(kube_admin)
+    by_key = {(d.pool, d.name): d for d in snap.devices}
+    held = by_key[(shared["pool"], shared["device"])].allocations
+    assert DeviceAllocation(holder=f"{namespace}/llm-x", sharePercent=0, memoryMiB=20 * 1024) in held
+    held = by_key[(dedicated["pool"], dedicated["device"])].allocations
+    assert held == [DeviceAllocation(holder=f"{namespace}/plain", sharePercent=100)]
+
+
+# ------------------------------------------------------------------ in-process == HTTP
+
+
+REQUESTS = [
+    LaunchPlanRequest(facts=OrderFacts(modelName="Qwen/Qwen2.5-32B-Instruct-AWQ"), acceleratorPolicy=DEFAULT_LLM),
+    # 22 GiB on 16 GiB T4s: tensor parallel over two cards of one node.
+    LaunchPlanRequest(
+        facts=OrderFacts(modelName="Qwen/Qwen2.5-7B-Instruct"),
+        acceleratorPolicy=AcceleratorPolicy(
+            allowedDeviceClasses=["nvidia-t4-mps-physical"],
+            allowedSharingModes=[SharingMode.SHARED],
+            maxAcceleratorCount=2,
+        ),
+        holder="ns/t4",
+    ),
+    LaunchPlanRequest(facts=OrderFacts(modelName="acme/giant-405B"), acceleratorPolicy=DEFAULT_LLM),
+    LaunchPlanRequest(
+        facts=OrderFacts(modelName="acme/x-7B"),
+        acceleratorPolicy=AcceleratorPolicy(allowedDeviceClasses=["no-such-class"]),
+    ),
+    LaunchPlanRequest(facts=OrderFacts(modelName="acme/llm-7B")),  # no policy: one whole, dedicated device
+]
+
+
+def test_in_process_and_http_give_the_same_outcome(kube_admin: ApiClient, http_planner: HttpPlanner) -> None:
+    outcomes: list[PlanOutcome] = []
+    for request in REQUESTS:
+        # Namespaces of earlier tests are being deleted in the background: compare across a quiet moment.
+        for _ in range(10):
+            before = plan_in_process(request, kube_admin)
+            remote = http_planner.request(request)
+            after = plan_in_process(request, kube_admin)
+            if before == after:
+                break
+        assert remote == before
+        outcomes.append(remote)
+    reasons = [o.refusal.reason if o.refusal else None for o in outcomes]
+    assert reasons == [
+        None,
+        None,
+        Reason.NO_ACCELERATOR_WITH_ENOUGH_MEMORY,
+        Reason.PLACEMENT_UNDECIDABLE,
+        None,
+    ]
+    t4 = outcomes[1].plan
+    assert t4 is not None and t4.deviceCount == 2 and "--tensor-parallel-size" in t4.recipe.args
+    dedicated = outcomes[4].plan
+    assert dedicated is not None and dedicated.sharingMode == SharingMode.DEDICATED and dedicated.sharePercent == 100
+
+
+# ------------------------------------------------------------------------- authorization
+
+
+def _post(url: str, token: str | None) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return httpx.post(url + PATH, content=REQUESTS[0].model_dump_json(), headers=headers, timeout=30)
+
+
+@pytest.fixture
+def cluster_roles(kube_admin: ApiClient) -> Iterator[Callable[[dict[str, Any]], None]]:
+    """Creates cluster-scoped RBAC objects and deletes them afterwards."""
+    rbac = RbacAuthorizationV1Api(kube_admin)
+    made: list[tuple[str, str]] = []
+
+    def create(obj: dict[str, Any]) -> None:
+        if obj["kind"] == "ClusterRole":
+            rbac.create_cluster_role(obj)
+        else:
+            rbac.create_cluster_role_binding(obj)
+        made.append((obj["kind"], obj["metadata"]["name"]))
+
+    yield create
+    for kind, name in reversed(made):
+        try:
+            if kind == "ClusterRole":
+                rbac.delete_cluster_role(name)
+            else:
+                rbac.delete_cluster_role_binding(name)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+
+def _service_account_token(kube_admin: ApiClient, namespace: str, name: str) -> str:
+    core = CoreV1Api(kube_admin)
+    core.create_namespaced_service_account(namespace, {"metadata": {"name": name}})
+    issued = core.create_namespaced_service_account_token(
+        name, namespace, AuthenticationV1TokenRequest(spec=V1TokenRequestSpec(audiences=[], expiration_seconds=600))
+    )
+    token: str = issued.status.token
+    return token
+
+
+def test_callers_are_authorized_like_an_extension_api_server(
+    local_cluster: LocalCluster,
+    kube_admin: ApiClient,
+    service_url: str,
+    namespace: str,
+    cluster_roles: Callable[[dict[str, Any]], None],
+) -> None:
+    # system:masters may do anything, the planner subresource included.
+    assert _post(service_url, local_cluster.token("admin")).status_code == 200
+
+    # People: a namespace user and even the module's administrators are refused it.
+    for user in ("ns-user", "module-admin"):
+        token = local_cluster.token(user)
+        response = _post(service_url, token)
+        assert response.status_code == 403, user
+        body = response.json()
+        assert body["error"] == "Forbidden"
+        assert f'user "{user}" may not create inferenceserviceclasses/planner' in body["message"]
+        assert token not in response.text
+
+    for missing in (None, "not-a-token"):
+        response = _post(service_url, missing)
+        assert response.status_code == 401
+        assert response.json()["error"] == "Unauthorized"
+
+    # A ServiceAccount granted create on inferenceserviceclasses/planner (as the chart grants the worker).
+    role = f"planner-caller-{namespace}"
+    cluster_roles(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": role},
+            "rules": [
+                {
+                    "apiGroups": ["ai.deckhouse.io"],
+                    "resources": ["inferenceserviceclasses/planner"],
+                    "verbs": ["create"],
+                }
+            ],
+        }
+    )
+    cluster_roles(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": role},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": "caller", "namespace": namespace}],
+        }
+    )
+    granted = _service_account_token(kube_admin, namespace, "caller")
+    other = _service_account_token(kube_admin, namespace, "bystander")
+    response = eventually(
+        lambda: r if (r := _post(service_url, granted)).status_code == 200 else None,
+        timeout=30,
+        what="the granted ServiceAccount is allowed",
+    )
+    assert PlanOutcome.model_validate_json(response.content).plan is not None
+    response = _post(service_url, other)
+    assert response.status_code == 403
+    assert f"system:serviceaccount:{namespace}:bystander" in response.json()["message"]
+
+    # The client sends the token of the ApiClient's kubeconfig when no ServiceAccount file exists.
+    with local_cluster.api_client("admin") as api:
+        from activities.planner_client import make_planner
+
+        planner = make_planner(ModuleSettings(planner={"baseURL": service_url}), api)
+        assert isinstance(planner, HttpPlanner)
+        assert planner.request(REQUESTS[0]).plan is not None
+        planner.close()
+
+
+def test_openapi_and_healthz_over_http(service_url: str) -> None:
+    assert httpx.get(service_url + "/healthz").text == "ok\n"
+    response = httpx.get(service_url + "/openapi.json")
+    assert response.status_code == 200
+    document = response.json()
+    validate(document)
+    assert PATH in document["paths"]
+    assert document["paths"][PATH]["post"]["security"] == [{"kubernetesBearer": []}]
+
+
+# -------------------------------------------------------------------- two half-card orders
+
+
+def _plan_of(outcome: PlanOutcome) -> LaunchPlan:
+    assert outcome.plan is not None, outcome.refusal
+    return outcome.plan
+
+
+def test_two_half_card_orders_land_on_the_same_card(
+    local_cluster: LocalCluster,
+    kube_admin: ApiClient,
+    http_planner: HttpPlanner,
+    namespace: str,
+) -> None:
+    """Order A is planned and allocated for real (a pod with the claim template the builder writes);
+    order B, planned next, goes to the card the scheduler gave A. A 58 % order no longer fits there."""
+    pair = f"planner-pair-{uuid.uuid4().hex[:6]}"
+    expression = " && ".join(
+        [
+            f'device.driver == "{D}"',
+            f'device.attributes["{D}"].productName == "NVIDIA H100 80GB HBM3"',
+            f'device.attributes["{D}"].placement == "WholeDevice"',
+            f'device.attributes["{D}"].shareable == true',
+            f'device.attributes["{D}"].index >= 2',
+            f'device.attributes["{D}"].index <= 3',
+        ]
+    )
+    dyn = dynamic(kube_admin)
+    classes = dyn.resources.get(api_version=RESOURCE, kind="DeviceClass")
+    body = {
+        "apiVersion": RESOURCE,
+        "kind": "DeviceClass",
+        "metadata": {"name": pair},
+        "spec": {"selectors": [{"cel": {"expression": expression}}]},
+    }
+    dyn.create(classes, body=body)
+    try:
+        policy = AcceleratorPolicy(
+            allowedDeviceClasses=[pair],
+            allowedSharingModes=[SharingMode.SHARED],
+            allowedPlacementTypes=[PlacementType.WHOLE_DEVICE],
+            maxAcceleratorCount=1,
+        )
+
+        def request(model: str, order: str, current: LaunchPlan | None = None) -> LaunchPlanRequest:
+            return LaunchPlanRequest(
+                facts=OrderFacts(modelName=model),
+                acceleratorPolicy=policy,
+                holder=f"{namespace}/{order}",
+                className="half-cards",
+                currentPlan=current,
+            )
+
+        a = _plan_of(http_planner.request(request("acme/llm-16B", "order-a")))
+        assert (a.nodeName, a.sharingMode, a.sharePercent) == ("gpu-h100-0", SharingMode.SHARED, 46)
+        assert a.deviceNames[0] in {"gpu-2", "gpu-3"}
+
+        # What the order's ResourceClaimTemplate asks for (activities/builders/claim.py), claims labelled.
+        template = claim_template(
+            "order-a-claim",
+            namespace,
+            a.deviceClass,
+            allocationMode="ExactCount",
+            count=a.deviceCount,
+            capacity={"requests": {f"{D}/memory": f"{memory_request_mib(a)}Mi"}},
+        )
+        template["spec"]["metadata"] = {"labels": {ORDER_LABEL: "order-a"}}
+        pod = kwok_pod(
+            "order-a-0", namespace, resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "order-a-claim"}]
+        )
+        pod["metadata"]["labels"] = {ORDER_LABEL: "order-a"}
+        local_cluster.apply([template, pod])
+        result = allocated(kube_admin, "order-a-0", namespace)
+        card = result["device"]
+        assert Quantity.parse(result["consumedCapacity"][f"{D}/memory"]).mib() == a.memoryRequestMiB
+
+        b = _plan_of(http_planner.request(request("acme/llm-16B", "order-b")))
+        assert (b.nodeName, b.deviceNames, b.sharePercent) == ("gpu-h100-0", [card], 46)
+        assert b.deviceNames == _plan_of(plan_in_process(request("acme/llm-16B", "order-b"), kube_admin)).deviceNames
+
+        # A replan of A does not count its own claim against it, and keeps it where it is.
+        again = _plan_of(http_planner.request(request("acme/llm-16B", "order-a", current=a)))
+        assert again.deviceNames == [card]
+
+        # 46 % + 58 % of the memory does not fit one card: a bigger order takes the other one.
+        c = _plan_of(http_planner.request(request("acme/llm-20B", "order-c")))
+        assert c.sharePercent == 58
+        assert c.deviceNames != [card] and c.deviceNames[0] in {"gpu-2", "gpu-3"}
+    finally:
+        dyn.delete(classes, name=pair)

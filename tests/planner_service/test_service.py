@@ -1,0 +1,193 @@
+"""The planner service's HTTP behaviour with a stand-in reviewer (the real one: test_cluster.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from openapi_spec_validator import validate
+from starlette.testclient import TestClient
+from structlog.testing import capture_logs
+
+from inference_api.plan import LaunchPlanRequest, OrderFacts, PlanOutcome
+from planner import InventorySnapshot, PlanningRequest, plan_launch
+from planner.service import Caller, Decision, ReviewError, create_app, openapi_document
+from tests.planner.helpers import DEFAULT_LLM, sim_snapshot
+
+ALLOWED = "token-allowed-9f8e7d6c5b4a"
+FORBIDDEN = "token-forbidden-1a2b3c4d5e6f"
+PATH = "/api/v1/launch-plan"
+
+
+class FakeReviewer:
+    def __init__(self) -> None:
+        self.authentications = 0
+        self.authorizations = 0
+        self.broken = False
+
+    def authenticate(self, token: str) -> Caller | None:
+        self.authentications += 1
+        if self.broken:
+            raise ReviewError("TokenReview failed: HTTP 500 Internal Server Error")
+        users = {ALLOWED: Caller("system:serviceaccount:d8-ai-inference:worker"), FORBIDDEN: Caller("ns-user")}
+        return users.get(token)
+
+    def authorize(self, caller: Caller) -> Decision:
+        self.authorizations += 1
+        if caller.username == "ns-user":
+            return Decision(False, "no RBAC policy matched")
+        return Decision(True, "allowed by ClusterRoleBinding")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+REQUEST = LaunchPlanRequest(
+    facts=OrderFacts(modelName="Qwen/Qwen2.5-32B-Instruct-AWQ"), acceleratorPolicy=DEFAULT_LLM, holder="ns/a"
+)
+
+
+@pytest.fixture
+def reviewer() -> FakeReviewer:
+    return FakeReviewer()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def inventory() -> list[Any]:
+    return [sim_snapshot()]
+
+
+@pytest.fixture
+def http(reviewer: FakeReviewer, clock: Clock, inventory: list[Any]) -> Iterator[TestClient]:
+    def read() -> InventorySnapshot:
+        if isinstance(inventory[0], Exception):
+            raise inventory[0]
+        snapshot: InventorySnapshot = inventory[0]
+        return snapshot
+
+    with TestClient(create_app(read, reviewer, clock=clock)) as client:
+        yield client
+
+
+def post(http: TestClient, token: str | None, body: Any = None, raw: bytes | None = None) -> Any:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    content = raw if raw is not None else (body or REQUEST).model_dump_json().encode()
+    return http.post(PATH, content=content, headers=headers)
+
+
+def test_an_allowed_caller_gets_the_library_outcome(http: TestClient) -> None:
+    response = post(http, ALLOWED)
+    assert response.status_code == 200, response.text
+    expected = plan_launch(PlanningRequest(**dict(REQUEST), inventory=sim_snapshot()))
+    assert PlanOutcome.model_validate_json(response.content) == expected
+    assert expected.plan is not None
+
+
+@pytest.mark.parametrize("header", [None, "Basic dXNlcjpwYXNz", "Bearer ", "bearer"])
+def test_no_bearer_token_is_401(http: TestClient, reviewer: FakeReviewer, header: str | None) -> None:
+    response = http.post(PATH, content=REQUEST.model_dump_json(), headers={"Authorization": header} if header else {})
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"].startswith("Bearer")
+    assert response.json()["error"] == "Unauthorized"
+    assert "bearer token" in response.json()["message"]
+    assert reviewer.authentications == 0
+
+
+def test_an_unknown_token_is_401_and_never_echoed(http: TestClient) -> None:
+    with capture_logs() as logs:
+        response = post(http, "unknown-token-0011223344")
+    assert response.status_code == 401
+    assert "TokenReview" in response.json()["message"]
+    assert "unknown-token-0011223344" not in response.text + repr(logs)
+
+
+def test_a_caller_without_the_permission_is_403(http: TestClient, reviewer: FakeReviewer) -> None:
+    with capture_logs() as logs:
+        first = post(http, FORBIDDEN)
+        second = post(http, FORBIDDEN)
+    assert first.status_code == second.status_code == 403
+    body = first.json()
+    assert body["error"] == "Forbidden"
+    assert '"ns-user"' in body["message"]
+    assert "create inferenceserviceclasses/planner" in body["message"]
+    assert "no RBAC policy matched" in body["message"]
+    assert FORBIDDEN not in first.text + repr(logs)
+    assert reviewer.authentications == 2  # refusals are not remembered
+
+
+def test_positive_reviews_are_cached_for_a_while(http: TestClient, reviewer: FakeReviewer, clock: Clock) -> None:
+    assert post(http, ALLOWED).status_code == 200
+    clock.now += 29
+    assert post(http, ALLOWED).status_code == 200
+    assert (reviewer.authentications, reviewer.authorizations) == (1, 1)
+    clock.now += 2
+    assert post(http, ALLOWED).status_code == 200
+    assert (reviewer.authentications, reviewer.authorizations) == (2, 2)
+
+
+def test_the_api_server_not_answering_is_503(http: TestClient, reviewer: FakeReviewer, inventory: list[Any]) -> None:
+    reviewer.broken = True
+    response = post(http, ALLOWED)
+    assert response.status_code == 503
+    assert "TokenReview failed: HTTP 500" in response.json()["message"]
+
+    reviewer.broken = False
+    inventory[0] = ConnectionError("refused")
+    response = post(http, ALLOWED)
+    assert response.status_code == 503
+    assert response.json()["message"] == "reading the inventory failed: ConnectionError"
+
+
+def test_an_invalid_body_is_400_with_field_errors(http: TestClient) -> None:
+    response = post(http, ALLOWED, raw=b'{"facts": {"modelName": "x"}, "nonsense": 1}')
+    assert response.status_code == 400
+    body = response.json()
+    assert body["error"] == "BadRequest"
+    assert [d["loc"] for d in body["details"]] == [["nonsense"]]
+    assert post(http, ALLOWED, raw=b"not json").status_code == 400
+
+
+def test_the_body_is_checked_only_after_authorization(http: TestClient) -> None:
+    assert post(http, None, raw=b"not json").status_code == 401
+
+
+def test_healthz_and_openapi(http: TestClient) -> None:
+    assert http.get("/healthz").text == "ok\n"
+    document = http.get("/openapi.json").json()
+    validate(document)
+    operation = document["paths"][PATH]["post"]
+    assert operation["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/LaunchPlanRequest")
+    assert set(operation["responses"]) == {"200", "400", "401", "403", "413", "503"}
+    assert document == openapi_document()
+
+
+def test_openapi_schemas_are_the_models_and_every_reference_resolves() -> None:
+    document = openapi_document()
+    schemas = document["components"]["schemas"]
+    assert {"LaunchPlanRequest", "PlanOutcome", "LaunchPlan", "PlanRefusal", "ErrorBody"} <= set(schemas)
+    assert schemas["LaunchPlanRequest"]["additionalProperties"] is False
+
+    def refs(node: Any) -> Iterator[str]:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "$ref":
+                    yield value
+                else:
+                    yield from refs(value)
+        elif isinstance(node, list):
+            for item in node:
+                yield from refs(item)
+
+    for ref in refs(document):
+        assert ref.startswith("#/components/schemas/") and ref.rsplit("/", 1)[1] in schemas, ref
