@@ -191,3 +191,21 @@ def test_openapi_schemas_are_the_models_and_every_reference_resolves() -> None:
 
     for ref in refs(document):
         assert ref.startswith("#/components/schemas/") and ref.rsplit("/", 1)[1] in schemas, ref
+
+
+def test_the_planner_command_serves_the_app(monkeypatch: pytest.MonkeyPatch) -> None:
+    import uvicorn
+    from typer.testing import CliRunner
+
+    import worker.cli as cli
+    from inference_api.settings import ModuleSettings
+
+    served: dict[str, Any] = {}
+    monkeypatch.setattr(cli, "_runtime", lambda kubeconfig: (ModuleSettings(), object()))
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: served.update(app=app, **kwargs))
+    result = CliRunner().invoke(cli.app, ["planner", "--host", "0.0.0.0", "--port", "9099"])
+    assert result.exit_code == 0, result.output
+    assert (served["host"], served["port"]) == ("0.0.0.0", 9099)
+    with TestClient(served["app"]) as client:
+        assert client.get("/healthz").text == "ok\n"
+        assert client.post(PATH, content=b"{}").status_code == 401
