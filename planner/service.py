@@ -58,7 +58,7 @@ PERMISSION = f"{PLANNER_VERB} {PLANNER_RESOURCE}/{PLANNER_SUBRESOURCE} in API gr
 MAX_BODY_BYTES = 1 << 20
 DEFAULT_CACHE_TTL = 30.0
 
-ErrorKind = Literal["BadRequest", "Unauthorized", "Forbidden", "PayloadTooLarge", "ServiceUnavailable"]
+ErrorKind = Literal["BadRequest", "Unauthorized", "Forbidden", "PayloadTooLarge", "InternalError", "ServiceUnavailable"]
 
 
 class ErrorBody(BaseModel):
@@ -266,6 +266,7 @@ def openapi_document() -> dict[str, Any]:
                         "401": error("No bearer token, or the API server does not accept it."),
                         "403": error(f"The caller may not {PERMISSION}."),
                         "413": error(f"The body is larger than {MAX_BODY_BYTES} bytes."),
+                        "500": error("Planning failed (a bug: the service's log has the details)."),
                         "503": error("The API server could not be asked (reviews, inventory); retry."),
                     },
                 }
@@ -350,6 +351,9 @@ def create_app(
         caller = await authorize(request)
         if isinstance(caller, Response):
             return caller
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+            return _error(413, "PayloadTooLarge", f"the body is larger than {MAX_BODY_BYTES} bytes")
         raw = await request.body()
         if len(raw) > MAX_BODY_BYTES:
             return _error(413, "PayloadTooLarge", f"the body is larger than {MAX_BODY_BYTES} bytes")
@@ -366,7 +370,11 @@ def create_app(
             what = f"HTTP {status} {getattr(err, 'reason', '')}".strip() if status else type(err).__name__
             log.warning("planner: inventory read failed", error=what)
             return _error(503, "ServiceUnavailable", f"reading the inventory failed: {what}")
-        outcome = await run_in_threadpool(plan_launch, PlanningRequest(**dict(body), inventory=snapshot), book)
+        try:
+            outcome = await run_in_threadpool(plan_launch, PlanningRequest(**dict(body), inventory=snapshot), book)
+        except Exception as err:
+            log.exception("planner: planning failed", holder=body.holder, model=body.facts.modelName)
+            return _error(500, "InternalError", f"planning failed: {type(err).__name__}")
         log.info(
             "planner: planned",
             user=caller.username,

@@ -162,13 +162,31 @@ def test_the_body_is_checked_only_after_authorization(http: TestClient) -> None:
     assert post(http, None, raw=b"not json").status_code == 401
 
 
+def test_an_oversized_body_is_413(http: TestClient) -> None:
+    response = post(http, ALLOWED, raw=b" " * ((1 << 20) + 1))
+    assert response.status_code == 413
+    assert response.json()["error"] == "PayloadTooLarge"
+
+
+def test_a_planning_failure_is_a_json_500(http: TestClient, inventory: list[Any]) -> None:
+    # Snapshots are validated when built, so a broken one only comes from a bug; construct one anyway.
+    broken = sim_snapshot()
+    broken.devices[0].memoryMiB = -1  # not re-validated on assignment
+    broken.devices[0].capacity = {"gpu.deckhouse.io/memory": "not a quantity"}
+    inventory[0] = broken
+    with capture_logs():
+        response = post(http, ALLOWED)
+    assert response.status_code == 500
+    assert response.json()["error"] == "InternalError"
+
+
 def test_healthz_and_openapi(http: TestClient) -> None:
     assert http.get("/healthz").text == "ok\n"
     document = http.get("/openapi.json").json()
     validate(document)
     operation = document["paths"][PATH]["post"]
     assert operation["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/LaunchPlanRequest")
-    assert set(operation["responses"]) == {"200", "400", "401", "403", "413", "503"}
+    assert set(operation["responses"]) == {"200", "400", "401", "403", "413", "500", "503"}
     assert document == openapi_document()
 
 
