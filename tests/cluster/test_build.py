@@ -47,7 +47,7 @@ def test_a_patched_binary_without_its_stamp_counts_as_missing(tmp_path: Path, mo
         (k8s.bin_dir / name).write_text("")
         (k8s.bin_dir / name).chmod(0o755)
     assert [name for _, name in missing_binaries(["k8s"])] == ["kube-scheduler"]
-    (k8s.bin_dir / ".kube-scheduler.patches").write_text(k8s.patch_id("kube-scheduler") + "\n")
+    (k8s.bin_dir / ".kube-scheduler.patches").write_text(k8s.recipe_id("kube-scheduler") + "\n")
     assert missing_binaries(["k8s"]) == []
 
 

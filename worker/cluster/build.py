@@ -97,6 +97,10 @@ class Tool:
     env: dict[str, str] = field(default_factory=dict)
     # binary name -> source patches its build needs (see SourcePatch).
     patches: dict[str, tuple[SourcePatch, ...]] = field(default_factory=dict)
+    # Stamp every binary with its build recipe, so a recipe change (ldflags) rebuilds it.
+    # Patched binaries are always stamped; the others only where the recipe changed after the
+    # first hand-made builds (their unstamped binaries would otherwise be trusted forever).
+    stamp_recipe: bool = False
 
     def patch_id(self, name: str) -> str:
         """Identity of the patch set of ``name`` ("" when unpatched), stamped beside the binary."""
@@ -105,11 +109,18 @@ class Tool:
             return ""
         return hashlib.sha256(repr(patches).encode()).hexdigest()[:16]
 
+    def recipe_id(self, name: str) -> str:
+        """What the stamp beside the binary must say ("" = no stamp needed)."""
+        if not self.patches.get(name) and not self.stamp_recipe:
+            return ""
+        recipe = repr((self.patches.get(name, ()), self.ldflags(), self.tags, self.cgo))
+        return hashlib.sha256(recipe.encode()).hexdigest()[:16]
+
     def is_built(self, name: str) -> bool:
         path = self.bin_dir / name
         if not os.access(path, os.X_OK):
             return False
-        wanted = self.patch_id(name)
+        wanted = self.recipe_id(name)
         stamp = _patch_stamp(path)
         return (stamp.read_text().strip() if stamp.is_file() else "") == wanted
 
@@ -132,7 +143,13 @@ class Tool:
     def ldflags(self) -> str:
         version = self.version
         major, minor = version.lstrip("v").split(".")[:2]
-        return " ".join(t.format(version=version, major=major, minor=minor) for t in self.ldflags_template)
+        fields = {"version": version, "major": major, "minor": minor}
+        if any("{k8s_" in t for t in self.ldflags_template):
+            # Kubernetes version of the client-go the tool is built with (helm's Makefile rule:
+            # client-go v0.X.Y is Kubernetes 1.X).
+            client_go = pinned_version(self.module_dir / "go.mod", "k8s.io/client-go").lstrip("v").split(".")
+            fields |= {"k8s_major": str(int(client_go[0]) + 1), "k8s_minor": client_go[1]}
+        return " ".join(t.format(**fields) for t in self.ldflags_template)
 
 
 _K8S_VERSION_FLAGS = tuple(
@@ -158,7 +175,25 @@ TOOLS: dict[str, Tool] = {
     ),
     "etcd": Tool(key="etcd", module="go.etcd.io/etcd/server/v3", packages={"etcd": "go.etcd.io/etcd/server/v3"}),
     "kwok": Tool(key="kwok", module="sigs.k8s.io/kwok", packages={"kwok": "sigs.k8s.io/kwok/cmd/kwok"}),
-    "helm": Tool(key="helm", module="helm.sh/helm/v3", packages={"helm": "helm.sh/helm/v3/cmd/helm"}),
+    "helm": Tool(
+        key="helm",
+        module="helm.sh/helm/v3",
+        packages={"helm": "helm.sh/helm/v3/cmd/helm"},
+        # helm's Makefile stamps these; without them `helm version` is empty and `helm template`
+        # / `helm lint` assume Kubernetes v1.20, so charts with a kubeVersion constraint fail.
+        ldflags_template=(
+            "-s",
+            "-w",
+            "-X helm.sh/helm/v3/internal/version.version={version}",
+            "-X helm.sh/helm/v3/internal/version.gitTreeState=clean",
+            *(
+                f"-X helm.sh/helm/v3/pkg/{pkg}.k8sVersion{part}={{k8s_{part.lower()}}}"
+                for pkg in ("lint/rules", "chartutil")
+                for part in ("Major", "Minor")
+            ),
+        ),
+        stamp_recipe=True,
+    ),
 }
 
 CONTROL_PLANE_TOOLS = ("k8s", "etcd", "kwok")
@@ -358,8 +393,8 @@ def _build_one(tool: Tool, name: str, say: Progress) -> None:
         tmp.unlink(missing_ok=True)
         raise BuildError(_explain_go_failure(f"go build {name}", log.read_text()) + f"\n(full log: {log})")
     stamp = _patch_stamp(target)
-    if patches:
-        stamp.write_text(tool.patch_id(name) + "\n")
+    if tool.recipe_id(name):
+        stamp.write_text(tool.recipe_id(name) + "\n")
     else:
         stamp.unlink(missing_ok=True)
     os.replace(tmp, target)
