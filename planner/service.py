@@ -361,8 +361,8 @@ def create_app(
             body = LaunchPlanRequest.model_validate_json(raw)
         except ValidationError as err:
             details = err.errors(include_url=False, include_context=False, include_input=False)
-            return _error(400, "BadRequest", f"the body is not a LaunchPlanRequest: {err.error_count()} error(s)",
-                          [dict(d) for d in details])  # fmt: skip
+            message = f"the body is not a LaunchPlanRequest: {err.error_count()} error(s)"
+            return _error(400, "BadRequest", message, [dict(d) for d in details])
         try:
             snapshot = await run_in_threadpool(inventory)
         except Exception as err:

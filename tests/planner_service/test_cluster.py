@@ -16,6 +16,7 @@ import pytest
 from kubernetes.client import (
     ApiClient,
     AuthenticationV1TokenRequest,
+    Configuration,
     CoreV1Api,
     RbacAuthorizationV1Api,
     V1TokenRequestSpec,
@@ -431,3 +432,83 @@ def test_two_half_card_orders_land_on_the_same_card(
         assert c.deviceNames != [card] and c.deviceNames[0] in {"gpu-2", "gpu-3"}
     finally:
         dyn.delete(classes, name=pair)
+
+
+# -------------------------------------------------------------------- the chart's identities
+
+
+def _client_with_token(admin: ApiClient, token: str) -> ApiClient:
+    source = admin.configuration
+    configuration = Configuration()
+    configuration.host = source.host
+    configuration.ssl_ca_cert = source.ssl_ca_cert
+    configuration.verify_ssl = source.verify_ssl
+    configuration.api_key = {"BearerToken": f"Bearer {token}"}
+    return ApiClient(configuration)
+
+
+def test_the_charts_planner_and_worker_roles_suffice(
+    local_cluster: LocalCluster,
+    kube_admin: ApiClient,
+    namespace: str,
+    cluster_roles: Callable[[dict[str, Any]], None],
+) -> None:
+    """The service runs as a ServiceAccount holding the chart's d8:ai-inference:planner rules and is
+    called by one holding d8:ai-inference:worker's: it reads the inventory (pods included, for holders),
+    reviews its caller, and plans; a person is still refused."""
+    from tests.chart.helm import find, render
+
+    docs = render()
+    tokens: dict[str, str] = {}
+    for component in ("planner", "worker"):
+        role = f"{namespace}-{component}"
+        rules = find(docs, "ClusterRole", f"d8:ai-inference:{component}")["rules"]
+        cluster_roles(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": role},
+                "rules": rules,
+            }
+        )
+        cluster_roles(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": role},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                "subjects": [{"kind": "ServiceAccount", "name": component, "namespace": namespace}],
+            }
+        )
+        tokens[component] = _service_account_token(kube_admin, namespace, component)
+
+    # An order's replica whose claim carries no label: only its pod says whose it is.
+    local_cluster.apply(
+        [
+            claim_template("tpl", namespace, "nvidia-t4-mps-physical", capacity={"requests": {f"{D}/memory": "4Gi"}}),
+            {
+                **kwok_pod("llm-t-0", namespace, resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "tpl"}]),
+                "metadata": {"name": "llm-t-0", "namespace": namespace, "labels": {ORDER_LABEL: "llm-t"}},
+            },
+        ]
+    )
+    result = allocated(kube_admin, "llm-t-0", namespace)
+
+    with _client_with_token(kube_admin, tokens["planner"]) as planner_api:
+
+        def holders() -> set[str] | None:
+            snap = read_inventory(planner_api)
+            device = next(d for d in snap.devices if (d.pool, d.name) == (result["pool"], result["device"]))
+            found = {a.holder for a in device.allocations}
+            return found if f"{namespace}/llm-t" in found else None
+
+        eventually(holders, timeout=30, what="the planner's ServiceAccount sees the holder")
+        app = create_app(lambda: read_inventory(planner_api), KubernetesAccessReviewer(planner_api))
+        with running_service(app) as url:
+            response = eventually(
+                lambda: r if (r := _post(url, tokens["worker"])).status_code == 200 else None,
+                timeout=30,
+                what="the worker's ServiceAccount is allowed",
+            )
+            assert PlanOutcome.model_validate_json(response.content).plan is not None
+            assert _post(url, local_cluster.token("ns-user")).status_code == 403
