@@ -341,8 +341,10 @@ class OrderActivities:
         if self._read_order_object(update.ref) is None:
             return
         status = update.model_dump(mode="json", exclude_none=True, exclude={"ref", "endpointType"})
-        if update.endpointType is not None:
-            status["model"] = {"endpointType": update.endpointType.value}
+        status["model"] = {"endpointType": update.endpointType.value} if update.endpointType else None
+        # A merge patch keeps keys it does not name: a field that became empty is sent as null.
+        for key in StatusUpdate.model_fields.keys() - {"ref", "endpointType"}:
+            status.setdefault(key, None)
         self.custom.patch_namespaced_custom_object_status(
             GROUP, VERSION, update.ref.namespace, ORDERS, update.ref.name, {"status": status}
         )

@@ -120,7 +120,11 @@ class DevStack:
 
     def env(self) -> dict[str, str]:
         ports = self.ports()
+        from worker.cluster.build import Binaries
+
+        kubectl_dir = Binaries.pinned().kubectl.parent
         return {
+            "PATH": f"{kubectl_dir}:{os.environ.get('PATH', '')}",
             "KUBECONFIG": str(self.cluster().kubeconfig("admin")),
             "TEMPORAL_ADDRESS": f"127.0.0.1:{ports.get('temporal', 7233)}",
         }
@@ -249,7 +253,7 @@ class DevStack:
     def install_manifests(self, cluster: Any) -> None:
         objects = self.rendered_chart_objects()
         for path in sorted(EXAMPLES.glob("*.yaml")):
-            objects += [d for d in yaml.safe_load_all(path.read_text()) if d and d.get("kind") != "Secret"]
+            objects += [d for d in yaml.safe_load_all(path.read_text()) if d]
         namespaces = {o["metadata"]["namespace"] for o in objects if o.get("metadata", {}).get("namespace")}
         for namespace in sorted(namespaces):
             cluster.create_namespace(namespace, users=("ns-user",))
