@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import structlog
-from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi
+from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi, SchedulingV1Api
 from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 
@@ -28,6 +28,7 @@ from activities.builders.runtime import decide_runtime_hold, replica_runtime_ver
 from activities.catalog import KubernetesCatalogReader, lookup_model, model_resolution
 from activities.health import watch_health_loop
 from activities.kube import Applier
+from activities.scaling import scaling_observation, watch_scaling_loop
 from inference_api.payloads import (
     ApplyInput,
     ApplyResult,
@@ -43,6 +44,7 @@ from inference_api.payloads import (
     StatusUpdate,
 )
 from inference_api.plan import PlanOutcome
+from inference_api.preemption import ScalingObservation, ScalingWatchInput
 from inference_api.reasons import Reason
 from inference_api.settings import ModuleSettings
 from inference_api.types import GROUP, VERSION, InferenceService, InferenceServiceClass, ModelSource
@@ -80,6 +82,7 @@ class OrderActivities:
             self.apply_workload,
             self.await_serving,
             self.watch_health,
+            self.watch_scaling,
             self.publish_status,
             self.record_event,
             self.finalize_order,
@@ -220,6 +223,7 @@ class OrderActivities:
             artifact=artifact_from_resolution(order, request.resolution),
             standing_statefulset=standing,
             hold_running_replicas=decide_runtime_hold(order, plan, standing, versions),
+            replica_ceiling=request.replicaCeiling,
         )
         token = None
         if requires_token(cls) and self.applier.get("v1", "Secret", inputs.names.auth_secret, ns) is None:
@@ -244,7 +248,7 @@ class OrderActivities:
         return ApplyResult(
             endpoint=endpoint_status(order, cls, self.settings),
             authSecretName=inputs.names.auth_secret if requires_token(cls) else None,
-            constraints=constraints_status(cls, request.resolution.scope),
+            constraints=constraints_status(cls, request.resolution.scope, request.replicaCeiling),
             readyReplicas=int(st_status.get("readyReplicas") or 0),
             desiredReplicas=int((statefulset.get("spec") or {}).get("replicas") or 1),
             settledRegionKept=kept is not None,
@@ -333,6 +337,41 @@ class OrderActivities:
             return await self.probe(request.probe)
 
         return await watch_health_loop(request, probe, asyncio.sleep, activity.heartbeat)
+
+    # --------------------------------------------------------------- scaling
+
+    def _priority_value(self, name: str | None) -> int:
+        """The value of the order's PriorityClass; without one, the global default's, else 0 (as Kubernetes)."""
+        scheduling = SchedulingV1Api(self.api)
+        if name:
+            try:
+                return int(scheduling.read_priority_class(name).value or 0)
+            except ApiException as err:
+                if err.status == 404:
+                    return 0
+                raise
+        for item in scheduling.list_priority_class().items:
+            if item.global_default:
+                return int(item.value or 0)
+        return 0
+
+    def _read_scaling(self, ref: OrderRef, priority: int) -> ScalingObservation:
+        hpa = self.applier.get("autoscaling/v2", "HorizontalPodAutoscaler", ref.name, ref.namespace)
+        pods = self.core.list_namespaced_pod(
+            ref.namespace, label_selector=",".join(f"{k}={v}" for k, v in selector_labels(ref.name).items())
+        )
+        return scaling_observation(hpa, (self.api.sanitize_for_serialization(p) for p in pods.items), priority)
+
+    @activity.defn(name=act.WATCH_SCALING)
+    async def watch_scaling(self, request: ScalingWatchInput) -> ScalingObservation:
+        """The order's HPA and replicas; returns when they change (PriorityClass values are immutable:
+        read once per watch)."""
+        priority = await asyncio.to_thread(self._priority_value, request.priorityClassName)
+
+        async def read() -> ScalingObservation:
+            return await asyncio.to_thread(self._read_scaling, request.ref, priority)
+
+        return await watch_scaling_loop(request, read, asyncio.sleep, activity.heartbeat)
 
     # ---------------------------------------------------------------- status
 

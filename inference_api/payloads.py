@@ -78,6 +78,8 @@ class ApplyInput(_Payload):
     plan: LaunchPlan
     resolution: ModelResolution
     endpointType: EndpointType
+    # A donor's lowered maxReplicas, set by the preemption workflow; None: the class's bounds.
+    replicaCeiling: int | None = None
 
 
 class ApplyResult(_Payload):

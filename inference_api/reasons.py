@@ -26,6 +26,11 @@ class Reason(StrEnum):
     PLACEMENT_UNDECIDABLE = "PlacementUndecidable"
     # Serving life.
     SCALE_UP_BLOCKED = "ScaleUpBlocked"
+    # The autoscaler cannot read or write the workload's scale (ScalingHealthy=False).
+    AUTOSCALER_UNABLE_TO_SCALE = "AutoscalerUnableToScale"
+    # The autoscaler has no metrics to judge load by, or has not reported yet (ScalingHealthy=Unknown).
+    AUTOSCALER_METRICS_UNAVAILABLE = "AutoscalerMetricsUnavailable"
+    AUTOSCALER_NOT_OBSERVED = "AutoscalerNotObserved"
     LAUNCH_PLAN_IN_FORCE = "LaunchPlanInForce"
     HEALTH_CHECK_FAILED = "HealthCheckFailed"
     SERVICE_UNHEALTHY = "ServiceUnhealthy"
@@ -52,6 +57,7 @@ class EventReason(StrEnum):
 
     SETTLED_REGION_KEPT = "SettledRegionKept"
     CAPACITY_PREEMPTED = "CapacityPreempted"
+    CAPACITY_RESTORED = "CapacityRestored"
 
 
 # Refusals a user cannot fix by waiting: retrying the activity cannot change them.

@@ -8,10 +8,12 @@ from typing import Any
 
 import structlog
 from kubernetes.client import ApiClient
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.order import OrderActivities
+from activities.preemption import PreemptionActivities
 from inference_api.payloads import PlanInput
 from inference_api.plan import PlanOutcome
 from inference_api.settings import ModuleSettings
@@ -38,7 +40,8 @@ def order_worker(
     **kwargs: Any,
 ) -> Worker:
     activities = OrderActivities(api, settings, planner or default_planner(settings, api))
-    return build_worker(client, settings.temporal.taskQueue, activities.all(), **kwargs)
+    preemption = PreemptionActivities()
+    return build_worker(client, settings.temporal.taskQueue, [*activities.all(), *preemption.all()], **kwargs)
 
 
 async def run_worker(client: Client, api: ApiClient, settings: ModuleSettings) -> None:
@@ -51,19 +54,42 @@ async def run_watcher(client: Client, api: ApiClient, settings: ModuleSettings) 
     await Watcher(api, client, settings).run()
 
 
-async def serve_health(port: int, ready: Callable[[], bool] = lambda: True) -> asyncio.AbstractServer:
-    """A tiny /healthz for the chart's probes (no framework needed for one line of HTTP)."""
+async def serve_health(
+    port: int,
+    ready: Callable[[], bool] = lambda: True,
+    registry: CollectorRegistry = REGISTRY,
+    host: str = "0.0.0.0",
+) -> asyncio.AbstractServer:
+    """A tiny HTTP server for the chart: ``GET /healthz`` for the probes, ``GET /metrics`` for the
+    PodMonitor (prometheus_client's exposition of ``registry``; the worker's preemption metrics)."""
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readline()
-        ok = ready()
-        body = b"ok\n" if ok else b"not ready\n"
-        status = b"200 OK" if ok else b"503 Service Unavailable"
-        writer.write(b"HTTP/1.1 " + status + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-        await writer.drain()
-        writer.close()
+        try:
+            request = (await reader.readline()).decode("latin-1").split()
+            path = request[1].split("?", 1)[0] if len(request) >= 2 else "/"
+            if path == "/metrics":
+                body = await asyncio.to_thread(generate_latest, registry)
+                status, content_type = b"200 OK", CONTENT_TYPE_LATEST.encode()
+            else:
+                ok = ready()
+                body = b"ok\n" if ok else b"not ready\n"
+                status = b"200 OK" if ok else b"503 Service Unavailable"
+                content_type = b"text/plain; charset=utf-8"
+            writer.write(
+                b"HTTP/1.1 "
+                + status
+                + b"\r\nContent-Type: "
+                + content_type
+                + b"\r\nContent-Length: "
+                + str(len(body)).encode()
+                + b"\r\nConnection: close\r\n\r\n"
+                + body
+            )
+            await writer.drain()
+        finally:
+            writer.close()
 
-    return await asyncio.start_server(answer, "0.0.0.0", port)
+    return await asyncio.start_server(answer, host, port)
 
 
 async def with_health(port: int | None, main: Awaitable[None]) -> None:

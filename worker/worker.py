@@ -1,4 +1,4 @@
-"""The Temporal worker hosting the order workflow and its activities."""
+"""The Temporal worker hosting the order and preemption workflows and their activities."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from workflows.order import OrderWorkflow
+from workflows.preemption import PreemptionWorkflow
 
-WORKFLOWS: list[type] = [OrderWorkflow]
+WORKFLOWS: list[type] = [OrderWorkflow, PreemptionWorkflow]
 
 
 def build_worker(

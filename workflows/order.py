@@ -2,6 +2,12 @@
 
 Deterministic: every read and write is an activity, every decision a pure function. All state
 lives in one :class:`OrderState`, which continue-as-new carries.
+
+An autoscaled order also watches its HPA while it serves (``watch_scaling``): ScalingHealthy
+mirrors the HPA, and every change is reported to the preemption workflow of the order's device
+class (``workflows/preemption.py``), which answers with two signals: ``set_replica_ceiling``
+(a donor's lowered maxReplicas, re-applied at once and kept in the state) and
+``scaling_blocked`` (ScalingHealthy=False/ScaleUpBlocked, phase Degraded while it serves).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
         StatusUpdate,
     )
     from inference_api.plan import LaunchPlan, PlanOutcome
+    from inference_api.preemption import MemberReport, ScalingObservation, ScalingWatchInput
     from inference_api.reasons import CAPACITY_REFUSALS, EventReason, Reason
     from inference_api.types import (
         Condition,
@@ -42,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
         InferenceServiceClass,
         Phase,
     )
+    from planner.scaling import autoscaled, class_bounds, priority_class_name, scaling_health
     from workflows import activity_names as act
     from workflows.search_attributes import order_search_attributes
     from workflows.status import compute_phase, get_condition, is_true, set_condition
@@ -68,6 +76,18 @@ class OrderTimings(BaseModel):
     catalogEnabled: bool = True
     # History length past which the run continues as new (the server also suggests it).
     maxHistoryEvents: int = 2000
+    # How often the scaling watch reads the HPA and the replicas (inside one activity: no history).
+    scalingIntervalSeconds: float = 15
+
+
+class ScalingProfile(BaseModel):
+    """What the class says about scaling, kept from the last reconcile."""
+
+    model_config = ConfigDict(extra="forbid")
+    autoscaled: bool = False
+    minReplicas: int = 1
+    maxReplicas: int = 1
+    priorityClassName: str | None = None
 
 
 class OrderState(BaseModel):
@@ -95,6 +115,15 @@ class OrderState(BaseModel):
     retryDelaySeconds: float | None = None
     className: str | None = None
     reconciles: int = 0
+    # Capacity preemption: the class's scaling, the HPA as last seen, what the preemption
+    # workflow of the device class said, and the last report sent to it.
+    scalingProfile: ScalingProfile = Field(default_factory=ScalingProfile)
+    scaling: ScalingObservation | None = None
+    replicaCeiling: int | None = None
+    scalingBlocked: str | None = None
+    lastReport: MemberReport | None = None
+    reapplyPending: bool = False
+    publishPending: bool = False
 
 
 class ReplanOutcome(BaseModel):
@@ -107,6 +136,8 @@ class ReplanOutcome(BaseModel):
 
 SHORT = timedelta(seconds=30)
 K8S_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
+# Histories written before the scaling watch existed replay without it.
+SCALING_WATCH_PATCH = "scaling-watch"
 
 
 @workflow.defn(name="OrderWorkflow")
@@ -115,6 +146,9 @@ class OrderWorkflow:
     def __init__(self, state: OrderState) -> None:
         # Set before any handler runs: signal-with-start delivers the signal before run() starts.
         self.state: OrderState | None = state
+        # The two watches of a serving order; they outlive a re-apply or a status write.
+        self._health_task: asyncio.Future[HealthChange] | None = None
+        self._scaling_task: asyncio.Future[ScalingObservation] | None = None
 
     # ------------------------------------------------------------------ handlers
 
@@ -135,6 +169,28 @@ class OrderWorkflow:
     @workflow.signal(name="delete")
     def delete(self) -> None:
         self._require_state().deleting = True
+
+    @workflow.signal(name="set_replica_ceiling")
+    def set_replica_ceiling(self, ceiling: int | None) -> None:
+        """From the preemption workflow: this order, a donor, runs under a lowered maxReplicas (None lifts it)."""
+        state = self._require_state()
+        if ceiling is not None:
+            ceiling = max(1, ceiling)
+        if ceiling == state.replicaCeiling:
+            return
+        state.replicaCeiling = ceiling
+        if state.applied is not None and not state.deleting:
+            state.reapplyPending = True
+
+    @workflow.signal(name="scaling_blocked")
+    def scaling_blocked(self, reason: str | None) -> None:
+        """From the preemption workflow: why this order cannot grow (None: it can again)."""
+        state = self._require_state()
+        if reason == state.scalingBlocked:
+            return
+        state.scalingBlocked = reason
+        self._refresh_scaling()
+        state.publishPending = True
 
     @workflow.signal(name="replan")
     def replan_signal(self) -> None:
@@ -194,10 +250,20 @@ class OrderWorkflow:
                 state.dirty = False
                 await self._reconcile()
                 state.reconciles += 1
+                await self._after_reconcile_scaling()
+                await self._publish()
+                continue
+            if state.reapplyPending:
+                state.reapplyPending = False
+                await self._reapply()
+                await self._publish()
+                continue
+            if state.publishPending:
                 await self._publish()
                 continue
             await self._wait()
             if self._should_continue_as_new():
+                await self._stop_watches()
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(state)
 
@@ -224,48 +290,252 @@ class OrderWorkflow:
             except TimeoutError:
                 state.dirty = True
             return
-        if state.everReady and state.applied is not None and state.resolution is not None:
-            await self._health_watch(interrupted)
-            return
-        await workflow.wait_condition(interrupted)
 
-    async def _health_watch(self, interrupted: object) -> None:
+        def signalled() -> bool:
+            return interrupted() or state.reapplyPending or state.publishPending
+
+        if state.everReady and state.applied is not None and state.resolution is not None:
+            await self._health_watch()
+            return
+        await workflow.wait_condition(signalled)
+
+    async def _health_watch(self) -> None:
+        """Waits for the health watch, the scaling watch (autoscaled orders) or a signal.
+
+        A re-apply or a status write leaves both watches running (the health watch keeps its count
+        of failures in a row); an edit or a deletion cancels them.
+        """
         state = self._require_state()
         assert state.applied is not None and state.resolution is not None
         timings = state.timings
-        watch = asyncio.ensure_future(
-            workflow.execute_activity(
-                act.WATCH_HEALTH,
-                HealthWatchInput(
-                    probe=self._probe_input(),
-                    intervalSeconds=timings.healthIntervalSeconds,
-                    failureThreshold=timings.failureThreshold,
-                    healthy=state.healthy,
-                    maxDurationSeconds=timings.healthWatchMaxSeconds,
-                ),
-                result_type=HealthChange,
-                start_to_close_timeout=timedelta(seconds=timings.healthWatchMaxSeconds + 600),
-                heartbeat_timeout=timedelta(seconds=max(60.0, timings.healthIntervalSeconds * 3)),
-                retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=60)),
-                summary="health watch",
+        if self._health_task is None:
+            self._health_task = asyncio.ensure_future(
+                workflow.execute_activity(
+                    act.WATCH_HEALTH,
+                    HealthWatchInput(
+                        probe=self._probe_input(),
+                        intervalSeconds=timings.healthIntervalSeconds,
+                        failureThreshold=timings.failureThreshold,
+                        healthy=state.healthy,
+                        maxDurationSeconds=timings.healthWatchMaxSeconds,
+                    ),
+                    result_type=HealthChange,
+                    start_to_close_timeout=timedelta(seconds=timings.healthWatchMaxSeconds + 600),
+                    heartbeat_timeout=timedelta(seconds=max(60.0, timings.healthIntervalSeconds * 3)),
+                    retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=60)),
+                    summary="health watch",
+                )
+            )
+        if self._scaling_task is None and self._scaling_watched() and workflow.patched(SCALING_WATCH_PATCH):
+            self._scaling_task = asyncio.ensure_future(
+                workflow.execute_activity(
+                    act.WATCH_SCALING,
+                    ScalingWatchInput(
+                        ref=state.ref,
+                        priorityClassName=state.scalingProfile.priorityClassName,
+                        intervalSeconds=timings.scalingIntervalSeconds,
+                        maxDurationSeconds=timings.healthWatchMaxSeconds,
+                        last=state.scaling,
+                    ),
+                    result_type=ScalingObservation,
+                    start_to_close_timeout=timedelta(seconds=timings.healthWatchMaxSeconds + 600),
+                    heartbeat_timeout=timedelta(seconds=max(10.0, timings.scalingIntervalSeconds * 3)),
+                    retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=60)),
+                    summary="scaling watch",
+                )
+            )
+        health, scaling = self._health_task, self._scaling_task
+        waiter = asyncio.ensure_future(
+            workflow.wait_condition(
+                lambda: state.dirty or state.deleting or state.reapplyPending or state.publishPending
             )
         )
-        waiter = asyncio.ensure_future(workflow.wait_condition(lambda: state.dirty or state.deleting))
-        done, _ = await workflow.wait([watch, waiter], return_when=asyncio.FIRST_COMPLETED)
-        if watch not in done:
-            watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError, ActivityError):
-                await watch
+        watches = [t for t in (health, scaling) if t is not None]
+        done, _ = await workflow.wait([*watches, waiter], return_when=asyncio.FIRST_COMPLETED)
+        if waiter not in done:
+            waiter.cancel()
+        if health is not None and health in done:
+            self._health_task = None
+            try:
+                change = health.result()
+            except ActivityError as err:
+                workflow.logger.warning("health watch failed: %s", err)
+            else:
+                if change.changed:
+                    self._set_health(change.healthy, change.detail)
+                    await self._publish()
+        if scaling is not None and scaling in done:
+            self._scaling_task = None
+            try:
+                observation = scaling.result()
+            except ActivityError as err:
+                workflow.logger.warning("scaling watch failed: %s", err)
+            else:
+                await self._on_scaling(observation)
+        if state.dirty or state.deleting:
+            await self._stop_watches()
+
+    async def _stop_watches(self) -> None:
+        for task in (self._health_task, self._scaling_task):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, ActivityError):
+                    await task
+        self._health_task = self._scaling_task = None
+
+    # ------------------------------------------------------------------ scaling
+
+    def _scaling_watched(self) -> bool:
+        state = self._require_state()
+        return state.scalingProfile.autoscaled and state.plan is not None and state.applied is not None
+
+    async def _on_scaling(self, observation: ScalingObservation) -> None:
+        state = self._require_state()
+        changed = state.scaling is None or observation.signature() != state.scaling.signature()
+        state.scaling = observation
+        if not changed:
             return
-        waiter.cancel()
-        try:
-            change = watch.result()
-        except ActivityError as err:
-            workflow.logger.warning("health watch failed: %s", err)
+        self._refresh_scaling()
+        await self._report(observation)
+        await self._publish()
+
+    def _refresh_scaling(self) -> None:
+        """ScalingHealthy from the HPA and from what the preemption workflow said (planner.scaling)."""
+        state = self._require_state()
+        if not state.scalingProfile.autoscaled:
+            state.conditions = [c for c in state.conditions if c.type != ConditionType.SCALING_HEALTHY]
             return
-        if change.changed:
-            self._set_health(change.healthy, change.detail)
-            await self._publish()
+        verdict = scaling_health(state.scaling, state.scalingBlocked, state.replicaCeiling)
+        if verdict is None:
+            return
+        status, reason, message = verdict
+        state.conditions = set_condition(
+            state.conditions,
+            ConditionType.SCALING_HEALTHY,
+            status,
+            reason,
+            message,
+            state.observedGeneration or None,
+            workflow.now(),
+        )
+
+    async def _report(self, observation: ScalingObservation) -> None:
+        """Tell the preemption workflow of the device class where this order stands (signal-with-start)."""
+        state = self._require_state()
+        if state.plan is None:
+            return
+        profile = state.scalingProfile
+        report = MemberReport(
+            ref=state.ref,
+            workflowId=workflow.info().workflow_id,
+            deviceClass=state.plan.deviceClass,
+            sequence=(state.lastReport.sequence + 1) if state.lastReport else 1,
+            priority=observation.priority,
+            priorityClassName=profile.priorityClassName,
+            minReplicas=profile.minReplicas,
+            maxReplicas=profile.maxReplicas,
+            unit=max(1, state.plan.sharePercent * state.plan.deviceCount),
+            desired=observation.desiredReplicas,
+            placed=observation.placedReplicas,
+            unschedulable=observation.unschedulableReplicas,
+            limited=observation.wantsAboveBound,
+        )
+        if state.lastReport is not None and report.model_copy(
+            update={"sequence": state.lastReport.sequence}
+        ) == state.lastReport.model_copy(update={"leaving": False}):
+            return
+        await self._send_report(report)
+
+    async def _report_leaving(self) -> None:
+        state = self._require_state()
+        last = state.lastReport
+        if last is None or last.leaving:
+            return
+        await self._send_report(last.model_copy(update={"leaving": True, "sequence": last.sequence + 1}))
+
+    async def _send_report(self, report: MemberReport) -> None:
+        await workflow.execute_activity(
+            act.REPORT_SCALING,
+            report,
+            start_to_close_timeout=SHORT,
+            retry_policy=K8S_RETRY,
+            summary=("leave " if report.leaving else "report to ") + f"preemption on {report.deviceClass}",
+        )
+        self._require_state().lastReport = report
+
+    async def _after_reconcile_scaling(self) -> None:
+        """A class that stopped autoscaling, or a plan on another device class: leave the old preemption."""
+        state = self._require_state()
+        last = state.lastReport
+        if last is None or last.leaving:
+            self._refresh_scaling()
+            return
+        moved = state.plan is None or state.plan.deviceClass != last.deviceClass
+        if moved or not state.scalingProfile.autoscaled:
+            await self._report_leaving()
+            state.scaling = None
+            state.scalingBlocked = None
+        self._refresh_scaling()
+
+    async def _reapply(self) -> None:
+        """The workload again, with the replica ceiling the preemption workflow set: no replan, no probe."""
+        state = self._require_state()
+        snapshot: OrderSnapshot = await workflow.execute_activity(
+            act.READ_ORDER,
+            state.ref,
+            result_type=OrderSnapshot,
+            start_to_close_timeout=SHORT,
+            retry_policy=K8S_RETRY,
+            summary="read order and class",
+        )
+        order, cls = snapshot.order, snapshot.cls
+        if order is None:
+            state.gone = True
+            return
+        if order.metadata.deletionTimestamp:
+            state.deleting = True
+            return
+        if (
+            cls is None
+            or state.plan is None
+            or state.resolution is None
+            or state.endpointType is None
+            or (order.metadata.generation or 0) > state.observedGeneration
+        ):
+            # Something else changed too: a full reconcile applies the ceiling with it.
+            state.dirty = True
+            return
+        state.applied = await workflow.execute_activity(
+            act.APPLY_WORKLOAD,
+            ApplyInput(
+                ref=state.ref,
+                order=order,
+                cls=cls,
+                plan=state.plan,
+                resolution=state.resolution,
+                endpointType=state.endpointType,
+                replicaCeiling=state.replicaCeiling,
+            ),
+            result_type=ApplyResult,
+            start_to_close_timeout=timedelta(seconds=120),
+            retry_policy=K8S_RETRY,
+            summary="apply workload" + (f" (maxReplicas {state.replicaCeiling})" if state.replicaCeiling else ""),
+        )
+        if state.replicaCeiling is not None:
+            event = OrderEvent(
+                ref=state.ref,
+                reason=EventReason.CAPACITY_PREEMPTED,
+                message=f"maxReplicas lowered to {state.replicaCeiling} to give capacity on device class "
+                f"{state.plan.deviceClass} to higher-priority orders",
+            )
+        else:
+            event = OrderEvent(
+                ref=state.ref,
+                reason=EventReason.CAPACITY_RESTORED,
+                message="the class's maxReplicas applies again: capacity taken by preemption was given back",
+            )
+        await workflow.execute_activity(act.RECORD_EVENT, event, start_to_close_timeout=SHORT, retry_policy=K8S_RETRY)
+        self._refresh_scaling()
 
     def _set_health(self, healthy: bool, detail: str) -> None:
         state = self._require_state()
@@ -317,6 +587,10 @@ class OrderWorkflow:
         if refusal is not None or cls is None:
             self._refuse(ConditionType.CLASS_RESOLVED, refusal)
             return
+        low, high = class_bounds(cls)
+        state.scalingProfile = ScalingProfile(
+            autoscaled=autoscaled(cls), minReplicas=low, maxReplicas=high, priorityClassName=priority_class_name(cls)
+        )
         self._cond(ConditionType.CLASS_RESOLVED, True, Reason.CLASS_RESOLVED, f"class {cls.metadata.name} is Ready")
 
         resolution = await self._resolve_model(order, cls)
@@ -440,6 +714,7 @@ class OrderWorkflow:
                 plan=plan,
                 resolution=resolution,
                 endpointType=endpoint_type,
+                replicaCeiling=state.replicaCeiling,
             ),
             result_type=ApplyResult,
             start_to_close_timeout=timedelta(seconds=120),
@@ -508,6 +783,8 @@ class OrderWorkflow:
     async def _teardown(self) -> None:
         state = self._require_state()
         self._cond(ConditionType.READY, False, Reason.DELETING, "the order is being deleted")
+        await self._stop_watches()
+        await self._report_leaving()
         await workflow.execute_activity(
             act.FINALIZE_ORDER,
             state.ref,
@@ -556,6 +833,7 @@ class OrderWorkflow:
 
     async def _publish(self) -> None:
         state = self._require_state()
+        state.publishPending = False
         phase, reason = compute_phase(state.conditions)
         state.phase, state.reason = phase, reason
         # Search attributes first: they land with this workflow task, before the status write.
@@ -595,6 +873,8 @@ class OrderWorkflow:
             f"## {state.ref.namespace}/{state.ref.name}\n\n"
             f"**Phase:** {state.phase}" + (f" — {state.reason}" if state.reason else "") + "\n\n"
             f"**Class:** {state.className or '?'} · **Device:** {device or '—'} · "
-            f"**Replans:** {state.replanCount}\n\n"
+            f"**Replans:** {state.replanCount}"
+            + (f" · **maxReplicas held at:** {state.replicaCeiling} (preemption)" if state.replicaCeiling else "")
+            + "\n\n"
             "| condition | status | reason | message |\n|---|---|---|---|\n" + rows
         )

@@ -1,4 +1,4 @@
-"""Typed search attributes of order workflows (never secrets: they are not encrypted)."""
+"""Typed search attributes of order and preemption workflows (never secrets: they are not encrypted)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,19 @@ ORDER_PHASE = SearchAttributeKey.for_keyword("OrderPhase")
 ORDER_REASON = SearchAttributeKey.for_keyword("OrderReason")
 ORDER_DEVICE_CLASS = SearchAttributeKey.for_keyword("OrderDeviceClass")
 
-ALL_KEYS = (ORDER_NAMESPACE, ORDER_NAME, ORDER_CLASS, ORDER_PHASE, ORDER_REASON, ORDER_DEVICE_CLASS)
+# Preemption workflows: Idle | Holding (donors held at a lowered bound) | Blocked (an order cannot grow).
+# They carry OrderDeviceClass too, so one query lists an order class's orders and its preemption.
+PREEMPTION_STATUS = SearchAttributeKey.for_keyword("PreemptionStatus")
+
+ALL_KEYS = (
+    ORDER_NAMESPACE,
+    ORDER_NAME,
+    ORDER_CLASS,
+    ORDER_PHASE,
+    ORDER_REASON,
+    ORDER_DEVICE_CLASS,
+    PREEMPTION_STATUS,
+)
 
 
 def dev_server_flags() -> list[str]:
@@ -35,3 +47,7 @@ def order_search_attributes(
     for key, value in ((ORDER_CLASS, class_name), (ORDER_REASON, reason), (ORDER_DEVICE_CLASS, device_class)):
         updates.append(key.value_set(value) if value else key.value_unset())
     return updates
+
+
+def preemption_search_attributes(device_class: str, status: str) -> list[SearchAttributeUpdate]:
+    return [ORDER_DEVICE_CLASS.value_set(device_class), PREEMPTION_STATUS.value_set(status)]

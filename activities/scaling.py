@@ -1,0 +1,84 @@
+"""The scaling watch: the order's HPA and its replicas, polled inside one heartbeating activity.
+
+Polling inside one activity keeps the order's history small: the activity returns only when
+what it sees differs from what the workflow last saw (:meth:`ScalingObservation.signature`,
+numbers and condition reasons, not the HPA's live messages) or after ``maxDurationSeconds``.
+The parsing is pure (objects as the API server returns them, camelCase dicts) so it is tested
+without a cluster.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
+
+from inference_api.preemption import HpaCondition, ScalingObservation, ScalingWatchInput
+
+
+def pod_is_placed(pod: Mapping[str, Any]) -> bool:
+    """Bound to a node and not going away: the replica holds its devices."""
+    meta = pod.get("metadata") or {}
+    return bool((pod.get("spec") or {}).get("nodeName")) and not meta.get("deletionTimestamp")
+
+
+def pod_is_unschedulable(pod: Mapping[str, Any]) -> bool:
+    """Pending because the scheduler found no node for it (PodScheduled=False, Unschedulable)."""
+    status = pod.get("status") or {}
+    if status.get("phase") != "Pending" or (pod.get("spec") or {}).get("nodeName"):
+        return False
+    return any(
+        c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
+        for c in status.get("conditions") or []
+    )
+
+
+def scaling_observation(
+    hpa: Mapping[str, Any] | None, pods: Iterable[Mapping[str, Any]], priority: int
+) -> ScalingObservation:
+    pods = list(pods)
+    placed = sum(1 for p in pods if pod_is_placed(p))
+    unschedulable = sum(1 for p in pods if pod_is_unschedulable(p))
+    if hpa is None:
+        return ScalingObservation(
+            autoscalerFound=False, placedReplicas=placed, unschedulableReplicas=unschedulable, priority=priority
+        )
+    spec = hpa.get("spec") or {}
+    status = hpa.get("status") or {}
+    conditions = [
+        HpaCondition(
+            type=str(c.get("type", "")),
+            status=str(c.get("status", "")),
+            reason=str(c.get("reason") or ""),
+            message=str(c.get("message") or ""),
+        )
+        for c in status.get("conditions") or []
+    ]
+    return ScalingObservation(
+        desiredReplicas=int(status.get("desiredReplicas") or 0),
+        currentReplicas=int(status.get("currentReplicas") or 0),
+        minReplicas=int(spec.get("minReplicas") or 1),
+        maxReplicas=int(spec.get("maxReplicas") or 1),
+        placedReplicas=placed,
+        unschedulableReplicas=unschedulable,
+        conditions=sorted(conditions, key=lambda c: c.type),
+        priority=priority,
+    )
+
+
+async def watch_scaling_loop(
+    request: ScalingWatchInput,
+    read: Callable[[], Awaitable[ScalingObservation]],
+    sleep: Callable[[float], Awaitable[None]],
+    heartbeat: Callable[[str], None],
+    clock: Callable[[], float] = time.monotonic,
+) -> ScalingObservation:
+    """Returns the first observation that differs from ``request.last``, or the last one at the deadline."""
+    deadline = clock() + request.maxDurationSeconds
+    last_signature = request.last.signature() if request.last is not None else None
+    while True:
+        observed = await read()
+        if observed.signature() != last_signature or clock() >= deadline:
+            return observed
+        heartbeat(f"desired={observed.desiredReplicas} placed={observed.placedReplicas}")
+        await sleep(request.intervalSeconds)

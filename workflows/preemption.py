@@ -1,0 +1,290 @@
+"""The preemption workflow: one per device class, moving capacity between its orders by priority.
+
+Why one per device class: capacity is only interchangeable inside one device class (a donor on
+another class frees nothing a recipient can use), so each class is an independent problem. One
+workflow per class serializes every decision about one pool of devices — two decisions can
+never hand out the same donor replica — while classes proceed in parallel, and each workflow's
+state and signal rate stay bounded by the orders of one class. A workflow per cluster would
+serialize unrelated pools and carry every order in one history; one per order would race.
+
+Members are the autoscaled orders of the class. Each order workflow signals ``observe`` with a
+:class:`MemberReport` whenever its autoscaler's state changes (signal-with-start, from an
+activity: a workflow cannot signal-with-start). A decision (``planner.preemption.decide``, pure)
+runs after every batch of reports; its outcome goes out as signals to the order workflows:
+``set_replica_ceiling(ceiling | None)`` to donors and ``scaling_blocked(reason | None)`` to orders
+that cannot grow. Everything the decisions remember — holds, recipients' bases, ceilings and
+blocks as signalled, preemption totals — is in :class:`PreemptionState`, carried by
+continue-as-new, so a worker that dies mid-decision loses nothing and a replay counts nothing
+twice. Metrics are set from that state by an activity, as absolute values.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ApplicationError, FailureError
+
+with workflow.unsafe.imports_passed_through():
+    from pydantic import BaseModel, ConfigDict, Field
+
+    from inference_api.payloads import OrderEvent
+    from inference_api.preemption import MemberReport, PreemptionMetrics, ReplicaCount
+    from inference_api.reasons import EventReason
+    from planner.preemption import Decision, Ledger, decide, freed_units, held_replicas, member_from_report
+    from workflows import activity_names as act
+    from workflows.search_attributes import preemption_search_attributes
+
+SET_REPLICA_CEILING = "set_replica_ceiling"
+SCALING_BLOCKED = "scaling_blocked"
+LOG_LENGTH = 20
+
+
+class PreemptionTimings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    # With no member and no hold, the run ends after this long (a new report starts it again).
+    idleSeconds: float = 3600
+    # While replicas are held, the metrics are set again this often (a restarted worker exports them).
+    metricsRefreshSeconds: float = 300
+    activityTimeoutSeconds: float = 30
+    maxHistoryEvents: int = 2000
+
+
+class PreemptionState(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    deviceClass: str
+    timings: PreemptionTimings = Field(default_factory=PreemptionTimings)
+    # Last report of each order workflow (by workflow id); a leaving one stays as a tombstone until
+    # the next continue-as-new, so a late report of a gone order is recognised as old.
+    reports: dict[str, MemberReport] = Field(default_factory=dict)
+    ledger: Ledger = Field(default_factory=Ledger)
+    freedUnits: int = 0
+    # What the order workflows were told (the ledger is what they should be told).
+    ceilings: dict[str, int] = Field(default_factory=dict)
+    blocked: dict[str, str] = Field(default_factory=dict)
+    preemptions: dict[str, int] = Field(default_factory=dict)
+    decisions: int = 0
+    log: list[str] = Field(default_factory=list)
+    dirty: bool = False
+
+
+@workflow.defn(name="PreemptionWorkflow")
+class PreemptionWorkflow:
+    @workflow.init
+    def __init__(self, state: PreemptionState) -> None:
+        # Set before any handler runs: signal-with-start delivers the signal before run() starts.
+        self.state = state
+
+    @workflow.signal(name="observe")
+    def observe(self, report: MemberReport) -> None:
+        state = self.state
+        if report.deviceClass != state.deviceClass:
+            return
+        previous = state.reports.get(report.workflowId)
+        if previous is not None and report.sequence <= previous.sequence:
+            return  # late or repeated
+        before = member_from_report(previous) if previous is not None and not previous.leaving else None
+        after = None if report.leaving else member_from_report(report)
+        state.freedUnits += freed_units(before, after, state.ledger)
+        state.reports[report.workflowId] = report
+        state.dirty = True
+
+    @workflow.query(name="state")
+    def query_state(self) -> PreemptionState:
+        return self.state
+
+    @workflow.run
+    async def run(self, state: PreemptionState) -> str:
+        state = self.state
+        self._show()
+        if state.ledger.holds or state.preemptions:
+            await self._publish_metrics()
+        while True:
+            if state.dirty:
+                state.dirty = False
+                await self._decide()
+                continue
+            if self._should_continue_as_new():
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                self._prune()
+                workflow.continue_as_new(state)
+            idle = not self._members() and not state.ledger.holds
+            timings = state.timings
+            timeout = timings.idleSeconds if idle else (timings.metricsRefreshSeconds if state.ledger.holds else None)
+            try:
+                await workflow.wait_condition(
+                    lambda: state.dirty,
+                    timeout=timedelta(seconds=timeout) if timeout is not None else None,
+                    timeout_summary="idle" if idle else "refresh metrics",
+                )
+            except TimeoutError:
+                if idle:
+                    await workflow.wait_condition(workflow.all_handlers_finished)
+                    if not state.dirty:
+                        return "idle"
+                else:
+                    await self._publish_metrics()
+
+    # ------------------------------------------------------------------ decisions
+
+    def _members(self) -> dict[str, MemberReport]:
+        return {wid: r for wid, r in self.state.reports.items() if not r.leaving}
+
+    def _name(self, workflow_id: str) -> str:
+        report = self.state.reports.get(workflow_id)
+        return report.ref.key if report is not None else workflow_id
+
+    async def _decide(self) -> None:
+        state = self.state
+        members = {wid: member_from_report(r) for wid, r in self._members().items()}
+        decision = decide(members, state.ledger, state.freedUnits)
+        state.freedUnits = 0
+        state.ledger = decision.ledger
+        state.decisions += 1
+        for recipient in decision.preempted:
+            state.preemptions[recipient] = state.preemptions.get(recipient, 0) + 1
+        self._record(decision)
+        # Donors first (lower before anyone is told it may grow), then who is blocked.
+        for wid in sorted(set(state.ceilings) | set(state.ledger.ceilings)):
+            want = state.ledger.ceilings.get(wid)
+            if state.ceilings.get(wid) != want:
+                await self._signal(wid, SET_REPLICA_CEILING, want)
+                if want is None:
+                    state.ceilings.pop(wid, None)
+                else:
+                    state.ceilings[wid] = want
+        for wid in sorted(set(state.blocked) | set(decision.blocked)):
+            reason = decision.blocked.get(wid)
+            if state.blocked.get(wid) != reason:
+                await self._signal(wid, SCALING_BLOCKED, reason)
+                if reason is None:
+                    state.blocked.pop(wid, None)
+                else:
+                    state.blocked[wid] = reason
+        for recipient in decision.preempted:
+            await self._event_on_recipient(recipient, decision)
+        if decision.changed or decision.preempted:
+            await self._publish_metrics()
+        self._show()
+
+    def _record(self, decision: Decision) -> None:
+        state = self.state
+        words: list[str] = []
+        for hold in decision.taken:
+            words.append(f"took {hold.replicas} from {self._name(hold.donor)} for {self._name(hold.recipient)}")
+        for hold in decision.released:
+            words.append(f"gave {hold.replicas} back to {self._name(hold.donor)} from {self._name(hold.recipient)}")
+        for wid in decision.blocked:
+            if wid not in state.blocked:
+                words.append(f"{self._name(wid)} cannot grow")
+        for wid in state.blocked:
+            if wid not in decision.blocked:
+                words.append(f"{self._name(wid)} can grow again")
+        if not words:
+            return
+        stamp = workflow.now().strftime("%H:%M:%S")
+        state.log = [*state.log, f"{stamp} #{state.decisions}: " + "; ".join(words)][-LOG_LENGTH:]
+        workflow.logger.info("preemption on %s: %s", state.deviceClass, "; ".join(words))
+
+    async def _signal(self, workflow_id: str, signal: str, arg: int | str | None) -> None:
+        handle = workflow.get_external_workflow_handle(workflow_id)
+        try:
+            await handle.signal(signal, arg)
+        except (ApplicationError, FailureError) as err:
+            # The order workflow is gone (deleted order): forget it; the next decision drops its holds.
+            workflow.logger.info("order workflow %s not signalled (%s): dropped", workflow_id, err)
+            report = self.state.reports.get(workflow_id)
+            if report is not None and not report.leaving:
+                self.state.reports[workflow_id] = report.model_copy(update={"leaving": True})
+                self.state.dirty = True
+
+    async def _event_on_recipient(self, recipient: str, decision: Decision) -> None:
+        report = self.state.reports.get(recipient)
+        if report is None:
+            return
+        donors = ", ".join(
+            f"{self._name(h.donor)} (-{h.replicas}, maxReplicas {decision.ledger.ceilings.get(h.donor)})"
+            for h in decision.taken
+            if h.recipient == recipient
+        )
+        await workflow.execute_activity(
+            act.RECORD_EVENT,
+            OrderEvent(
+                ref=report.ref,
+                reason=EventReason.CAPACITY_PREEMPTED,
+                message=f"capacity on device class {self.state.deviceClass} preempted for this order from "
+                f"lower-priority orders: {donors}",
+            ),
+            start_to_close_timeout=timedelta(seconds=self.state.timings.activityTimeoutSeconds),
+            retry_policy=RetryPolicy(maximum_attempts=5),
+            summary=f"event on {report.ref.key}",
+        )
+
+    async def _publish_metrics(self) -> None:
+        state = self.state
+        preemptions = [
+            ReplicaCount(namespace=r.ref.namespace, name=r.ref.name, value=total)
+            for wid, total in sorted(state.preemptions.items())
+            if (r := state.reports.get(wid)) is not None
+        ]
+        held = [
+            ReplicaCount(namespace=r.ref.namespace, name=r.ref.name, value=count)
+            for wid, count in held_replicas(state.ledger).items()
+            if (r := state.reports.get(wid)) is not None
+        ]
+        await workflow.execute_activity(
+            act.PUBLISH_PREEMPTION_METRICS,
+            PreemptionMetrics(deviceClass=state.deviceClass, preemptions=preemptions, held=held),
+            start_to_close_timeout=timedelta(seconds=state.timings.activityTimeoutSeconds),
+            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=30)),
+            summary="metrics",
+        )
+
+    # --------------------------------------------------------------- housekeeping
+
+    def _should_continue_as_new(self) -> bool:
+        info = workflow.info()
+        return info.is_continue_as_new_suggested() or (
+            info.get_current_history_length() > self.state.timings.maxHistoryEvents
+        )
+
+    def _prune(self) -> None:
+        """Tombstones and totals of orders that left go with the run (bounded state)."""
+        state = self.state
+        state.reports = {wid: r for wid, r in state.reports.items() if not r.leaving}
+        state.preemptions = {wid: n for wid, n in state.preemptions.items() if wid in state.reports}
+        state.blocked = {wid: b for wid, b in state.blocked.items() if wid in state.reports}
+
+    def _show(self) -> None:
+        """The Temporal UI is the view of what preemption decided: search attributes and Markdown."""
+        state = self.state
+        status = "Blocked" if state.blocked else "Holding" if state.ledger.holds else "Idle"
+        workflow.upsert_search_attributes(preemption_search_attributes(state.deviceClass, status))
+        held = held_replicas(state.ledger)
+        recipients = {r.key for r in state.ledger.recipients}
+        rows = []
+        for wid, report in sorted(self._members().items(), key=lambda kv: (-kv[1].priority, kv[1].ref.key)):
+            role = []
+            if wid in recipients:
+                role.append(f"recipient ({state.ledger.held_for(wid)} held for it)")
+            if wid in held:
+                role.append(f"donor (-{held[wid]})")
+            if wid in state.blocked:
+                role.append("**blocked**")
+            ceiling = state.ledger.ceilings.get(wid)
+            rows.append(
+                f"| {report.ref.key} | {report.priorityClassName or '—'} ({report.priority}) | "
+                f"{report.minReplicas}..{report.maxReplicas} | {ceiling if ceiling is not None else '—'} | "
+                f"{report.placed}/{report.desired}"
+                + (f" (+{report.unschedulable} unschedulable)" if report.unschedulable else "")
+                + f" | {', '.join(role) or '—'} | {state.preemptions.get(wid, 0)} |"
+            )
+        log = "\n".join(f"- {line}" for line in reversed(state.log)) or "- none yet"
+        workflow.set_current_details(
+            f"## Preemption on {state.deviceClass}\n\n"
+            f"**Status:** {status} · **Decisions:** {state.decisions} · "
+            f"**Held replicas:** {sum(held.values())}\n\n"
+            "| order | priority | class bounds | ceiling | placed/desired | role | preemptions |\n"
+            "|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n### Recent decisions\n" + log
+        )
