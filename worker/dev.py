@@ -127,6 +127,8 @@ class DevStack:
             "PATH": f"{kubectl_dir}:{os.environ.get('PATH', '')}",
             "KUBECONFIG": str(self.cluster().kubeconfig("admin")),
             "TEMPORAL_ADDRESS": f"127.0.0.1:{ports.get('temporal', 7233)}",
+            # The same address for the module's own commands (ai-inference replan).
+            "AI_INFERENCE_TEMPORAL__ADDRESS": f"127.0.0.1:{ports.get('temporal', 7233)}",
         }
 
     # ------------------------------------------------------------------ up
