@@ -25,7 +25,8 @@ capacity that came back since (:func:`freed_units`), and returns the next ledger
 
 1. holds that became invalid go (member gone, priorities no longer strictly ordered, a donor
    below its minReplicas);
-2. new recipients are recorded, recipients whose demand fell to their base are released;
+2. new recipients are recorded, recipients whose demand fell to their base (and whose pods no
+   longer wait) are released;
 3. capacity that came back is credited to recipients, highest priority first (their pending pods
    take it, or it stands in for held replicas, which are then given back);
 4. per recipient, highest priority first: surplus holds are given back, then a deficit is taken
@@ -239,6 +240,19 @@ def _trim(book: _Book, recipient: str, required: int) -> None:
             held -= give * unit
 
 
+def _release_satisfied(book: _Book) -> None:
+    """A recipient whose demand is back at its base (or that left) is one no longer: its holds go.
+
+    One whose pods still wait stays (with nothing owed): dropping it would make it a recipient
+    again at the next report, with a base that no longer counts what was credited to it.
+    """
+    for key in list(book.bases):
+        found = book.members.get(key)
+        if found is None or (found.desired * found.unit <= book.bases[key] and found.need == 0):
+            book.drop_all(recipient=key)
+            del book.bases[key]
+
+
 def _take_deficit(book: _Book, recipient: Member, required: int) -> bool:
     """Take what ``recipient`` is short of, lowest-priority donors first; True when anything was taken."""
     held = book.held_units_for(recipient.key)
@@ -286,22 +300,18 @@ def decide(members: Mapping[str, Member], ledger: Ledger, freed: int = 0) -> Dec
         member = members[key]
         if member.need > 0 and key not in book.bases:
             book.bases[key] = member.placed * member.unit
-    for key in list(book.bases):
-        found = members.get(key)
-        if found is None or found.desired * found.unit <= book.bases[key]:
-            book.drop_all(recipient=key)
-            del book.bases[key]
-
-    recipients = _by_priority_desc(members, list(book.bases))
+    _release_satisfied(book)
 
     # 3. Capacity that came back stands in for what a recipient is owed.
-    for key in recipients:
+    for key in _by_priority_desc(members, list(book.bases)):
         if freed <= 0:
             break
         owed = required_units(members[key], book.bases[key])
         credit = min(freed, owed)
         book.bases[key] += credit
         freed -= credit
+    _release_satisfied(book)
+    recipients = _by_priority_desc(members, list(book.bases))
 
     # 4. Surplus goes back first (so it can be taken again below), then each recipient, highest
     # priority first, takes its deficit from the lowest-priority donors. A trim after a take can

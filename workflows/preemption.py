@@ -67,6 +67,8 @@ class PreemptionState(BaseModel):
     decisions: int = 0
     log: list[str] = Field(default_factory=list)
     dirty: bool = False
+    # The metrics as last set (they are set again only when they change, or on a timer).
+    metrics: PreemptionMetrics | None = None
 
 
 @workflow.defn(name="PreemptionWorkflow")
@@ -98,8 +100,9 @@ class PreemptionWorkflow:
     async def run(self, state: PreemptionState) -> str:
         state = self.state
         self._show()
-        if state.ledger.holds or state.preemptions:
-            await self._publish_metrics()
+        if state.metrics is not None:
+            # A new run may be served by a new worker process: set the series again.
+            await self._publish_metrics(force=True)
         while True:
             if state.dirty:
                 state.dirty = False
@@ -122,9 +125,11 @@ class PreemptionWorkflow:
                 if idle:
                     await workflow.wait_condition(workflow.all_handlers_finished)
                     if not state.dirty:
+                        self._prune()
+                        await self._publish_metrics()
                         return "idle"
                 else:
-                    await self._publish_metrics()
+                    await self._publish_metrics(force=True)
 
     # ------------------------------------------------------------------ decisions
 
@@ -145,6 +150,7 @@ class PreemptionWorkflow:
         for recipient in decision.preempted:
             state.preemptions[recipient] = state.preemptions.get(recipient, 0) + 1
         self._record(decision)
+        self._show()
         # Donors first (lower before anyone is told it may grow), then who is blocked.
         for wid in sorted(set(state.ceilings) | set(state.ledger.ceilings)):
             want = state.ledger.ceilings.get(wid)
@@ -164,8 +170,7 @@ class PreemptionWorkflow:
                     state.blocked[wid] = reason
         for recipient in decision.preempted:
             await self._event_on_recipient(recipient, decision)
-        if decision.changed or decision.preempted:
-            await self._publish_metrics()
+        await self._publish_metrics()
         self._show()
 
     def _record(self, decision: Decision) -> None:
@@ -221,21 +226,32 @@ class PreemptionWorkflow:
             summary=f"event on {report.ref.key}",
         )
 
-    async def _publish_metrics(self) -> None:
+    def _metrics(self) -> PreemptionMetrics:
+        """The series of this device class. Every member has a preemption counter, at 0 until its first
+        preemption: ``increase()`` needs a sample before the step, or the first preemption of an order
+        would never show (a series that is born at 1 has not increased)."""
         state = self.state
         preemptions = [
-            ReplicaCount(namespace=r.ref.namespace, name=r.ref.name, value=total)
-            for wid, total in sorted(state.preemptions.items())
-            if (r := state.reports.get(wid)) is not None
+            ReplicaCount(namespace=r.ref.namespace, name=r.ref.name, value=state.preemptions.get(wid, 0))
+            for wid, r in sorted(state.reports.items())
+            if not r.leaving or wid in state.preemptions
         ]
         held = [
             ReplicaCount(namespace=r.ref.namespace, name=r.ref.name, value=count)
             for wid, count in held_replicas(state.ledger).items()
             if (r := state.reports.get(wid)) is not None
         ]
+        return PreemptionMetrics(deviceClass=state.deviceClass, preemptions=preemptions, held=held)
+
+    async def _publish_metrics(self, force: bool = False) -> None:
+        state = self.state
+        metrics = self._metrics()
+        if metrics == state.metrics and not force:
+            return
+        state.metrics = metrics
         await workflow.execute_activity(
             act.PUBLISH_PREEMPTION_METRICS,
-            PreemptionMetrics(deviceClass=state.deviceClass, preemptions=preemptions, held=held),
+            metrics,
             start_to_close_timeout=timedelta(seconds=state.timings.activityTimeoutSeconds),
             retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=30)),
             summary="metrics",

@@ -1,0 +1,207 @@
+"""The preemption workflow with real order workflows on the real Temporal dev server.
+
+The order workflows' activities run against a simulated device class (tests/preemption/world.py);
+the preemption activities (signal-with-start, metrics) are the real ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.worker import Replayer
+
+from activities.metrics import PreemptionMetricsCollector
+from inference_api.preemption import PreemptionMetrics
+from inference_api.reasons import EventReason, Reason
+from inference_api.types import ConditionStatus, Phase
+from workflows import activity_names as act
+from workflows.order import OrderWorkflow
+from workflows.preemption import PreemptionWorkflow
+from workflows.search_attributes import ORDER_DEVICE_CLASS, PREEMPTION_STATUS
+
+from .world import Stand, new_world, running_worker
+
+pytestmark = pytest.mark.temporal
+
+
+@pytest_asyncio.fixture
+async def stand(temporal_client: Client) -> AsyncIterator[Stand]:
+    world = new_world(capacity=400)
+    metrics = PreemptionMetricsCollector()
+    task_queue = f"preemption-{uuid.uuid4().hex[:8]}"
+    async with running_worker(temporal_client, task_queue, world, metrics):
+        yield Stand(temporal_client, world, task_queue, metrics)
+
+
+async def fill(stand: Stand, low_load: int = 3, high_load: int = 1) -> None:
+    """A low- and a high-priority order filling the device class (4 whole devices)."""
+    await stand.start("low", "low-class", load=low_load)
+    await stand.start("high", "high-class", load=high_load)
+    for name in ("low", "high"):
+        await stand.until(stand.phase_is(name, Phase.READY), what=f"{name} Ready")
+    await stand.until(lambda: stand.sim("low").placed == low_load and stand.sim("high").placed == high_load)
+
+    async def both_members() -> bool:
+        try:
+            state = await stand.preemption_state()
+        except Exception:
+            return False
+        return len([r for r in state.reports.values() if not r.leaving]) == 2
+
+    await stand.until_async(both_members, what="both orders reported to the preemption workflow")
+
+
+async def test_a_high_order_grows_at_a_low_ones_expense_and_gives_back_when_demand_falls(stand: Stand) -> None:
+    await fill(stand)
+    dc = stand.world.device_class
+    # Every member has a counter at 0 before anything happens (increase() needs a first sample).
+    await stand.until(lambda: stand.metrics.preemptions(dc, "support", "high") == 0, what="counter at 0")
+
+    stand.sim("high").load = 2
+    await stand.until(lambda: stand.sim("high").placed == 2, what="high grows to 2")
+    assert stand.sim("low").ceiling == 2 and stand.sim("low").placed == 2
+    low_state = await stand.order_state("low")
+    assert low_state.replicaCeiling == 2
+    assert stand.world.applies["support/low"][-1].replicaCeiling == 2
+    await stand.until(lambda: stand.metrics.held(dc, "support", "low") == 1, what="held gauge")
+    assert stand.metrics.preemptions(dc, "support", "high") == 1
+    # The donor's status shows the lowered bound; neither order is degraded.
+    await stand.until(
+        lambda: (
+            (last := stand.world.last("low")) is not None
+            and last.constraints is not None
+            and last.constraints.maxReplicas == 2
+        )
+    )
+    assert stand.world.phase("high") == (Phase.READY, None)
+    assert stand.world.condition("high", "ScalingHealthy") == (ConditionStatus.TRUE, Reason.SCALING_ALLOWED)
+    reasons = {(e.ref.name, e.reason) for e in stand.world.events}
+    assert ("low", EventReason.CAPACITY_PREEMPTED) in reasons and ("high", EventReason.CAPACITY_PREEMPTED) in reasons
+
+    # The Temporal UI tells the story.
+    async def holding() -> bool:
+        described = await stand.preemption().describe()
+        attributes = described.typed_search_attributes
+        return attributes.get(ORDER_DEVICE_CLASS) == dc and attributes.get(PREEMPTION_STATUS) == "Holding"
+
+    await stand.until_async(holding, what="preemption Holding")
+    state = await stand.preemption_state()
+    assert any("took 1 from support/low for support/high" in line for line in state.log)
+
+    # Demand falls: the donor gets its bound back and grows again.
+    stand.sim("high").load = 1
+    await stand.until(lambda: stand.sim("low").ceiling is None, what="low restored")
+    await stand.until(lambda: stand.sim("low").placed == 3, what="low back to 3")
+    assert (await stand.order_state("low")).replicaCeiling is None
+    await stand.until(lambda: stand.metrics.held(dc, "support", "low") is None, what="held gauge gone")
+    assert stand.metrics.preemptions(dc, "support", "high") == 1
+    await stand.until(
+        lambda: ("low", EventReason.CAPACITY_RESTORED) in {(e.ref.name, e.reason) for e in stand.world.events},
+        what="CapacityRestored event",
+    )
+
+    async def idle() -> bool:
+        described = await stand.preemption().describe()
+        return described.typed_search_attributes.get(PREEMPTION_STATUS) == "Idle"
+
+    await stand.until_async(idle, what="preemption Idle")
+    history = await stand.preemption().fetch_history()
+    await Replayer(workflows=[PreemptionWorkflow], data_converter=stand.client.data_converter).replay_workflow(history)
+
+
+async def test_with_no_donor_left_the_recipient_serves_degraded_then_recovers(stand: Stand) -> None:
+    await fill(stand, low_load=2, high_load=2)
+    stand.sim("high").load = 4
+    # One replica comes from the low order (down to its minReplicas); the fourth cannot.
+    await stand.until(stand.phase_is("high", Phase.DEGRADED, Reason.SCALE_UP_BLOCKED), what="high Degraded")
+    assert stand.sim("low").ceiling == 1 and stand.sim("high").placed == 3
+    assert stand.world.condition("high", "Ready") == (ConditionStatus.TRUE, Reason.PROBE_SUCCEEDED)
+    status, reason = stand.world.condition("high", "ScalingHealthy") or (None, None)
+    assert (status, reason) == (ConditionStatus.FALSE, Reason.SCALE_UP_BLOCKED)
+    last = stand.world.last("high")
+    assert last is not None and last.endpoint is not None  # it keeps serving
+
+    async def blocked() -> bool:
+        described = await stand.preemption().describe()
+        return described.typed_search_attributes.get(PREEMPTION_STATUS) == "Blocked"
+
+    await stand.until_async(blocked, what="preemption Blocked")
+
+    # Demand falls to what could be freed: Ready again, the donor still held.
+    stand.sim("high").load = 3
+    await stand.until(stand.phase_is("high", Phase.READY, None), what="high Ready again")
+    assert stand.sim("low").ceiling == 1
+    # ...and to where it started: the donor is restored.
+    stand.sim("high").load = 2
+    await stand.until(lambda: stand.sim("low").ceiling is None, what="low restored")
+    await stand.until(lambda: stand.sim("low").placed == 2)
+
+
+async def test_a_deleted_recipient_gives_its_donors_back(stand: Stand) -> None:
+    await fill(stand)
+    stand.sim("high").load = 2
+    await stand.until(lambda: stand.sim("low").ceiling == 2, what="low held")
+    await stand.handles["high"].signal(OrderWorkflow.delete)
+    assert await stand.handles["high"].result() == "deleted"
+    await stand.until(lambda: stand.sim("low").ceiling is None, what="low restored after the recipient left")
+
+
+async def test_killing_the_worker_mid_preemption_loses_no_hold_and_counts_nothing_twice(
+    temporal_client: Client,
+) -> None:
+    world = new_world(capacity=400)
+    task_queue = f"preemption-{uuid.uuid4().hex[:8]}"
+    first_metrics, second_metrics = PreemptionMetricsCollector(), PreemptionMetricsCollector()
+    reached = asyncio.Event()
+
+    @activity.defn(name=act.PUBLISH_PREEMPTION_METRICS)
+    async def hangs_once_held(metrics: PreemptionMetrics) -> None:
+        """The first worker dies after the decision (donor signalled) but before the metrics are out."""
+        if metrics.held:
+            reached.set()
+            await asyncio.Event().wait()
+        first_metrics.set(metrics)
+
+    async with running_worker(temporal_client, task_queue, world, first_metrics, extra=[hangs_once_held]):
+        stand = Stand(temporal_client, world, task_queue, first_metrics)
+        await fill(stand)
+        stand.sim("high").load = 2
+        await asyncio.wait_for(reached.wait(), 30)
+    # The worker is gone with the metrics activity in flight.
+    assert first_metrics.held(world.device_class, "support", "low") is None
+
+    async with running_worker(temporal_client, task_queue, world, second_metrics):
+        stand.metrics = second_metrics
+        dc = world.device_class
+        await stand.until(
+            lambda: second_metrics.held(dc, "support", "low") == 1, timeout=60, what="metrics from the new worker"
+        )
+        assert second_metrics.preemptions(dc, "support", "high") == 1
+        await stand.until(lambda: stand.sim("high").placed == 2, timeout=60, what="high grows")
+        state = await stand.preemption_state()
+        assert [(h.recipient.split("/")[2], h.donor.split("/")[2], h.replicas) for h in state.ledger.holds] == [
+            ("high", "low", 1)
+        ]
+        assert sum(state.preemptions.values()) == 1
+        assert (await stand.order_state("low")).replicaCeiling == 2
+        # Nothing more happens on its own: still one preemption, one held replica.
+        await asyncio.sleep(2)
+        assert second_metrics.preemptions(dc, "support", "high") == 1
+        assert sum((await stand.preemption_state()).preemptions.values()) == 1
+
+        # The new worker carries on from the recorded hold.
+        stand.sim("high").load = 1
+        await stand.until(lambda: stand.sim("low").ceiling is None, timeout=60, what="low restored")
+        await stand.until(lambda: second_metrics.held(dc, "support", "low") is None, what="gauge gone")
+        assert second_metrics.preemptions(dc, "support", "high") == 1
+
+    history = await stand.preemption().fetch_history()
+    await Replayer(workflows=[PreemptionWorkflow], data_converter=temporal_client.data_converter).replay_workflow(
+        history
+    )
