@@ -31,7 +31,7 @@ LOW, NORMAL, HIGH = 100, 500, 1000
 def m(key: str, priority: int, **kw: int | bool) -> Member:
     fields: dict[str, int | bool] = {"minReplicas": 1, "maxReplicas": 4, "unit": 50, "desired": 1, "placed": 1}
     fields.update(kw)
-    return Member(key=key, priority=priority, **fields)  # type: ignore[arg-type]
+    return Member.model_validate({"key": key, "priority": priority, **fields})
 
 
 def by_key(*members: Member) -> dict[str, Member]:
@@ -309,8 +309,9 @@ def members_strategy(draw: st.DrawFn) -> dict[str, Member]:
     return out
 
 
-def evolve(draw: st.DrawFn, members: Mapping[str, Member], ledger: Ledger) -> dict[str, Member]:
+def evolve(data: st.DataObject, members: Mapping[str, Member], ledger: Ledger) -> dict[str, Member]:
     """The cluster moves: a donor obeys its ceiling, autoscalers and the scheduler change their minds."""
+    draw = data.draw
     out: dict[str, Member] = {}
     for key, member in members.items():
         if draw(st.integers(0, 9)) == 0:
@@ -377,7 +378,7 @@ def test_property_invariants_hold_over_a_run_of_decisions(
         decision = decide(members, ledger)
         check_invariants(members, decision)
         ledger = decision.ledger
-        following = evolve(data.draw, members, ledger)
+        following = evolve(data, members, ledger)
         freed = sum(freed_units(members[k], following.get(k), ledger) for k in members)
         members = following
         decision = decide(members, ledger, freed)
