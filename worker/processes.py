@@ -59,7 +59,7 @@ async def serve_health(
     ready: Callable[[], bool] = lambda: True,
     registry: CollectorRegistry = REGISTRY,
     host: str = "0.0.0.0",
-) -> asyncio.AbstractServer:
+) -> asyncio.Server:
     """A tiny HTTP server for the chart: ``GET /healthz`` for the probes, ``GET /metrics`` for the
     PodMonitor (prometheus_client's exposition of ``registry``; the worker's preemption metrics)."""
 
