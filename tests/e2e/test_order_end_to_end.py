@@ -8,144 +8,17 @@ runtime is a stand-in (kwok pods run nothing): one OpenAI-compatible server per 
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
 
 import pytest
-import pytest_asyncio
-from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
-from temporalio.client import Client
-from temporalio.testing import WorkflowEnvironment
 
 from inference_api.payloads import order_workflow_id
-from inference_api.settings import ModuleSettings
 from inference_api.types import GROUP, VERSION
-from worker.cluster.launcher import LocalCluster
-from worker.processes import order_worker, run_watcher
-from worker.standins.fleet import PROBE_URL_ANNOTATION, StandInFleet
+from tests.e2e.stand import DEFAULT_LLM, Stand
 from workflows.order import OrderWorkflow, ReplanOutcome
 
 pytestmark = [pytest.mark.cluster, pytest.mark.temporal]
-
-DEFAULT_LLM: dict[str, Any] = {
-    "apiVersion": "ai.deckhouse.io/v1alpha1",
-    "kind": "InferenceServiceClass",
-    "metadata": {"name": "e2e-default-llm"},
-    "spec": {
-        "modelPolicy": {"allowedEndpointTypes": ["Chat", "Embeddings", "Rerank"]},
-        "acceleratorPolicy": {
-            "allowedSharingModes": ["Shared", "Dedicated"],
-            "allowedPlacementTypes": ["WholeDevice", "Partition"],
-            "maxAcceleratorCount": 1,
-        },
-        "scalingPolicy": {"minReplicas": 1, "maxReplicas": 2},
-        "exposurePolicy": {
-            "type": "External",
-            "authentication": "Token",
-            "https": {"mode": "CertManager", "certManager": {"clusterIssuerName": "selfsigned"}},
-        },
-        "updatePolicy": {"strategy": "RollingUpdate"},
-    },
-}
-
-
-def e2e_settings(task_queue: str) -> ModuleSettings:
-    return ModuleSettings.model_validate(
-        {
-            "temporal": {"taskQueue": task_queue},
-            "health": {
-                "intervalSeconds": 0.5,
-                "failureThreshold": 2,
-                "serveRetrySeconds": 0.3,
-                "serveWaitSeconds": 120,
-                "probeTargetAnnotation": PROBE_URL_ANNOTATION,
-            },
-        }
-    )
-
-
-class Stand:
-    def __init__(self, api: ApiClient, client: Client, fleet: StandInFleet, namespace: str) -> None:
-        self.api = api
-        self.client = client
-        self.fleet = fleet
-        self.namespace = namespace
-        self.custom = CustomObjectsApi(api)
-        self.core = CoreV1Api(api)
-        self.apps = AppsV1Api(api)
-
-    def create_order(self, name: str, model: dict[str, Any], class_name: str = "e2e-default-llm") -> dict[str, Any]:
-        body = {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "InferenceService",
-            "metadata": {"name": name, "namespace": self.namespace},
-            "spec": {"inferenceServiceClassName": class_name, "model": model},
-        }
-        created: dict[str, Any] = self.custom.create_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, "inferenceservices", body
-        )
-        return created
-
-    def order(self, name: str) -> dict[str, Any] | None:
-        try:
-            found: dict[str, Any] = self.custom.get_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, "inferenceservices", name
-            )
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
-        return found
-
-    async def until(self, check: Callable[[], bool], timeout: float = 90, what: str = "") -> None:
-        deadline = time.monotonic() + timeout
-        while not await asyncio.to_thread(check):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what or check}")
-            await asyncio.sleep(0.3)
-
-    def phase(self, name: str) -> tuple[str | None, str | None]:
-        obj = self.order(name) or {}
-        status = obj.get("status") or {}
-        return status.get("phase"), status.get("reason")
-
-    async def until_phase(self, name: str, phase: str, reason: str | None = "any", timeout: float = 90) -> None:
-        def check() -> bool:
-            got_phase, got_reason = self.phase(name)
-            return got_phase == phase and (reason == "any" or got_reason == reason)
-
-        await self.until(check, timeout, f"{name} {phase}/{reason} (now {self.phase(name)})")
-
-
-@pytest.fixture
-def e2e_namespace(local_cluster: LocalCluster) -> Iterator[str]:
-    name = local_cluster.create_namespace(f"e2e-{uuid.uuid4().hex[:6]}", users=())
-    yield name
-
-
-@pytest_asyncio.fixture
-async def stand(
-    local_cluster: LocalCluster, kube_admin: ApiClient, temporal_env: WorkflowEnvironment, e2e_namespace: str
-) -> AsyncIterator[Stand]:
-    settings = e2e_settings(f"e2e-{uuid.uuid4().hex[:6]}")
-    custom = CustomObjectsApi(kube_admin)
-    try:
-        custom.create_cluster_custom_object(GROUP, VERSION, "inferenceserviceclasses", DEFAULT_LLM)
-    except ApiException as err:
-        if err.status != 409:
-            raise
-    fleet = StandInFleet(kube_admin).start()
-    worker = order_worker(temporal_env.client, kube_admin, settings, max_cached_workflows=100)
-    watcher = asyncio.create_task(run_watcher(temporal_env.client, kube_admin, settings))
-    async with worker:
-        try:
-            yield Stand(kube_admin, temporal_env.client, fleet, e2e_namespace)
-        finally:
-            watcher.cancel()
-            fleet.stop()
 
 
 async def test_minimal_order_becomes_ready_serves_and_is_deleted_with_everything_it_owns(stand: Stand) -> None:
@@ -203,12 +76,14 @@ async def test_sustained_api_errors_fail_a_ready_order_and_recovery_brings_it_ba
 
 
 async def test_a_missing_class_waits_and_a_new_class_unblocks_the_order(stand: Stand) -> None:
+    # Classes are cluster-wide: a name of its own, so a reused cluster has no such class yet.
+    later_name = f"e2e-later-{uuid.uuid4().hex[:6]}"
     stand.create_order(
-        "late-class", {"src": "HuggingFace", "ref": {"name": "Qwen/Qwen2.5-0.5B-Instruct"}}, class_name="e2e-later"
+        "late-class", {"src": "HuggingFace", "ref": {"name": "Qwen/Qwen2.5-0.5B-Instruct"}}, class_name=later_name
     )
     await stand.until_phase("late-class", "Pending", "ClassNotFound")
     assert stand.apps.list_namespaced_stateful_set(stand.namespace).items == []
-    later = {**DEFAULT_LLM, "metadata": {"name": "e2e-later"}}
+    later = {**DEFAULT_LLM, "metadata": {"name": later_name}}
     stand.custom.create_cluster_custom_object(GROUP, VERSION, "inferenceserviceclasses", later)
     await stand.until_phase("late-class", "Ready")
 

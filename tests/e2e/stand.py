@@ -1,0 +1,222 @@
+"""The end-to-end stand: real cluster, real Temporal, the real watcher and worker in-process.
+
+The fixtures (tests/e2e/conftest.py): ``stand`` is one stand with the default e2e settings;
+``make_stand(overrides)`` opens more (or differently configured) stands for one test, e.g. with
+the catalog pointed at a stand-in. Each stand has its own namespace and task queue; on teardown
+its orders are deleted while its worker still runs (so their finalizers go and their devices are
+released for the next test), then the namespace goes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Protocol
+
+from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi
+from kubernetes.client.exceptions import ApiException
+from temporalio.client import Client, WorkflowHandle
+
+from inference_api.payloads import order_workflow_id
+from inference_api.settings import ModuleSettings
+from inference_api.types import GROUP, VERSION
+from worker.cluster.launcher import LocalCluster
+from worker.processes import order_worker, run_watcher
+from worker.standins.fleet import PROBE_URL_ANNOTATION, StandInFleet
+
+ORDERS = "inferenceservices"
+DEFAULT_CLASS = "e2e-default-llm"
+
+DEFAULT_LLM: dict[str, Any] = {
+    "apiVersion": "ai.deckhouse.io/v1alpha1",
+    "kind": "InferenceServiceClass",
+    "metadata": {"name": DEFAULT_CLASS},
+    "spec": {
+        "modelPolicy": {"allowedEndpointTypes": ["Chat", "Embeddings", "Rerank"]},
+        "acceleratorPolicy": {
+            "allowedSharingModes": ["Shared", "Dedicated"],
+            "allowedPlacementTypes": ["WholeDevice", "Partition"],
+            "maxAcceleratorCount": 1,
+        },
+        "scalingPolicy": {"minReplicas": 1, "maxReplicas": 2},
+        "exposurePolicy": {
+            "type": "External",
+            "authentication": "Token",
+            "https": {"mode": "CertManager", "certManager": {"clusterIssuerName": "selfsigned"}},
+        },
+        "updatePolicy": {"strategy": "RollingUpdate"},
+    },
+}
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def e2e_settings(task_queue: str, overrides: dict[str, Any] | None = None) -> ModuleSettings:
+    """Fast health timings and the stand-ins' probe target; ``overrides`` merge in deeply."""
+    base: dict[str, Any] = {
+        "temporal": {"taskQueue": task_queue},
+        "health": {
+            "intervalSeconds": 0.5,
+            "failureThreshold": 2,
+            "serveRetrySeconds": 0.3,
+            "serveWaitSeconds": 120,
+            "probeTargetAnnotation": PROBE_URL_ANNOTATION,
+        },
+    }
+    return ModuleSettings.model_validate(_merge(base, overrides or {}))
+
+
+class Stand:
+    def __init__(
+        self, api: ApiClient, client: Client, fleet: StandInFleet, namespace: str, settings: ModuleSettings
+    ) -> None:
+        self.api = api
+        self.client = client
+        self.fleet = fleet
+        self.namespace = namespace
+        self.settings = settings
+        self.custom = CustomObjectsApi(api)
+        self.core = CoreV1Api(api)
+        self.apps = AppsV1Api(api)
+
+    def create_order(self, name: str, model: dict[str, Any], class_name: str = DEFAULT_CLASS) -> dict[str, Any]:
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "InferenceService",
+            "metadata": {"name": name, "namespace": self.namespace},
+            "spec": {"inferenceServiceClassName": class_name, "model": model},
+        }
+        created: dict[str, Any] = self.custom.create_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, ORDERS, body
+        )
+        return created
+
+    def order(self, name: str) -> dict[str, Any] | None:
+        try:
+            found: dict[str, Any] = self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, ORDERS, name
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return found
+
+    def status(self, name: str) -> dict[str, Any]:
+        status: dict[str, Any] = (self.order(name) or {}).get("status") or {}
+        return status
+
+    def condition(self, name: str, type_: str) -> dict[str, Any] | None:
+        return next((c for c in self.status(name).get("conditions") or [] if c["type"] == type_), None)
+
+    def workflow(self, name: str) -> WorkflowHandle[Any, Any]:
+        obj = self.order(name)
+        assert obj is not None, f"order {name} does not exist"
+        return self.client.get_workflow_handle(order_workflow_id(self.namespace, name, obj["metadata"]["uid"]))
+
+    async def history_text(self, name: str) -> str:
+        """The order workflow's whole history as text, every payload decoded (for leak checks)."""
+        history = await self.workflow(name).fetch_history()
+        raw = history.to_json()
+        decoded: list[str] = [raw]
+
+        def walk(node: Any) -> None:
+            if isinstance(node, dict):
+                for key, value in node.items():
+                    if key == "data" and isinstance(value, str):
+                        with contextlib.suppress(ValueError):
+                            decoded.append(base64.b64decode(value, validate=True).decode(errors="replace"))
+                    walk(value)
+            elif isinstance(node, list):
+                for item in node:
+                    walk(item)
+
+        walk(json.loads(raw))
+        return "\n".join(decoded)
+
+    async def until(self, check: Callable[[], bool], timeout: float = 90, what: str | Callable[[], str] = "") -> None:
+        deadline = time.monotonic() + timeout
+        while not await asyncio.to_thread(check):
+            if time.monotonic() > deadline:
+                detail = what() if callable(what) else what
+                raise AssertionError(f"timed out after {timeout:g}s waiting for {detail or check}")
+            await asyncio.sleep(0.3)
+
+    def phase(self, name: str) -> tuple[str | None, str | None]:
+        status = self.status(name)
+        return status.get("phase"), status.get("reason")
+
+    def describe(self, name: str) -> str:
+        """Phase, reason and conditions now: what a timeout reports."""
+        status = self.status(name)
+        conditions = "; ".join(
+            f"{c['type']}={c['status']} {c.get('reason')}: {c.get('message', '')[:160]}"
+            for c in status.get("conditions") or []
+        )
+        return f"phase={status.get('phase')} reason={status.get('reason')} [{conditions}]"
+
+    async def until_phase(self, name: str, phase: str, reason: str | None = "any", timeout: float = 90) -> None:
+        def check() -> bool:
+            got_phase, got_reason = self.phase(name)
+            return got_phase == phase and (reason == "any" or got_reason == reason)
+
+        await self.until(check, timeout, lambda: f"{name} {phase}/{reason} (now {self.describe(name)})")
+
+    def order_names(self) -> list[str]:
+        items = self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, ORDERS)["items"]
+        return [item["metadata"]["name"] for item in items]
+
+    def delete_orders(self) -> list[str]:
+        names = self.order_names()
+        for name in names:
+            with contextlib.suppress(ApiException):
+                self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, ORDERS, name)
+        return names
+
+
+class MakeStand(Protocol):
+    def __call__(self, overrides: dict[str, Any] | None = None) -> Awaitable[Stand]: ...
+
+
+@contextlib.asynccontextmanager
+async def open_stand(
+    local_cluster: LocalCluster, api: ApiClient, client: Client, overrides: dict[str, Any] | None = None
+) -> AsyncIterator[Stand]:
+    settings = e2e_settings(f"e2e-{uuid.uuid4().hex[:6]}", overrides)
+    namespace = local_cluster.create_namespace(f"e2e-{uuid.uuid4().hex[:6]}", users=())
+    custom = CustomObjectsApi(api)
+    try:
+        custom.create_cluster_custom_object(GROUP, VERSION, "inferenceserviceclasses", DEFAULT_LLM)
+    except ApiException as err:
+        if err.status != 409:
+            raise
+    fleet = StandInFleet(api).start()
+    worker = order_worker(client, api, settings, max_cached_workflows=100)
+    watcher = asyncio.create_task(run_watcher(client, api, settings))
+    stand = Stand(api, client, fleet, namespace, settings)
+    try:
+        async with worker:
+            try:
+                yield stand
+            finally:
+                # Orders go while the worker runs: their workflows remove the finalizers.
+                with contextlib.suppress(Exception):
+                    if await asyncio.to_thread(stand.delete_orders):
+                        await stand.until(lambda: not stand.order_names(), timeout=30, what="orders deleted")
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await watcher
+    finally:
+        fleet.stop()
+        with contextlib.suppress(ApiException):
+            CoreV1Api(api).delete_namespace(namespace)
