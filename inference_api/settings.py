@@ -79,6 +79,8 @@ class HealthSettings(BaseModel):
     # How long the first probe waits for a replica to load the model, and how often it looks.
     serveWaitSeconds: float = Field(default=1800, gt=0)
     serveRetrySeconds: float = Field(default=5, gt=0)
+    # How often an autoscaled order's scaling watch reads its HPA and replicas (preemption).
+    scalingIntervalSeconds: float = Field(default=15, gt=0)
     # When set, the probe reads its target URL from this annotation of the order's Service
     # (the local cluster's stand-in runtimes); otherwise it probes the in-cluster Service.
     probeTargetAnnotation: str | None = None

@@ -42,6 +42,7 @@ def order_timings(settings: ModuleSettings) -> OrderTimings:
         failureThreshold=health.failureThreshold,
         probeTimeoutSeconds=health.probeTimeoutSeconds,
         serveWaitSeconds=health.serveWaitSeconds,
+        scalingIntervalSeconds=health.scalingIntervalSeconds,
         catalogEnabled=settings.catalog.mode == CatalogMode.ENABLED,
     )
 
