@@ -16,6 +16,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi
@@ -74,6 +75,15 @@ def e2e_settings(task_queue: str, overrides: dict[str, Any] | None = None) -> Mo
         },
     }
     return ModuleSettings.model_validate(_merge(base, overrides or {}))
+
+
+@dataclass
+class ActivityRun:
+    """One scheduling of an activity: the attempt that ended it, and its result (JSON text)."""
+
+    attempt: int = 0
+    completed: bool = False
+    result: str = ""
 
 
 class Stand:
@@ -143,6 +153,26 @@ class Stand:
 
         walk(json.loads(raw))
         return "\n".join(decoded)
+
+    async def activity_runs(self, name: str, activity_name: str) -> list[ActivityRun]:
+        """Each scheduling of ``activity_name`` in the order's history, in order."""
+        history = await self.workflow(name).fetch_history()
+        runs: dict[int, ActivityRun] = {}
+        for event in history.events:
+            if event.HasField("activity_task_scheduled_event_attributes"):
+                if event.activity_task_scheduled_event_attributes.activity_type.name == activity_name:
+                    runs[event.event_id] = ActivityRun()
+            elif event.HasField("activity_task_started_event_attributes"):
+                started = event.activity_task_started_event_attributes
+                if started.scheduled_event_id in runs:
+                    runs[started.scheduled_event_id].attempt = started.attempt
+            elif event.HasField("activity_task_completed_event_attributes"):
+                completed = event.activity_task_completed_event_attributes
+                if completed.scheduled_event_id in runs:
+                    run = runs[completed.scheduled_event_id]
+                    run.completed = True
+                    run.result = b"".join(p.data for p in completed.result.payloads).decode(errors="replace")
+        return list(runs.values())
 
     async def until(self, check: Callable[[], bool], timeout: float = 90, what: str | Callable[[], str] = "") -> None:
         deadline = time.monotonic() + timeout
