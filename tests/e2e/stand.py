@@ -195,12 +195,41 @@ class Stand:
         )
         return f"phase={status.get('phase')} reason={status.get('reason')} [{conditions}]"
 
+    def workload_report(self) -> str:
+        """Pods, claims and volumes of the namespace: where a workload that never got ready stands."""
+        lines = []
+        try:
+            for pod in self.core.list_namespaced_pod(self.namespace).items:
+                conditions = ",".join(f"{c.type}={c.status}" for c in pod.status.conditions or [])
+                lines.append(
+                    f"pod {pod.metadata.name}: {pod.status.phase} node={pod.spec.node_name} "
+                    f"deleting={bool(pod.metadata.deletion_timestamp)} [{conditions}]"
+                )
+            for pvc in self.core.list_namespaced_persistent_volume_claim(self.namespace).items:
+                lines.append(f"pvc {pvc.metadata.name}: {pvc.status.phase} volume={pvc.spec.volume_name}")
+            for sts in self.apps.list_namespaced_stateful_set(self.namespace).items:
+                lines.append(
+                    f"sts {sts.metadata.name}: replicas={sts.status.replicas} ready={sts.status.ready_replicas}"
+                )
+            for event in self.core.list_namespaced_event(self.namespace).items[-15:]:
+                lines.append(
+                    f"event {event.involved_object.kind}/{event.involved_object.name}: {event.reason} "
+                    f"{(event.message or '')[:200]}"
+                )
+        except ApiException as err:
+            lines.append(f"(report failed: HTTP {err.status})")
+        return "\n  ".join(lines)
+
     async def until_phase(self, name: str, phase: str, reason: str | None = "any", timeout: float = 90) -> None:
         def check() -> bool:
             got_phase, got_reason = self.phase(name)
             return got_phase == phase and (reason == "any" or got_reason == reason)
 
-        await self.until(check, timeout, lambda: f"{name} {phase}/{reason} (now {self.describe(name)})")
+        await self.until(
+            check,
+            timeout,
+            lambda: f"{name} {phase}/{reason} (now {self.describe(name)})\n  {self.workload_report()}",
+        )
 
     def order_names(self) -> list[str]:
         items = self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, ORDERS)["items"]

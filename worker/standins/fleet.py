@@ -6,6 +6,8 @@
   reaches it. ``fail``/``recover`` inject API errors; ``stop`` makes the endpoint absent.
 * For every Pending PersistentVolumeClaim of an order, a hostPath PersistentVolume bound to it,
   so the scheduler can place pods that carry a model volume.
+* A pod of an order the scheduler last refused for an unbound volume that is bound by now is
+  made again (see ``_reschedule_stale_pods``).
 
 Dev/test only: it is started by ``ai-inference dev up`` and by the end-to-end tests.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +30,8 @@ from worker.standins.runtime import StandInRuntime
 log = structlog.get_logger(__name__)
 
 PROBE_URL_ANNOTATION = "ai.deckhouse.io/stand-in-url"
+# The scheduler's verdict on a pod whose PersistentVolumeClaim was not bound yet.
+UNBOUND_VOLUME_VERDICT = "unbound immediate PersistentVolumeClaims"
 
 
 def served_model(statefulset: Any) -> str | None:
@@ -45,10 +50,14 @@ def served_model(statefulset: Any) -> str | None:
 class StandInFleet:
     api: ApiClient
     interval_seconds: float = 0.5
+    # How long a pod may stay refused for a volume that is bound by now before it is made again.
+    stale_verdict_seconds: float = 5.0
     runtimes: dict[str, StandInRuntime] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    # pod uid -> when it was first seen refused for a volume that is bound by now
+    _stale_since: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.core = CoreV1Api(self.api)
@@ -95,6 +104,7 @@ class StandInFleet:
     def reconcile_once(self) -> None:
         selector = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
         self._bind_volumes()
+        self._reschedule_stale_pods(selector)
         sets = self.apps.list_stateful_set_for_all_namespaces(label_selector=selector).items
         alive = set()
         for sts in sets:
@@ -167,3 +177,45 @@ class StandInFleet:
             except ApiException as err:
                 if err.status != 409:
                     raise
+
+    def _reschedule_stale_pods(self, selector: str) -> None:
+        """Delete an order's pod still refused for an unbound volume seconds after the volume got bound.
+
+        The volume is bound here, after the pod exists, so the scheduler's first verdict is always
+        "unbound immediate PersistentVolumeClaims". It requeues the pod on the claim's bind event,
+        but now and then (with a DRA claim on the pod as well) that event is missed and the pod
+        waits for the scheduler's five-minute flush of unschedulable pods. The StatefulSet makes
+        the pod again at once, and a new pod with a bound volume is scheduled on its first try.
+        """
+        now = time.monotonic()
+        stale: set[str] = set()
+        bound = {
+            (c.metadata.namespace, c.metadata.name)
+            for c in self.core.list_persistent_volume_claim_for_all_namespaces(label_selector=selector).items
+            if c.status.phase == "Bound"
+        }
+        for pod in self.core.list_pod_for_all_namespaces(label_selector=selector).items:
+            if pod.spec.node_name or pod.metadata.deletion_timestamp:
+                continue
+            scheduled = next((c for c in pod.status.conditions or [] if c.type == "PodScheduled"), None)
+            if (
+                scheduled is None
+                or scheduled.status != "False"
+                or UNBOUND_VOLUME_VERDICT not in (scheduled.message or "")
+            ):
+                continue
+            claims = [v.persistent_volume_claim.claim_name for v in pod.spec.volumes or [] if v.persistent_volume_claim]
+            if not claims or any((pod.metadata.namespace, claim) not in bound for claim in claims):
+                continue
+            uid = pod.metadata.uid
+            stale.add(uid)
+            first_seen = self._stale_since.setdefault(uid, now)
+            if now - first_seen < self.stale_verdict_seconds:
+                continue
+            try:
+                self.core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+            log.info("stand-in fleet made a pod again", pod=f"{pod.metadata.namespace}/{pod.metadata.name}")
+        self._stale_since = {uid: t for uid, t in self._stale_since.items() if uid in stale}

@@ -1,0 +1,110 @@
+"""The stand-in fleet against the real cluster: volume binding and the stale-verdict nudge.
+
+The pods here name a scheduler that does not exist, so only the test writes their PodScheduled
+condition: the stale state ("refused for an unbound volume", volume bound since) is set up
+exactly instead of waiting for kube-scheduler to miss an event.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from kubernetes.client import ApiClient, CoreV1Api
+from kubernetes.client.exceptions import ApiException
+
+from activities.builders.common import LABEL_MANAGED_BY, MANAGED_BY
+from worker.cluster.kube import wait_until
+from worker.standins.fleet import StandInFleet
+
+pytestmark = pytest.mark.cluster
+
+LABELS = {LABEL_MANAGED_BY: MANAGED_BY}
+VOLUME_VERDICT = "0/4 nodes are available: pod has unbound immediate PersistentVolumeClaims. not found"
+CAPACITY_VERDICT = "0/4 nodes are available: 4 cannot allocate all claims."
+
+
+def make_claim(core: CoreV1Api, namespace: str, name: str) -> None:
+    body = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": namespace, "labels": LABELS},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    }
+    core.create_namespaced_persistent_volume_claim(namespace, body)
+
+
+def make_refused_pod(core: CoreV1Api, namespace: str, name: str, claim: str, verdict: str) -> str:
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": LABELS},
+        "spec": {
+            "schedulerName": "no-such-scheduler",
+            "containers": [{"name": "main", "image": "registry.invalid/none:0"}],
+            "volumes": [{"name": "model", "persistentVolumeClaim": {"claimName": claim}}],
+        },
+    }
+    created = core.create_namespaced_pod(namespace, body)
+    condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": verdict}
+    core.patch_namespaced_pod_status(name, namespace, {"status": {"conditions": [condition]}})
+    return str(created.metadata.uid)
+
+
+def pod_uid(core: CoreV1Api, namespace: str, name: str) -> str | None:
+    try:
+        return str(core.read_namespaced_pod(name, namespace).metadata.uid)
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+def claim_bound(core: CoreV1Api, namespace: str, name: str) -> bool:
+    return bool(core.read_namespaced_persistent_volume_claim(name, namespace).status.phase == "Bound")
+
+
+def test_a_pod_refused_for_a_volume_bound_since_is_made_again_and_no_other(
+    kube_admin: ApiClient, make_namespace: Callable[..., str], request: pytest.FixtureRequest
+) -> None:
+    core = CoreV1Api(kube_admin)
+    namespace = make_namespace("fleet")
+    fleet = StandInFleet(kube_admin, stale_verdict_seconds=0.5)
+    request.addfinalizer(fleet.stop)
+    for claim in ("model-stale-0", "model-full-0"):
+        make_claim(core, namespace, claim)
+    stale = make_refused_pod(core, namespace, "stale-0", "model-stale-0", VOLUME_VERDICT)
+    full = make_refused_pod(core, namespace, "full-0", "model-full-0", CAPACITY_VERDICT)
+
+    # The fleet binds the claims (the PV controller completes the binding).
+    fleet.reconcile_once()
+    wait_until(
+        lambda: claim_bound(core, namespace, "model-stale-0") and claim_bound(core, namespace, "model-full-0"),
+        timeout=30,
+        what="claims bound",
+    )
+    # Seen once: not yet stale long enough.
+    fleet.reconcile_once()
+    assert pod_uid(core, namespace, "stale-0") == stale
+    time.sleep(0.6)
+    fleet.reconcile_once()
+
+    wait_until(lambda: pod_uid(core, namespace, "stale-0") is None, timeout=30, what="stale pod deleted")
+    # A pod refused for capacity is the planner's and the preemption's business, not the fleet's.
+    assert pod_uid(core, namespace, "full-0") == full
+
+
+def test_a_pod_whose_volume_is_not_bound_yet_is_left_alone(
+    kube_admin: ApiClient, make_namespace: Callable[..., str], request: pytest.FixtureRequest
+) -> None:
+    core = CoreV1Api(kube_admin)
+    namespace = make_namespace("fleet-unbound")
+    fleet = StandInFleet(kube_admin, stale_verdict_seconds=0)
+    request.addfinalizer(fleet.stop)
+    # No claim at all: nothing can bind, the verdict is still true.
+    uid = make_refused_pod(core, namespace, "waiting-0", "model-waiting-0", VOLUME_VERDICT)
+    fleet.reconcile_once()
+    fleet.reconcile_once()
+    assert pod_uid(core, namespace, "waiting-0") == uid
