@@ -34,7 +34,10 @@ def crds(
 
 
 KUBECONFIG_OPTION = typer.Option(None, help="Kubeconfig (default: in-cluster, then KUBECONFIG).")
-HEALTH_PORT_OPTION = typer.Option(None, "--health-port", help="Serve GET /healthz on this port.")
+HEALTH_PORT_OPTION = typer.Option(None, "--health-port", help="Serve GET /healthz and GET /metrics on this port.")
+METRICS_PORT_OPTION = typer.Option(
+    None, "--metrics-port", help="Serve the Temporal SDK's Prometheus metrics on this port (default: off)."
+)
 
 
 def _runtime(kubeconfig: str | None) -> tuple[ModuleSettings, Any]:
@@ -46,12 +49,17 @@ def _runtime(kubeconfig: str | None) -> tuple[ModuleSettings, Any]:
 
 
 @app.command()
-def worker(kubeconfig: str | None = KUBECONFIG_OPTION, health_port: int | None = HEALTH_PORT_OPTION) -> None:
+def worker(
+    kubeconfig: str | None = KUBECONFIG_OPTION,
+    health_port: int | None = HEALTH_PORT_OPTION,
+    metrics_port: int | None = METRICS_PORT_OPTION,
+) -> None:
     """Run the Temporal worker: the order workflow and its activities."""
     from worker.processes import run_worker, with_health
-    from worker.temporal_client import connect
+    from worker.temporal_client import connect, install_sdk_metrics
 
     settings, api = _runtime(kubeconfig)
+    install_sdk_metrics(metrics_port)
 
     async def main() -> None:
         await with_health(health_port, run_worker(await connect(settings), api, settings))
@@ -59,18 +67,27 @@ def worker(kubeconfig: str | None = KUBECONFIG_OPTION, health_port: int | None =
     asyncio.run(main())
 
 
-@app.command()
-def watcher(kubeconfig: str | None = KUBECONFIG_OPTION, health_port: int | None = HEALTH_PORT_OPTION) -> None:
+def watch(
+    kubeconfig: str | None = KUBECONFIG_OPTION,
+    health_port: int | None = HEALTH_PORT_OPTION,
+    metrics_port: int | None = METRICS_PORT_OPTION,
+) -> None:
     """Run the watcher: InferenceService and InferenceServiceClass changes become workflow signals."""
     from worker.processes import run_watcher, with_health
-    from worker.temporal_client import connect
+    from worker.temporal_client import connect, install_sdk_metrics
 
     settings, api = _runtime(kubeconfig)
+    install_sdk_metrics(metrics_port)
 
     async def main() -> None:
         await with_health(health_port, run_watcher(await connect(settings), api, settings))
 
     asyncio.run(main())
+
+
+# `ai-inference watch` is the name; `watcher` (the name before) still works, hidden from --help.
+app.command("watch")(watch)
+app.command("watcher", hidden=True)(watch)
 
 
 @app.command()

@@ -205,7 +205,7 @@ class DevStack:
         say("[4/6] worker, watcher, stand-in runtimes")
         for name, argv in (
             ("worker", [sys.executable, "-m", "worker.cli", "worker", "--kubeconfig", kubeconfig]),
-            ("watcher", [sys.executable, "-m", "worker.cli", "watcher", "--kubeconfig", kubeconfig]),
+            ("watcher", [sys.executable, "-m", "worker.cli", "watch", "--kubeconfig", kubeconfig]),
             ("fleet", [sys.executable, "-m", "worker.cli", "dev", "fleet", "--kubeconfig", kubeconfig]),
         ):
             if name not in running:

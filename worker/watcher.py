@@ -19,6 +19,7 @@ import structlog
 from kubernetes import watch
 from kubernetes.client import ApiClient, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
+from prometheus_client import Counter
 from temporalio.client import Client
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.service import RPCError
@@ -33,6 +34,14 @@ log = structlog.get_logger(__name__)
 
 ORDERS = "inferenceservices"
 CLASSES = "inferenceserviceclasses"
+
+# Served at /metrics on the health port (prometheus-client's default registry).
+EVENTS_HANDLED = Counter("ai_inference_watcher_events", "List and watch events the watcher handled.", ["kind", "type"])
+SIGNALS_SENT = Counter(
+    "ai_inference_watcher_signals",
+    "Signals the watcher sent to workflows (outcome: sent, or refused by Temporal).",
+    ["signal", "outcome"],
+)
 
 
 def order_timings(settings: ModuleSettings) -> OrderTimings:
@@ -163,8 +172,10 @@ class Watcher:
                 static_summary=f"order {ref.namespace}/{ref.name}",
             )
         except RPCError as err:
+            SIGNALS_SENT.labels(signal, "refused").inc()
             log.info("order workflow not signalled", order=ref.key, signal=signal, why=str(err))
             return
+        SIGNALS_SENT.labels(signal, "sent").inc()
         log.info("order signalled", order=ref.key, signal=signal, generation=args[0] if args else None)
 
     async def on_class(self, event: WatchEvent) -> None:
@@ -190,7 +201,9 @@ class Watcher:
             try:
                 await handle.signal(OrderWorkflow.class_changed)
             except RPCError:
+                SIGNALS_SENT.labels("class_changed", "refused").inc()
                 continue
+            SIGNALS_SENT.labels("class_changed", "sent").inc()
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -219,5 +232,7 @@ class Watcher:
                     await self.handle(event)
                 except Exception:  # one bad event must not stop the watcher
                     log.exception("event not handled", kind=event.kind, type=event.type)
+                    continue
+                EVENTS_HANDLED.labels(event.kind, event.type).inc()
         finally:
             self.stop.set()

@@ -320,7 +320,7 @@ def test_catalog_none_drops_the_catalog_rbac_and_tells_every_process(monkeypatch
     ("component", "args", "port_name", "port"),
     [
         ("worker", ["worker", "--health-port", "8081"], "health", 8081),
-        ("watcher", ["watcher", "--health-port", "8081"], "health", 8081),
+        ("watcher", ["watch", "--health-port", "8081"], "health", 8081),
         ("planner", ["planner", "--host", "0.0.0.0", "--port", "8080"], "http", 8080),
     ],
 )
