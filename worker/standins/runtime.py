@@ -15,9 +15,15 @@ Routes (answers are deterministic: the same request gets the same bytes):
 * ``GET /v1/models``; ``POST /v1/chat/completions`` (``stream: true`` gives server-sent
   events); ``POST /v1/embeddings``; ``POST /v1/rerank`` (also ``/rerank``) — behind the bearer
   token when one is configured, like vLLM's ``--api-key``/``VLLM_API_KEY`` (401 otherwise);
-* ``GET /health``, ``GET /version``, ``GET /metrics`` — open, as in vLLM;
+* ``GET /health``, ``GET /version``, ``GET /metrics`` — open, as in vLLM; ``/metrics`` serves
+  vLLM's series under their names (``vllm:num_requests_running``/``_waiting``,
+  ``vllm:gpu_cache_usage_perc``, the ``vllm:time_to_first_token_seconds`` and
+  ``vllm:e2e_request_latency_seconds`` histograms, ``vllm:prompt_tokens_total``,
+  ``vllm:generation_tokens_total``, ``vllm:request_success_total``), counted from the requests
+  served; the gauges are set with ``POST /admin/load`` (to drive an autoscaler);
 * ``POST /admin/fail {"status": 503}`` / ``POST /admin/recover`` / ``GET /admin/stats`` — failure
-  injection, open (a loopback test tool). While failing, or while the ``--fail-file`` exists,
+  injection, open; ``POST /admin/load {"running": 2, "waiting": 5, "gpu_cache_usage": 0.4}`` sets
+  the load gauges, open (a loopback test tool). While failing, or while the ``--fail-file`` exists,
   every route but ``/admin/*`` answers that status.
 
 The token is read from ``--token-file``, else from the environment variable named by
@@ -73,13 +79,82 @@ class RuntimeConfig:
     runtime_version: str = "0.0.0-standin"
 
 
+# vLLM's own bucket bounds for the two latency histograms (vllm/v1/metrics/loggers.py).
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0)
+
+
+@dataclass
+class Histogram:
+    buckets: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)
+    total: float = 0.0
+    count: int = 0
+
+    def observe(self, value: float) -> None:
+        if not self.counts:
+            self.counts = [0] * len(self.buckets)
+        for i, bound in enumerate(self.buckets):
+            if value <= bound:
+                self.counts[i] += 1
+        self.total += value
+        self.count += 1
+
+    def lines(self, name: str, labels: str) -> list[str]:
+        counts = self.counts or [0] * len(self.buckets)
+        out = [f"# TYPE {name} histogram"]
+        out += [f'{name}_bucket{{{labels},le="{bound}"}} {n}' for bound, n in zip(self.buckets, counts, strict=True)]
+        out.append(f'{name}_bucket{{{labels},le="+Inf"}} {self.count}')
+        out.append(f"{name}_sum{{{labels}}} {self.total}")
+        out.append(f"{name}_count{{{labels}}} {self.count}")
+        return out
+
+
 @dataclass
 class RuntimeState:
     failing_status: int | None = None
     requests: dict[str, int] = field(default_factory=dict)
+    # The load gauges: set from outside (POST /admin/load), the stand-in does no scheduling.
+    running: int = 0
+    waiting: int = 0
+    gpu_cache_usage: float = 0.0
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    successes: int = 0
+    ttft: Histogram = field(default_factory=lambda: Histogram(TTFT_BUCKETS))
+    e2e: Histogram = field(default_factory=lambda: Histogram(E2E_BUCKETS))
 
     def count(self, route: str) -> None:
         self.requests[route] = self.requests.get(route, 0) + 1
+
+    def served(self, started: float, prompt_tokens: int, generation_tokens: int) -> None:
+        """One request finished with ``finished_reason="stop"``; the answer is all at once."""
+        elapsed = time.monotonic() - started
+        self.prompt_tokens += prompt_tokens
+        self.generation_tokens += generation_tokens
+        self.successes += 1
+        self.ttft.observe(elapsed)
+        self.e2e.observe(elapsed)
+
+    def metrics_text(self, model: str) -> str:
+        labels = f'model_name="{model}",engine="0"'
+        lines = [
+            "# TYPE vllm:num_requests_running gauge",
+            f"vllm:num_requests_running{{{labels}}} {self.running}",
+            "# TYPE vllm:num_requests_waiting gauge",
+            f"vllm:num_requests_waiting{{{labels}}} {self.waiting}",
+            "# TYPE vllm:gpu_cache_usage_perc gauge",
+            f"vllm:gpu_cache_usage_perc{{{labels}}} {self.gpu_cache_usage}",
+            "# TYPE vllm:prompt_tokens_total counter",
+            f"vllm:prompt_tokens_total{{{labels}}} {self.prompt_tokens}",
+            "# TYPE vllm:generation_tokens_total counter",
+            f"vllm:generation_tokens_total{{{labels}}} {self.generation_tokens}",
+            "# TYPE vllm:request_success_total counter",
+            f'vllm:request_success_total{{{labels},finished_reason="stop"}} {self.successes}',
+            *self.ttft.lines("vllm:time_to_first_token_seconds", labels),
+            *self.e2e.lines("vllm:e2e_request_latency_seconds", labels),
+        ]
+        return "\n".join(lines) + "\n"
 
 
 def _error(status: int, message: str, kind: str) -> JSONResponse:
@@ -155,14 +230,9 @@ def create_app(config: RuntimeConfig, state: RuntimeState | None = None) -> Star
         return refused(request, protected=False) or JSONResponse({"version": config.runtime_version})
 
     async def metrics(request: Request) -> Response:
-        # The series the module's HPA scales on, always zero here.
-        text = (
-            "# TYPE vllm:num_requests_waiting gauge\n"
-            f'vllm:num_requests_waiting{{model_name="{config.model}"}} 0\n'
-            "# TYPE vllm:num_requests_running gauge\n"
-            f'vllm:num_requests_running{{model_name="{config.model}"}} 0\n'
-        )
-        return refused(request, protected=False) or PlainTextResponse(text)
+        # vLLM's series, under vLLM's names: what the HPA scales on and the dashboards read.
+        answer = refused(request, protected=False)
+        return answer or PlainTextResponse(state.metrics_text(config.model), media_type="text/plain; version=0.0.4")
 
     async def models(request: Request) -> Response:
         state.count("models")
@@ -180,6 +250,7 @@ def create_app(config: RuntimeConfig, state: RuntimeState | None = None) -> Star
         return JSONResponse({"object": "list", "data": [card]})
 
     async def chat(request: Request) -> Response:
+        started = time.monotonic()
         state.count("chat")
         if (answer := refused(request, protected=True)) is not None:
             return answer
@@ -201,6 +272,7 @@ def create_app(config: RuntimeConfig, state: RuntimeState | None = None) -> Star
             "completion_tokens": _tokens(content),
             "total_tokens": prompt_tokens + _tokens(content),
         }
+        state.served(started, prompt_tokens, _tokens(content))
         if body.get("stream"):
             return StreamingResponse(_stream_chat(ident, config.model, content), media_type="text/event-stream")
         return JSONResponse(
@@ -222,6 +294,7 @@ def create_app(config: RuntimeConfig, state: RuntimeState | None = None) -> Star
         )
 
     async def embeddings(request: Request) -> Response:
+        started = time.monotonic()
         state.count("embeddings")
         if (answer := refused(request, protected=True)) is not None:
             return answer
@@ -242,6 +315,7 @@ def create_app(config: RuntimeConfig, state: RuntimeState | None = None) -> Star
             for i, text in enumerate(texts)
         ]
         tokens = sum(_tokens(text) for text in texts)
+        state.served(started, tokens, 0)
         return JSONResponse(
             {
                 "id": "embd-" + _digest("embed", texts)[:24],
@@ -254,6 +328,7 @@ def create_app(config: RuntimeConfig, state: RuntimeState | None = None) -> Star
         )
 
     async def rerank(request: Request) -> Response:
+        started = time.monotonic()
         state.count("rerank")
         if (answer := refused(request, protected=True)) is not None:
             return answer
@@ -271,6 +346,7 @@ def create_app(config: RuntimeConfig, state: RuntimeState | None = None) -> Star
         if isinstance(top_n, int) and top_n > 0:
             scored = scored[:top_n]
         tokens = _tokens(query) + sum(_tokens(text) for text in texts)
+        state.served(started, tokens, 0)
         return JSONResponse(
             {
                 "id": "rerank-" + _digest("rerank", query, texts)[:24],
@@ -298,6 +374,26 @@ def create_app(config: RuntimeConfig, state: RuntimeState | None = None) -> Star
         log.info("failure cleared")
         return JSONResponse({"failing": None})
 
+    async def admin_load(request: Request) -> Response:
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            return _error(400, "the request body must be a JSON object", "BadRequestError")
+        try:
+            if "running" in body:
+                state.running = int(body["running"])
+            if "waiting" in body:
+                state.waiting = int(body["waiting"])
+            if "gpu_cache_usage" in body:
+                state.gpu_cache_usage = float(body["gpu_cache_usage"])
+        except (TypeError, ValueError):
+            return _error(400, "running and waiting are integers, gpu_cache_usage a number", "BadRequestError")
+        load = {"running": state.running, "waiting": state.waiting, "gpu_cache_usage": state.gpu_cache_usage}
+        log.info("load set: %s", load)
+        return JSONResponse(load)
+
     async def admin_stats(request: Request) -> Response:
         return JSONResponse({"failing": failing(), "requests": dict(state.requests), "model": config.model})
 
@@ -313,6 +409,7 @@ def create_app(config: RuntimeConfig, state: RuntimeState | None = None) -> Star
         Route("/admin/fail", admin_fail, methods=["POST"]),
         Route("/admin/recover", admin_recover, methods=["POST"]),
         Route("/admin/stats", admin_stats, methods=["GET"]),
+        Route("/admin/load", admin_load, methods=["POST"]),
     ]
     app = Starlette(routes=routes)
     app.state.runtime = state
