@@ -1,0 +1,106 @@
+"""Replay: the worker's workflows, rerun over recorded histories, make the same decisions.
+
+Each workflow type is run against the real dev server (the fake-activity harnesses of
+tests/workflows and tests/preemption), its history fetched and replayed with the module's
+workflow list and data converter. Histories captured from an earlier revision are committed under
+``histories/`` and replayed here too, so a change that breaks determinism for workflows already
+running in a cluster fails CI. Refresh them (after a deliberate, patched change) with
+``AI_INFERENCE_RECORD_HISTORIES=1 pytest tests/workflows/test_replay.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from temporalio.client import Client, WorkflowHandle
+from temporalio.client import WorkflowHistory as History
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer, WorkflowReplayResult
+
+from activities.metrics import PreemptionMetricsCollector
+from inference_api.types import Phase
+from tests.preemption.world import Stand as PreemptionStand
+from tests.preemption.world import new_world, running_worker
+from tests.workflows.test_order_workflow import Harness, make_order
+from tests.workflows.test_order_workflow import harness as harness  # the fixture
+from worker.worker import WORKFLOWS
+from workflows.order import OrderWorkflow, ReplanOutcome
+
+HISTORIES = Path(__file__).parent / "histories"
+RECORD = os.environ.get("AI_INFERENCE_RECORD_HISTORIES") == "1"
+
+
+async def replay(history: History) -> WorkflowReplayResult:
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, f"{history.workflow_id}: {result.replay_failure!r}"
+    return result
+
+
+async def record(handle: WorkflowHandle[Any, Any], name: str) -> History:
+    history = await handle.fetch_history()
+    if RECORD:
+        HISTORIES.mkdir(exist_ok=True)
+        body = {"workflowId": history.workflow_id, "history": json.loads(history.to_json())}
+        (HISTORIES / f"{name}.json").write_text(json.dumps(body, separators=(",", ":")) + "\n")
+    return history
+
+
+@pytest.mark.temporal
+async def test_order_workflow_history_replays(harness: Harness) -> None:
+    handle = await harness.start(make_order("replayed"))
+    await harness.until(harness.phase_is(Phase.READY))
+    outcome = await handle.execute_update("replan", result_type=ReplanOutcome)
+    assert outcome.planned
+    await handle.signal(OrderWorkflow.delete)
+    assert await handle.result() == "deleted"
+    await replay(await record(handle, "order-ready-replan-delete"))
+
+
+@pytest_asyncio.fixture
+async def preemption_stand(temporal_client: Client) -> AsyncIterator[PreemptionStand]:
+    world = new_world(capacity=400)
+    metrics = PreemptionMetricsCollector()
+    task_queue = f"replay-preemption-{os.urandom(4).hex()}"
+    async with running_worker(temporal_client, task_queue, world, metrics):
+        yield PreemptionStand(temporal_client, world, task_queue, metrics)
+
+
+@pytest.mark.temporal
+async def test_preemption_workflow_history_replays(preemption_stand: PreemptionStand) -> None:
+    stand = preemption_stand
+    await stand.start("low", "low-class", load=3)
+    await stand.start("high", "high-class", load=1)
+    for name in ("low", "high"):
+        await stand.until(stand.phase_is(name, Phase.READY), what=f"{name} Ready")
+    await stand.until(lambda: stand.sim("low").placed == 3 and stand.sim("high").placed == 1)
+
+    async def both_members() -> bool:
+        try:
+            state = await stand.preemption_state()
+        except Exception:
+            return False
+        return len([r for r in state.reports.values() if not r.leaving]) == 2
+
+    await stand.until_async(both_members, what="both orders reported to the preemption workflow")
+    stand.sim("high").load = 2
+    await stand.until(lambda: stand.sim("high").placed == 2, what="high grows at low's expense")
+    await stand.until(lambda: stand.sim("low").ceiling == 2, what="low held at 2")
+    await replay(await record(stand.preemption(), "preemption-take-and-hold"))
+    await replay(await record(stand.handles["low"], "order-donor-held"))
+
+
+RECORDED = sorted(HISTORIES.glob("*.json"))
+
+
+@pytest.mark.skipif(not RECORDED, reason="no recorded histories")
+@pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])
+async def test_recorded_history_replays_on_this_code(path: Path) -> None:
+    body = json.loads(path.read_text())
+    await replay(History.from_json(body["workflowId"], body["history"]))
