@@ -7,7 +7,7 @@ by hand. Nothing here reads the cluster.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Self
 
@@ -159,21 +159,35 @@ def own_allocations(
     held_devices: Sequence[str] = (),
     held_share_percent: int | None = None,
     held_memory_mib: int | None = None,
+    *,
+    by_holder: Mapping[str, Sequence[AllocationId]] | None = None,
+    by_key: Mapping[str, Device] | None = None,
 ) -> frozenset[AllocationId]:
     """The allocations that are the order's own, so that a replan does not count them against it.
 
     Allocations carrying the order's holder are its own. For an inventory that cannot tell holders
     apart, each device the current plan names lends one allocation that looks like the plan's: its
-    memory request, or for a whole device the whole device, or else its share.
+    memory request, or for a whole device the whole device, or else its share. ``by_holder`` (holder →
+    its allocations) and ``by_key`` (device key → device) are indexes of the snapshot, when built.
     """
     own: set[AllocationId] = set()
-    for device in snapshot.devices:
-        for i, allocation in enumerate(device.allocations):
-            if holder is not None and allocation.holder == holder:
-                own.add((device.key, i))
+    if by_holder is None:
+        for device in snapshot.devices:
+            for i, allocation in enumerate(device.allocations):
+                if holder is not None and allocation.holder == holder:
+                    own.add((device.key, i))
+    elif holder is not None:
+        own.update(by_holder.get(holder, ()))
     owned_devices = {key for key, _ in own}
-    for device in snapshot.devices:
-        if device.node != held_node or device.name not in held_devices or device.key in owned_devices:
+    if held_node is None or not held_devices:
+        return frozenset(own)
+    if by_key is None:
+        held = [d for d in snapshot.devices if d.node == held_node and d.name in held_devices]
+    else:
+        found = (by_key.get(f"{held_node}/{name}") for name in dict.fromkeys(held_devices))
+        held = [d for d in found if d is not None]
+    for device in held:
+        if device.key in owned_devices:
             continue
         for i, allocation in enumerate(device.allocations):
             if _looks_held(device, allocation, held_share_percent, held_memory_mib):
@@ -229,3 +243,12 @@ def occupancy(device: Device, own: frozenset[AllocationId] = frozenset(), relate
     if any(_others(d, own) for d in related):
         exclusive = True
     return Occupancy(sharePercent=share, memoryMiB=memory, exclusive=exclusive)
+
+
+def allocations_by_holder(snapshot: InventorySnapshot) -> dict[str, list[AllocationId]]:
+    """Holder → the allocations it holds, for ``own_allocations`` without a pass over the snapshot."""
+    index: dict[str, list[AllocationId]] = {}
+    for device in snapshot.devices:
+        for i, allocation in enumerate(device.allocations):
+            index.setdefault(allocation.holder, []).append((device.key, i))
+    return index

@@ -26,8 +26,12 @@ the need; then names, so the outcome is deterministic.
 
 from __future__ import annotations
 
+import bisect
 import math
-from collections.abc import Iterable, Sequence
+import threading
+import weakref
+from collections import ChainMap
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pydantic import Field
@@ -41,6 +45,7 @@ from planner.inventory import (
     Device,
     InventorySnapshot,
     Occupancy,
+    allocations_by_holder,
     occupancy,
     own_allocations,
     related_devices,
@@ -134,6 +139,9 @@ class Slot:
     classOrder: int = 0
 
 
+_SOURCE_RANK = {RecipeSource.COMPILED: 0, RecipeSource.PRESET: 1, RecipeSource.FALLBACK: 2}
+
+
 @dataclass(frozen=True)
 class Candidate:
     deviceClass: str
@@ -152,9 +160,8 @@ class Candidate:
         return len(self.devices)
 
     def rank(self) -> tuple[object, ...]:
-        source_rank = {RecipeSource.COMPILED: 0, RecipeSource.PRESET: 1, RecipeSource.FALLBACK: 2}
         return (
-            source_rank[self.choice.source],
+            _SOURCE_RANK[self.choice.source],
             self.count,
             0 if self.mode is SharingMode.SHARED else 1,
             0 if self.held else 1,
@@ -233,12 +240,15 @@ def plan_launch(request: PlanningRequest, recipes: RecipeBook | None = None) -> 
     inventory = request.inventory
     trace = _Trace()
 
-    slots = _placement_stage(request, policy, book, trace)
+    index = _index(inventory)
+    placement = index.placement(policy, book)
+    placement.replay(trace)
+    slots = placement.slots
     if not slots:
         return _refuse(Reason.PLACEMENT_UNDECIDABLE, _undecidable_message(request, policy, trace))
 
-    choices = _runtime_stage(request, book, slots, trace)
-    runnable = [s for s in slots if s.family in choices]
+    choices = _runtime_stage(request, book, slots, placement.families, trace)
+    runnable = [g for g in placement.shapes if g.family in choices]
     if not runnable:
         problems = {f.problem for f in trace.recipeFailures}
         reason = (
@@ -248,7 +258,7 @@ def plan_launch(request: PlanningRequest, recipes: RecipeBook | None = None) -> 
         )
         return _refuse(reason, _runtime_message(request, reason, trace))
 
-    feasible, sized_classes = _fit_stage(request, policy, inventory, runnable, choices, trace)
+    feasible, sized_classes = _fit_stage(request, policy, index, runnable, choices, trace)
     if feasible:
         best = min(feasible, key=Candidate.rank)
         return PlanOutcome(plan=_launch_plan(best))
@@ -268,8 +278,9 @@ def _refuse(reason: Reason, message: str) -> PlanOutcome:
 # ---------------------------------------------------------------------- stage 1
 
 
-def _placement_stage(request: PlanningRequest, policy: EffectivePolicy, book: RecipeBook, trace: _Trace) -> list[Slot]:
-    inventory = request.inventory
+def _placement_stage(
+    inventory: InventorySnapshot, policy: EffectivePolicy, book: RecipeBook, trace: _Trace
+) -> list[Slot]:
     if policy.deviceClasses is None:
         classes = list(inventory.deviceClasses)
     else:
@@ -300,6 +311,136 @@ def _placement_stage(request: PlanningRequest, policy: EffectivePolicy, book: Re
     return slots
 
 
+# ------------------------------------------------------------- the snapshot index
+
+
+@dataclass
+class _Group:
+    """Devices that may work together in tensor parallel: one class, one node, one product, whole
+    devices."""
+
+    slots: list[Slot]
+    family: str | None
+
+
+@dataclass
+class _Shape:
+    """The groups of one class, product, memory, placement, family and sharing mode, across nodes.
+    One device of any of them is the same candidate but for the node and the device, so a one-device
+    plan looks for the best fit over all of them at once: ``byFree`` holds their slots by (free memory,
+    node, name) as the snapshot leaves them, ``frees`` the free memory alone, so that a search starts
+    where the model fits."""
+
+    groups: list[_Group]
+    family: str | None
+    byKey: dict[str, Slot]
+    byFree: list[tuple[float, str, str, Slot]]
+    frees: list[float]
+
+    @property
+    def first(self) -> Slot:
+        return self.groups[0].slots[0]
+
+
+@dataclass
+class _Placement:
+    """Stage 1 for one (snapshot, policy, recipe book): the slots, their groups, what the trace saw."""
+
+    book: RecipeBook
+    slots: list[Slot]
+    shapes: list[_Shape]
+    trace: _Trace
+    # The hardware families of the slots, in the order they first appear.
+    families: list[str | None]
+
+    def replay(self, trace: _Trace) -> None:
+        trace.missingClasses.extend(self.trace.missingClasses)
+        trace.undecidable.extend(self.trace.undecidable)
+        trace.emptyClasses.extend(self.trace.emptyClasses)
+        for name, placements in self.trace.filteredOut.items():
+            trace.filteredOut.setdefault(name, set()).update(placements)
+
+
+class _SnapshotIndex:
+    """What plans against one snapshot share: devices by key, allocations by holder, silicon relations,
+    occupancy with no allocation of the order's own, and stage 1 per policy. A planner service plans
+    many orders against one snapshot between inventory changes; each then costs its own part only.
+    A snapshot is read, never changed, once planned against (the adapter reads a new one each time)."""
+
+    def __init__(self, snapshot: InventorySnapshot) -> None:
+        self.snapshot = weakref.ref(snapshot)
+        self.byKey = {d.key: d for d in snapshot.devices}
+        self.byHolder = allocations_by_holder(snapshot)
+        self.related = related_devices(snapshot)
+        self.base = {d.key: occupancy(d, frozenset(), self.related.get(d.key, ())) for d in snapshot.devices}
+        self._placements: dict[tuple[object, ...], _Placement] = {}
+        self._lock = threading.Lock()
+
+    def placement(self, policy: EffectivePolicy, book: RecipeBook) -> _Placement:
+        key = (policy.deviceClasses, policy.placementTypes, policy.sharingModes, id(book))
+        with self._lock:
+            found = self._placements.get(key)
+        if found is not None and found.book is book:
+            return found
+        snapshot = self.snapshot()
+        assert snapshot is not None
+        trace = _Trace()
+        slots = _placement_stage(snapshot, policy, book, trace)
+        grouped: dict[tuple[object, ...], list[Slot]] = {}
+        for slot in slots:
+            d = slot.device
+            grouped.setdefault(
+                (slot.deviceClass, d.node, d.productName, d.memoryMiB, d.placement, slot.family, slot.mode), []
+            ).append(slot)
+        by_shape: dict[tuple[object, ...], list[_Group]] = {}
+        for (device_class, _node, *rest), members in grouped.items():
+            # The share is decided on a group's first device: shapes keep that device's sharing too.
+            shape_key = (device_class, *rest, members[0].device.allowMultipleAllocations)
+            by_shape.setdefault(shape_key, []).append(_Group(members, members[0].family))
+        shapes = []
+        for shape_groups in by_shape.values():
+            members = [s for g in shape_groups for s in g.slots]
+            by_free = sorted(
+                (_free_mib(s.device, self.base[s.device.key]), s.device.node, s.device.name, s) for s in members
+            )
+            shapes.append(
+                _Shape(
+                    shape_groups,
+                    shape_groups[0].family,
+                    {s.device.key: s for s in members},
+                    by_free,
+                    [f for f, _, _, _ in by_free],
+                )
+            )
+        found = _Placement(book, slots, shapes, trace, list(dict.fromkeys(s.family for s in slots)))
+        with self._lock:
+            self._placements[key] = found
+        return found
+
+
+_INDEXES: dict[int, _SnapshotIndex] = {}
+_INDEXES_LOCK = threading.Lock()
+
+
+def _forget(key: int) -> None:
+    with _INDEXES_LOCK:
+        _INDEXES.pop(key, None)
+
+
+def _index(snapshot: InventorySnapshot) -> _SnapshotIndex:
+    """The snapshot's index, built on its first plan and dropped with the snapshot."""
+    key = id(snapshot)
+    with _INDEXES_LOCK:
+        found = _INDEXES.get(key)
+    if found is not None and found.snapshot() is snapshot:
+        return found
+    built = _SnapshotIndex(snapshot)
+    with _INDEXES_LOCK:
+        _INDEXES[key] = built
+    weakref.finalize(snapshot, _forget, key)
+    return built
+
+
 def _undecidable_message(request: PlanningRequest, policy: EffectivePolicy, trace: _Trace) -> str:
     subject = f"class {request.className}" if request.className else "the class"
     parts: list[str] = []
@@ -327,11 +468,12 @@ def _undecidable_message(request: PlanningRequest, policy: EffectivePolicy, trac
 
 
 def _runtime_stage(
-    request: PlanningRequest, book: RecipeBook, slots: list[Slot], trace: _Trace
+    request: PlanningRequest, book: RecipeBook, slots: list[Slot], families: Sequence[str | None], trace: _Trace
 ) -> dict[str | None, RecipeChoice]:
+    """``families``: those of the slots, in the order they first appear."""
     choices: dict[str | None, RecipeChoice] = {}
     # One recipe per hardware family, in the order the families first appear.
-    for family in dict.fromkeys(s.family for s in slots):
+    for family in families:
         if family is None:
             products = sorted({s.device.productName or "unknown product" for s in slots if s.family is None})
             trace.recipeFailures.append(
@@ -371,64 +513,118 @@ def _runtime_message(request: PlanningRequest, reason: Reason, trace: _Trace) ->
 def _fit_stage(
     request: PlanningRequest,
     policy: EffectivePolicy,
-    inventory: InventorySnapshot,
-    slots: list[Slot],
+    index: _SnapshotIndex,
+    shapes: list[_Shape],
     choices: dict[str | None, RecipeChoice],
     trace: _Trace,
 ) -> tuple[list[Candidate], set[str]]:
     current = request.currentPlan
+    snapshot = index.snapshot()
+    assert snapshot is not None
     own = own_allocations(
-        inventory,
+        snapshot,
         request.holder,
         held_node=current.nodeName if current else None,
         held_devices=current.deviceNames if current else (),
         held_share_percent=current.sharePercent if current else None,
         held_memory_mib=current.memoryRequestMiB if current else None,
+        by_holder=index.byHolder,
+        by_key=index.byKey,
     )
+    # The order's own allocations change what it sees of their devices and of their related devices;
+    # every other device keeps the occupancy the index holds.
+    touched: dict[str, Occupancy] = {}
+    for key, _ in own:
+        for device in (index.byKey[key], *index.related.get(key, ())):
+            if device.key not in touched:
+                touched[device.key] = occupancy(device, own, index.related.get(device.key, ()))
+    occupancies: Mapping[str, Occupancy] = ChainMap(touched, index.base) if touched else index.base
+
     feasible: list[Candidate] = []
     sized_classes: set[str] = set()
-    related = related_devices(inventory)
-    occupancies = {
-        d.key: occupancy(d, own, related.get(d.key, ())) for d in {s.device.key: s.device for s in slots}.values()
-    }
-
-    # Devices that may work together in tensor parallel: one class, one node, one product, whole devices.
-    groups: dict[tuple[object, ...], list[Slot]] = {}
-    for slot in slots:
-        d = slot.device
-        groups.setdefault(
-            (slot.deviceClass, d.node, d.productName, d.memoryMiB, d.placement, slot.family, slot.mode), []
-        ).append(slot)
-
-    for group in groups.values():
-        first = group[0]
+    sizes_all = tensor_parallel_sizes(policy.maxAcceleratorCount)
+    for shape in shapes:
+        first = shape.first
         choice = choices[first.family]
-        sizes = tensor_parallel_sizes(policy.maxAcceleratorCount)
-        if first.device.placement is not PlacementType.WHOLE_DEVICE:
-            # A process sees one MIG partition: vLLM cannot span partitions.
-            sizes = [1]
-        # The fewest devices of the group that hold the model; more only when fewer are too small.
-        fitting: tuple[int, int, ShareDecision] | None = None
-        tried: tuple[int, ShareDecision] | None = None
-        for n in (n for n in sizes if n <= len(group)):
-            need = math.ceil(choice.needMiB / n)
-            share = _decide_share(first.device, first.mode, need, policy)
-            tried = (need, share)
-            if share.admitsNeed:
-                fitting = (n, need, share)
-                break
-        if fitting is None:
-            if tried is not None:
-                trace.tooSmall.extend((s.deviceClass, s.device, tried[0], tried[1]) for s in group)
+        # One device first: when it holds the model, every group of the shape uses one device.
+        single = _decide_share(first.device, first.mode, choice.needMiB, policy)
+        if single.admitsNeed:
+            sized_classes.add(first.deviceClass)
+            best = _best_single(shape, occupancies, touched, own, single, choice.needMiB)
+            if best is None:
+                trace.busy.extend((s.deviceClass, s.device) for g in shape.groups for s in g.slots)
+                continue
+            feasible.extend(_candidates([best], 1, single, choice.needMiB, choice, occupancies, own))
             continue
-        n, need, share = fitting
-        sized_classes.add(first.deviceClass)
-        with_room = [s for s in group if _has_room(s.device, occupancies[s.device.key], share, need)]
-        if len(with_room) < n:
-            trace.busy.extend((s.deviceClass, s.device) for s in group)
-            continue
-        feasible.extend(_candidates(with_room, n, share, need, choice, occupancies, own))
+        # A process sees one MIG partition: vLLM cannot span partitions.
+        sizes = sizes_all if first.device.placement is PlacementType.WHOLE_DEVICE else [1]
+        for g in shape.groups:
+            group = g.slots
+            sized = _size(group[0], choice, sizes, len(group), policy)
+            if sized is None or len(sized) == 2:
+                if sized is not None:
+                    need, share = sized[0], sized[1]
+                    assert isinstance(share, ShareDecision) and isinstance(need, int)
+                    trace.tooSmall.extend((s.deviceClass, s.device, need, share) for s in group)
+                continue
+            n, need, share = sized
+            sized_classes.add(first.deviceClass)
+            with_room = [s for s in group if _has_room(s.device, occupancies[s.device.key], share, need)]
+            if len(with_room) < n:
+                trace.busy.extend((s.deviceClass, s.device) for s in group)
+                continue
+            feasible.extend(_candidates(with_room, n, share, need, choice, occupancies, own))
     return feasible, sized_classes
+
+
+def _size(
+    first: Slot, choice: RecipeChoice, sizes: list[int], members: int, policy: EffectivePolicy
+) -> tuple[int, int, ShareDecision] | tuple[int, ShareDecision] | None:
+    """The fewest devices of the group that hold the model (n, need, share); more only when fewer are
+    too small. Too small: the last (need, share) tried; None when nothing was tried."""
+    tried: tuple[int, ShareDecision] | None = None
+    for n in (n for n in sizes if n <= members):
+        need = math.ceil(choice.needMiB / n)
+        share = _decide_share(first.device, first.mode, need, policy)
+        tried = (need, share)
+        if share.admitsNeed:
+            return (n, need, share)
+    return tried
+
+
+def _best_single(
+    shape: _Shape,
+    occupancies: Mapping[str, Occupancy],
+    touched: Mapping[str, Occupancy],
+    own: frozenset[AllocationId],
+    share: ShareDecision,
+    need: int,
+) -> Slot | None:
+    """The slot a one-device candidate of the shape takes: held first, then best fit, then node and
+    name — every other part of the rank is the shape's. Devices the order's own allocations touch are
+    judged one by one; the rest in the index's order of free memory, from the first with room."""
+    best: tuple[int, float, str, str, Slot] | None = None
+    for key, occ in touched.items():
+        slot = shape.byKey.get(key)
+        if slot is None or not _has_room(slot.device, occ, share, need):
+            continue
+        d = slot.device
+        rank = (0 if _is_held(d, own) else 1, _free_mib(d, occ), d.node, d.name)
+        if best is None or rank < best[:4]:
+            best = (*rank, slot)
+    if best is not None and best[0] == 0:
+        return best[4]
+    # Free memory of at least the need is necessary for room (a whole share needs an empty device).
+    by_free = shape.byFree
+    for i in range(bisect.bisect_left(shape.frees, need), len(by_free)):
+        free, node, name, slot = by_free[i]
+        key = slot.device.key
+        if key in touched or not _has_room(slot.device, occupancies[key], share, need):
+            continue
+        if best is None or (1, free, node, name) < best[:4]:
+            best = (1, free, node, name, slot)
+        break
+    return best[4] if best is not None else None
 
 
 def _candidates(
@@ -437,7 +633,7 @@ def _candidates(
     share: ShareDecision,
     need: int,
     choice: RecipeChoice,
-    occupancies: dict[str, Occupancy],
+    occupancies: Mapping[str, Occupancy],
     own: frozenset[AllocationId],
 ) -> Iterable[Candidate]:
     def free(slot: Slot) -> float:

@@ -263,7 +263,15 @@ def _load(directory: Path) -> RecipeBook:
 
 def load_recipe_book(directory: Path | str | None = None) -> RecipeBook:
     """The three tables of ``directory`` (default: the shipped ``recipes/``), read and validated once."""
-    return _load(Path(directory or RECIPES_DIR).resolve())
+    if directory is None:
+        # The shipped tables, without resolving the path on every plan.
+        return _load(_default_directory())
+    return _load(Path(directory).resolve())
+
+
+@lru_cache(maxsize=1)
+def _default_directory() -> Path:
+    return RECIPES_DIR.resolve()
 
 
 # ------------------------------------------------------------ choosing a recipe
