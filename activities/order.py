@@ -24,7 +24,13 @@ from activities.builders.claim import claim_template_spec_differs
 from activities.builders.common import WorkloadInputs, artifact_from_resolution, selector_labels
 from activities.builders.exposure import custom_certificate_source, endpoint_status
 from activities.builders.objects import desired_objects, storage_class_kept
-from activities.builders.runtime import decide_runtime_hold, replica_runtime_versions, volume_must_grow
+from activities.builders.runtime import (
+    decide_runtime_hold,
+    placement_changed,
+    replica_runtime_versions,
+    runtime_current,
+    volume_must_grow,
+)
 from activities.catalog import KubernetesCatalogReader, lookup_model, model_resolution
 from activities.health import watch_health_loop
 from activities.kube import Applier
@@ -47,7 +53,14 @@ from inference_api.plan import PlanOutcome
 from inference_api.preemption import ScalingObservation, ScalingWatchInput
 from inference_api.reasons import Reason
 from inference_api.settings import ModuleSettings
-from inference_api.types import GROUP, VERSION, InferenceService, InferenceServiceClass, ModelSource
+from inference_api.types import (
+    GROUP,
+    VERSION,
+    ConditionStatus,
+    InferenceService,
+    InferenceServiceClass,
+    ModelSource,
+)
 from workflows import activity_names as act
 
 log = structlog.get_logger(__name__)
@@ -242,6 +255,7 @@ class OrderActivities:
                     # Its spec is immutable: a new share or device class replaces the template.
                     self.applier.delete(desired.api_version, desired.kind, desired.name, ns)
             self.applier.apply(desired.body)
+        verdict = runtime_current(plan.recipe.runtimeVersion, versions, placement_changed(standing, plan))
         statefulset = self.applier.get("apps/v1", "StatefulSet", name, ns) or {}
         st_status = statefulset.get("status") or {}
         log.info("workload applied", order=request.ref.key, device_class=plan.deviceClass, share=plan.sharePercent)
@@ -252,6 +266,9 @@ class OrderActivities:
             readyReplicas=int(st_status.get("readyReplicas") or 0),
             desiredReplicas=int((statefulset.get("spec") or {}).get("replicas") or 1),
             settledRegionKept=kept is not None,
+            runtimeCurrent=verdict.status == ConditionStatus.TRUE,
+            runtimeReason=str(verdict.reason),
+            runtimeMessage=verdict.message,
         )
 
     def _create_once(self, body: dict[str, Any]) -> None:
@@ -318,7 +335,7 @@ class OrderActivities:
     @activity.defn(name=act.AWAIT_SERVING)
     async def await_serving(self, request: ProbeInput) -> ProbeResult:
         """Waits for a ready replica, then for the API to answer; gives up after serveWait."""
-        deadline = time.monotonic() + self.settings.health.serveWaitSeconds
+        deadline = time.monotonic() + (request.waitSeconds or self.settings.health.serveWaitSeconds)
         last = ProbeResult(ok=False, workloadReady=False, detail="no replica is ready yet")
         while time.monotonic() < deadline:
             ready = await asyncio.to_thread(self._ready_replicas, request.ref)

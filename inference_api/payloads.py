@@ -89,6 +89,10 @@ class ApplyResult(_Payload):
     readyReplicas: int = 0
     desiredReplicas: int = 1
     settledRegionKept: bool = False
+    # RuntimeCurrent as the apply step judged it from the replicas' recorded runtime releases.
+    runtimeCurrent: bool = True
+    runtimeReason: str = "RuntimeUpToDate"
+    runtimeMessage: str = ""
 
 
 class WorkloadState(_Payload):
@@ -103,6 +107,8 @@ class ProbeInput(_Payload):
     authSecretName: str | None = None
     servedName: str
     timeoutSeconds: float = 5
+    # How long the first probe may wait for a replica to load the model (scaled to its size).
+    waitSeconds: float | None = None
 
 
 class ProbeResult(_Payload):

@@ -115,6 +115,9 @@ class OrderState(BaseModel):
     retryDelaySeconds: float | None = None
     className: str | None = None
     reconciles: int = 0
+    # Seconds each step of the last reconcile took (validation … probe): where time-to-Ready went.
+    stepSeconds: dict[str, float] = Field(default_factory=dict)
+    stepMark: float | None = None
     # Capacity preemption: the class's scaling, the HPA as last seen, what the preemption
     # workflow of the device class said, and the last report sent to it.
     scalingProfile: ScalingProfile = Field(default_factory=ScalingProfile)
@@ -135,6 +138,7 @@ class ReplanOutcome(BaseModel):
 
 
 SHORT = timedelta(seconds=30)
+SERVE_SECONDS_PER_GIB = 20.0
 K8S_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
 # Histories written before the scaling watch existed replay without it.
 SCALING_WATCH_PATCH = "scaling-watch"
@@ -248,6 +252,8 @@ class OrderWorkflow:
                 return "deleted"
             if state.dirty:
                 state.dirty = False
+                # A reconcile never runs beside a watch (its probe target or plan may change).
+                await self._stop_watches()
                 await self._reconcile()
                 state.reconciles += 1
                 await self._after_reconcile_scaling()
@@ -440,10 +446,9 @@ class OrderWorkflow:
             unschedulable=observation.unschedulableReplicas,
             limited=observation.wantsAboveBound,
         )
-        if state.lastReport is not None and report.model_copy(
-            update={"sequence": state.lastReport.sequence}
-        ) == state.lastReport.model_copy(update={"leaving": False}):
-            return
+        last = state.lastReport
+        if last is not None and not last.leaving and report.model_copy(update={"sequence": last.sequence}) == last:
+            return  # nothing new to say
         await self._send_report(report)
 
     async def _report_leaving(self) -> None:
@@ -555,6 +560,8 @@ class OrderWorkflow:
     async def _reconcile(self) -> None:
         state = self._require_state()
         state.retryDelaySeconds = None
+        state.stepSeconds = {}
+        state.stepMark = workflow.now().timestamp()
         snapshot: OrderSnapshot = await workflow.execute_activity(
             act.READ_ORDER,
             state.ref,
@@ -592,8 +599,10 @@ class OrderWorkflow:
             autoscaled=autoscaled(cls), minReplicas=low, maxReplicas=high, priorityClassName=priority_class_name(cls)
         )
         self._cond(ConditionType.CLASS_RESOLVED, True, Reason.CLASS_RESOLVED, f"class {cls.metadata.name} is Ready")
+        self._step_done("validation")
 
         resolution = await self._resolve_model(order, cls)
+        self._step_done("model facts")
         if resolution is None:
             return
         endpoint_type = pick_endpoint_type(cls, resolution.facts)
@@ -601,6 +610,7 @@ class OrderWorkflow:
         state.endpointType = endpoint_type
 
         plan = await self._plan(order, cls, resolution, endpoint_type)
+        self._step_done("planning")
         if plan is None:
             return
         await self._apply_and_probe(order, cls, plan, resolution, endpoint_type)
@@ -740,17 +750,26 @@ class OrderWorkflow:
             Reason.WORKLOAD_PROGRESSING,
             f"workload applied; waiting for a replica to load {resolution.servedName}",
         )
-        self._cond(ConditionType.RUNTIME_CURRENT, True, Reason.RUNTIME_UP_TO_DATE, plan.recipe.runtimeVersion)
+        self._cond(
+            ConditionType.RUNTIME_CURRENT,
+            applied.runtimeCurrent,
+            applied.runtimeReason,
+            applied.runtimeMessage or plan.recipe.runtimeVersion,
+        )
         await self._publish()
+        self._step_done("apply")
+        # Loading a model takes time in proportion to its size: the wait grows with the volume.
+        wait = max(state.timings.serveWaitSeconds, plan.modelVolumeGiB * SERVE_SECONDS_PER_GIB)
         result: ProbeResult = await workflow.execute_activity(
             act.AWAIT_SERVING,
-            self._probe_input(),
+            self._probe_input().model_copy(update={"waitSeconds": wait}),
             result_type=ProbeResult,
-            start_to_close_timeout=timedelta(seconds=state.timings.serveWaitSeconds + 60),
+            start_to_close_timeout=timedelta(seconds=wait + 60),
             heartbeat_timeout=timedelta(seconds=60),
             retry_policy=RetryPolicy(maximum_attempts=3),
             summary="wait for the first probe",
         )
+        self._step_done("pods and probe")
         if result.workloadReady:
             self._cond(ConditionType.WORKLOAD_READY, True, Reason.WORKLOAD_APPLIED, "a replica is ready")
         if result.ok:
@@ -784,6 +803,8 @@ class OrderWorkflow:
         state = self._require_state()
         self._cond(ConditionType.READY, False, Reason.DELETING, "the order is being deleted")
         await self._stop_watches()
+        # The last word on the order before its finalizer goes.
+        await self._publish()
         await self._report_leaving()
         await workflow.execute_activity(
             act.FINALIZE_ORDER,
@@ -794,6 +815,13 @@ class OrderWorkflow:
         )
 
     # --------------------------------------------------------------- conditions
+
+    def _step_done(self, step: str) -> None:
+        state = self._require_state()
+        now = workflow.now().timestamp()
+        if state.stepMark is not None:
+            state.stepSeconds[step] = round(now - state.stepMark, 3)
+        state.stepMark = now
 
     def _backoff(self) -> float:
         state = self._require_state()
@@ -876,5 +904,11 @@ class OrderWorkflow:
             f"**Replans:** {state.replanCount}"
             + (f" · **maxReplicas held at:** {state.replicaCeiling} (preemption)" if state.replicaCeiling else "")
             + "\n\n"
-            "| condition | status | reason | message |\n|---|---|---|---|\n" + rows
+            + (
+                "**Last reconcile:** " + " · ".join(f"{k} {v:.1f}s" for k, v in state.stepSeconds.items()) + "\n\n"
+                if state.stepSeconds
+                else ""
+            )
+            + "| condition | status | reason | message |\n|---|---|---|---|\n"
+            + rows
         )

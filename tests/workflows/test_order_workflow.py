@@ -383,6 +383,8 @@ async def test_delete_removes_the_finalizer_last_and_completes(harness: Harness)
     await handle.signal(OrderWorkflow.delete)
     assert await handle.result() == "deleted"
     assert "support/deleted" not in harness.world.finalizers
+    # The order's last status says why it goes, before the finalizer does.
+    assert harness.world.last().reason == Reason.DELETING
 
 
 async def test_continue_as_new_carries_the_state(harness: Harness) -> None:
