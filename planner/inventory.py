@@ -207,7 +207,10 @@ def _looks_held(device: Device, allocation: DeviceAllocation, share: int | None,
 
 
 def _others(device: Device, own: frozenset[AllocationId]) -> list[DeviceAllocation]:
-    return [a for i, a in enumerate(device.allocations) if (device.key, i) not in own]
+    if not own:
+        return device.allocations
+    key = device.key
+    return [a for i, a in enumerate(device.allocations) if (key, i) not in own]
 
 
 def _allocated_mib(device: Device, allocation: DeviceAllocation) -> int:
@@ -249,6 +252,7 @@ def allocations_by_holder(snapshot: InventorySnapshot) -> dict[str, list[Allocat
     """Holder → the allocations it holds, for ``own_allocations`` without a pass over the snapshot."""
     index: dict[str, list[AllocationId]] = {}
     for device in snapshot.devices:
+        key = device.key
         for i, allocation in enumerate(device.allocations):
-            index.setdefault(allocation.holder, []).append((device.key, i))
+            index.setdefault(allocation.holder, []).append((key, i))
     return index
