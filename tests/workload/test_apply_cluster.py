@@ -207,7 +207,9 @@ def test_a_second_apply_of_the_same_input_changes_nothing(bench: Bench) -> None:
     changed = {kind: (before[kind], after.get(kind)) for kind in before if after.get(kind) != before[kind]}
     assert not changed, f"a re-apply of the same input rewrote {changed}"
     assert after == before
-    assert second == first
+    # What the apply declares is the same; what it observed (replicas, their runtime) may have moved on.
+    declared = {"endpoint", "authSecretName", "constraints", "settledRegionKept"}
+    assert second.model_dump(include=declared) == first.model_dump(include=declared)
     secret = bench.get("v1", "Secret", "steady-auth")
     assert secret is not None and secret["data"]["token"] == token_before, "the auth token was rotated"
 
