@@ -526,6 +526,13 @@ class OrderWorkflow:
             retry_policy=K8S_RETRY,
             summary="apply workload" + (f" (maxReplicas {state.replicaCeiling})" if state.replicaCeiling else ""),
         )
+        applied = state.applied
+        self._cond(
+            ConditionType.RUNTIME_CURRENT,
+            applied.runtimeCurrent,
+            applied.runtimeReason,
+            applied.runtimeMessage or state.plan.recipe.runtimeVersion,
+        )
         if state.replicaCeiling is not None:
             event = OrderEvent(
                 ref=state.ref,

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
+from typing import TypeVar
 
 import pytest
 import pytest_asyncio
@@ -17,17 +18,20 @@ from temporalio.client import Client
 from temporalio.worker import Replayer
 
 from activities.metrics import PreemptionMetricsCollector
+from inference_api.payloads import OrderRef, order_workflow_id
 from inference_api.preemption import PreemptionMetrics
 from inference_api.reasons import EventReason, Reason
 from inference_api.types import ConditionStatus, Phase
+from tests.workflows.test_order_workflow import make_order
 from workflows import activity_names as act
-from workflows.order import OrderWorkflow
+from workflows.order import OrderState, OrderWorkflow
 from workflows.preemption import PreemptionWorkflow
 from workflows.search_attributes import ORDER_DEVICE_CLASS, PREEMPTION_STATUS
 
-from .world import Stand, new_world, running_worker
+from .world import TIMINGS, Stand, new_world, running_worker
 
 pytestmark = pytest.mark.temporal
+T = TypeVar("T")
 
 
 @pytest_asyncio.fixture
@@ -120,7 +124,7 @@ async def test_with_no_donor_left_the_recipient_serves_degraded_then_recovers(st
     stand.sim("high").load = 4
     # One replica comes from the low order (down to its minReplicas); the fourth cannot.
     await stand.until(stand.phase_is("high", Phase.DEGRADED, Reason.SCALE_UP_BLOCKED), what="high Degraded")
-    assert stand.sim("low").ceiling == 1 and stand.sim("high").placed == 3
+    await stand.until(lambda: stand.sim("low").ceiling == 1 and stand.sim("high").placed == 3, what="low gave one")
     assert stand.world.condition("high", "Ready") == (ConditionStatus.TRUE, Reason.PROBE_SUCCEEDED)
     status, reason = stand.world.condition("high", "ScalingHealthy") or (None, None)
     assert (status, reason) == (ConditionStatus.FALSE, Reason.SCALE_UP_BLOCKED)
@@ -205,3 +209,83 @@ async def test_killing_the_worker_mid_preemption_loses_no_hold_and_counts_nothin
     await Replayer(workflows=[PreemptionWorkflow], data_converter=temporal_client.data_converter).replay_workflow(
         history
     )
+
+
+async def test_a_deleted_blocked_recipient_leaves_the_preemption_workflow_working(stand: Stand) -> None:
+    await fill(stand, low_load=2, high_load=2)
+    stand.sim("high").load = 4
+    await stand.until(stand.phase_is("high", Phase.DEGRADED, Reason.SCALE_UP_BLOCKED), what="high Degraded")
+    await stand.handles["high"].signal(OrderWorkflow.delete)
+    assert await stand.handles["high"].result() == "deleted"
+    await stand.until(lambda: stand.sim("low").ceiling is None, what="low restored")
+
+    async def settled() -> bool:
+        state = await stand.preemption_state()
+        return not state.blocked and not state.ledger.holds and not state.dirty
+
+    await stand.until_async(settled, what="no hold, no block")
+    # Still deciding: a new order joins and is counted.
+    await stand.start("newcomer", "normal-class", load=1)
+
+    async def joined() -> bool:
+        state = await stand.preemption_state()
+        return any(r.ref.name == "newcomer" and not r.leaving for r in state.reports.values())
+
+    await stand.until_async(joined, what="newcomer reported")
+
+
+async def test_a_ceiling_set_before_the_first_apply_is_used_and_survives_continue_as_new(
+    temporal_client: Client,
+) -> None:
+    world = new_world(capacity=400)
+    metrics = PreemptionMetricsCollector()
+    task_queue = f"preemption-{uuid.uuid4().hex[:8]}"
+
+    async def step(what: str, call: Awaitable[T]) -> T:
+        try:
+            return await asyncio.wait_for(call, 30)
+        except TimeoutError:
+            raise AssertionError(f"{what}: no answer in 30 s") from None
+
+    async with running_worker(temporal_client, task_queue, world, metrics):
+        stand = Stand(temporal_client, world, task_queue, metrics)
+        order = make_order("held", class_name="low-class")
+        world.orders["support/held"] = order
+        ref = OrderRef(namespace="support", name="held", uid=order.metadata.uid or "")
+        timings = TIMINGS.model_copy(update={"maxHistoryEvents": 40, "healthWatchMaxSeconds": 0.5})
+        # The ceiling arrives with the start, before anything was applied.
+        handle = await step(
+            "start",
+            temporal_client.start_workflow(
+                OrderWorkflow.run,
+                OrderState(ref=ref, timings=timings),
+                id=order_workflow_id(ref.namespace, ref.name, ref.uid),
+                task_queue=task_queue,
+                start_signal="set_replica_ceiling",
+                start_signal_args=[2],
+            ),
+        )
+        await step("spec_changed", handle.signal(OrderWorkflow.spec_changed, 1))
+        stand.handles["held"] = handle
+        await stand.until(stand.phase_is("held", Phase.READY), what="Ready")
+        assert world.applies["support/held"][0].replicaCeiling == 2
+        last = world.last("held")
+        assert last is not None and last.constraints is not None and last.constraints.maxReplicas == 2
+        first_run = (await step("describe", handle.describe())).run_id
+        current = temporal_client.get_workflow_handle(handle.id)
+
+        async def continued() -> bool:
+            return (await step("describe", current.describe())).run_id != first_run
+
+        await stand.until_async(continued, what="continue-as-new")
+        state = await step("query", current.query(OrderWorkflow.query_state))
+        assert state.replicaCeiling == 2 and state.lastReport is not None
+        applies, replans = len(world.applies["support/held"]), state.replanCount
+        await step("lift", current.signal(OrderWorkflow.set_replica_ceiling, None))
+        await stand.until(lambda: world.applies["support/held"][-1].replicaCeiling is None, what="lifted")
+        await asyncio.sleep(0.5)
+        # Lifting the ceiling is one re-apply, not a replan.
+        assert len(world.applies["support/held"]) == applies + 1
+        assert (await step("query", current.query(OrderWorkflow.query_state))).replanCount == replans
+        history = await step("history", current.fetch_history())
+    await Replayer(workflows=[OrderWorkflow], data_converter=temporal_client.data_converter).replay_workflow(history)

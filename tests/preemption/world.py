@@ -298,11 +298,14 @@ class Stand:
             raise AssertionError(f"timed out waiting for {what or predicate}") from None
 
     async def until_async(self, predicate: Callable[[], Any], timeout: float = 30, what: str = "") -> None:
-        deadline = asyncio.get_running_loop().time() + timeout
-        while not await predicate():
-            if asyncio.get_running_loop().time() > deadline:
-                raise AssertionError(f"timed out waiting for {what or predicate}")
-            await asyncio.sleep(0.1)
+        async def poll() -> None:
+            while not await predicate():
+                await asyncio.sleep(0.1)
+
+        try:
+            await asyncio.wait_for(poll(), timeout)
+        except TimeoutError:
+            raise AssertionError(f"timed out waiting for {what or predicate}") from None
 
     def phase_is(self, name: str, phase: Phase, reason: str | None = "any") -> Callable[[], bool]:
         def check() -> bool:
@@ -337,12 +340,25 @@ async def running_worker(
         for fn in [*world.activities(), *preemption.all()]
         if getattr(fn, "__temporal_activity_definition").name not in replaced
     ]
-    async with Worker(
+    worker = Worker(
         client,
         task_queue=task_queue,
         workflows=[OrderWorkflow, PreemptionWorkflow],
         activities=[*activities, *(extra or [])],
         max_cached_workflows=0,
         workflow_failure_exception_types=[workflow.NondeterminismError],
-    ) as worker:
+    )
+    running = asyncio.create_task(worker.run())
+    try:
         yield worker
+    finally:
+        try:
+            await asyncio.wait_for(worker.shutdown(), 60)
+            await asyncio.wait_for(running, 10)
+        except TimeoutError:
+            import sys
+
+            for task in asyncio.all_tasks():
+                print("TASK", task.get_name(), file=sys.stderr)
+                task.print_stack(file=sys.stderr, limit=15)
+            raise AssertionError("the worker did not shut down in 60 s") from None
