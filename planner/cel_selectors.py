@@ -224,17 +224,21 @@ _VERDICTS_LOCK = threading.Lock()
 
 
 def _view_key(device: Device) -> Hashable:
+    """What CEL sees of the device, keyed by the fields it is built from (``device_attributes``,
+    ``device_capacity``): cheap to build, no quantity parsed. Two spellings of one quantity ("80Gi",
+    "81920Mi") key apart and are judged once each, which costs a cache entry, never a wrong verdict."""
     # The type name keeps True and 1 apart: Python hashes them alike, CEL does not.
-    attributes = tuple(
-        sorted(
-            (domain, tuple(sorted((k, type(v).__name__, v) for k, v in values.items())))
-            for domain, values in device_attributes(device).items()
-        )
+    return (
+        device.driver,
+        device.allowMultipleAllocations,
+        device.placement.value,
+        device.productName,
+        device.hardwareFamily,
+        device.memoryMiB,
+        device.migProfile,
+        tuple(sorted((k, type(v).__name__, v) for k, v in device.attributes.items())),
+        tuple(sorted((k, type(v).__name__, v) for k, v in device.capacity.items())),
     )
-    capacity = tuple(
-        sorted((domain, tuple(sorted(values.items()))) for domain, values in device_capacity(device).items())
-    )
-    return (device.driver, device.allowMultipleAllocations, attributes, capacity)
 
 
 def _verdict(compiled: CompiledSelector, device: Device, key: Hashable) -> bool | str:

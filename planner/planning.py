@@ -370,11 +370,24 @@ class _SnapshotIndex:
     def __init__(self, snapshot: InventorySnapshot) -> None:
         self.snapshot = weakref.ref(snapshot)
         self.byKey = {d.key: d for d in snapshot.devices}
-        self.byHolder = allocations_by_holder(snapshot)
+        # Built on the second plan: one plan scans for its holder faster than the index is built.
+        self._byHolder: dict[str, list[AllocationId]] | None = None
+        self._holderScans = 0
         self.related = related_devices(snapshot)
         self.base = {d.key: occupancy(d, frozenset(), self.related.get(d.key, ())) for d in snapshot.devices}
         self._placements: dict[tuple[object, ...], _Placement] = {}
         self._lock = threading.Lock()
+
+    def by_holder(self) -> dict[str, list[AllocationId]] | None:
+        """Holder → its allocations; None (scan the snapshot) on the first plan."""
+        if self._byHolder is None:
+            self._holderScans += 1
+            if self._holderScans == 1:
+                return None
+            snapshot = self.snapshot()
+            assert snapshot is not None
+            self._byHolder = allocations_by_holder(snapshot)
+        return self._byHolder
 
     def placement(self, policy: EffectivePolicy, book: RecipeBook) -> _Placement:
         key = (policy.deviceClasses, policy.placementTypes, policy.sharingModes, id(book))
@@ -528,7 +541,7 @@ def _fit_stage(
         held_devices=current.deviceNames if current else (),
         held_share_percent=current.sharePercent if current else None,
         held_memory_mib=current.memoryRequestMiB if current else None,
-        by_holder=index.byHolder,
+        by_holder=index.by_holder(),
         by_key=index.byKey,
     )
     # The order's own allocations change what it sees of their devices and of their related devices;
