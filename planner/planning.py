@@ -61,6 +61,7 @@ from planner.recipes import (
     RecipeChoice,
     RecipeFailure,
     RecipeProblem,
+    RecipeResolution,
     load_recipe_book,
     render_recipe,
     resolve_recipe,
@@ -497,12 +498,32 @@ def _runtime_stage(
                 )
             )
             continue
-        resolution = resolve_recipe(book, family, request.facts, fallback_enabled=request.runtimeFallback.enabled)
+        resolution = _resolve(book, family, request)
         if resolution.choice is not None:
             choices[family] = resolution.choice
         elif resolution.failure is not None:
             trace.recipeFailures.append(resolution.failure)
     return choices
+
+
+# Recipe resolutions by (book, family, facts, fallback): a pure function of them, and the larger part
+# of a plan's cost once the snapshot is indexed. RecipeChoice is frozen; rendering copies its dicts.
+_RESOLUTIONS: dict[tuple[object, ...], tuple[RecipeBook, RecipeResolution]] = {}
+_RESOLUTION_LIMIT = 4096
+
+
+def _resolve(book: RecipeBook, family: str, request: PlanningRequest) -> RecipeResolution:
+    facts = request.facts
+    fallback = request.runtimeFallback.enabled
+    key = (id(book), family, fallback, tuple(facts.model_dump().items()))
+    found = _RESOLUTIONS.get(key)
+    if found is not None and found[0] is book:
+        return found[1]
+    resolution = resolve_recipe(book, family, facts, fallback_enabled=fallback)
+    if len(_RESOLUTIONS) >= _RESOLUTION_LIMIT:
+        _RESOLUTIONS.clear()
+    _RESOLUTIONS[key] = (book, resolution)
+    return resolution
 
 
 def _runtime_message(request: PlanningRequest, reason: Reason, trace: _Trace) -> str:
