@@ -249,8 +249,11 @@ def _verdict(compiled: CompiledSelector, device: Device, key: Hashable) -> bool 
             _VERDICTS.move_to_end(cache_key)
             return _VERDICTS[cache_key]
     verdict: bool | str
+    # Outside the try: a device whose capacities are no quantities is a bug of whoever built the
+    # snapshot (snapshots are validated when built), not a selector that cannot be judged.
+    activation = {"device": _cel_device(device)}
     try:
-        verdict = _evaluate(compiled, {"device": _cel_device(device)})
+        verdict = _evaluate(compiled, activation)
     except Exception as exc:  # celpy raises its own errors and Python's: all mean "cannot judge"
         verdict = _one_line(exc)
     with _VERDICTS_LOCK:
