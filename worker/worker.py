@@ -8,6 +8,7 @@ from typing import Any
 
 from temporalio.client import Client
 from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from workflows.order import OrderWorkflow
 from workflows.preemption import PreemptionWorkflow
@@ -29,6 +30,11 @@ def build_worker(
         workflows=WORKFLOWS,
         activities=list(activities),
         activity_executor=ThreadPoolExecutor(max_workers=16),
+        # The SDK logs a failed workflow task from inside the sandbox; our log renderer (structlog,
+        # rich) must pass through or that line is lost to RestrictedWorkflowAccessError.
+        workflow_runner=SandboxedWorkflowRunner(
+            restrictions=SandboxRestrictions.default.with_passthrough_modules("structlog", "rich")
+        ),
         max_cached_workflows=max_cached_workflows,
         **kwargs,
     )

@@ -139,6 +139,8 @@ class ReplanOutcome(BaseModel):
 
 SHORT = timedelta(seconds=30)
 SERVE_SECONDS_PER_GIB = 20.0
+# Short: a worker killed mid-apply is noticed by this timeout, and the apply is idempotent.
+APPLY_TIMEOUT = timedelta(seconds=45)
 K8S_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
 # Histories written before the scaling watch existed replay without it.
 SCALING_WATCH_PATCH = "scaling-watch"
@@ -522,7 +524,7 @@ class OrderWorkflow:
                 replicaCeiling=state.replicaCeiling,
             ),
             result_type=ApplyResult,
-            start_to_close_timeout=timedelta(seconds=120),
+            start_to_close_timeout=APPLY_TIMEOUT,
             retry_policy=K8S_RETRY,
             summary="apply workload" + (f" (maxReplicas {state.replicaCeiling})" if state.replicaCeiling else ""),
         )
@@ -734,7 +736,7 @@ class OrderWorkflow:
                 replicaCeiling=state.replicaCeiling,
             ),
             result_type=ApplyResult,
-            start_to_close_timeout=timedelta(seconds=120),
+            start_to_close_timeout=APPLY_TIMEOUT,
             retry_policy=K8S_RETRY,
             summary="apply workload",
         )
