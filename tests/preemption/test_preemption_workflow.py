@@ -85,16 +85,29 @@ async def test_a_high_order_grows_at_a_low_ones_expense_and_gives_back_when_dema
     )
     assert stand.world.phase("high") == (Phase.READY, None)
     assert stand.world.condition("high", "ScalingHealthy") == (ConditionStatus.TRUE, Reason.SCALING_ALLOWED)
+    # The donor's autoscaler still wants 3: held below that, it cannot grow (and keeps serving).
+    await stand.until(stand.phase_is("low", Phase.DEGRADED, Reason.SCALE_UP_BLOCKED), what="low Degraded")
     reasons = {(e.ref.name, e.reason) for e in stand.world.events}
     assert ("low", EventReason.CAPACITY_PREEMPTED) in reasons and ("high", EventReason.CAPACITY_PREEMPTED) in reasons
 
     # The Temporal UI tells the story.
-    async def holding() -> bool:
+    async def blocked_while_holding() -> bool:
         described = await stand.preemption().describe()
         attributes = described.typed_search_attributes
-        return attributes.get(ORDER_DEVICE_CLASS) == dc and attributes.get(PREEMPTION_STATUS) == "Holding"
+        # Blocked (the held donor wants more) wins over Holding.
+        return attributes.get(ORDER_DEVICE_CLASS) == dc and attributes.get(PREEMPTION_STATUS) == "Blocked"
+
+    await stand.until_async(blocked_while_holding, what="preemption Blocked")
+    # The donor's load falls to its ceiling: not blocked any more, only held.
+    stand.sim("low").load = 2
+    await stand.until(stand.phase_is("low", Phase.READY, None), what="low Ready while held")
+
+    async def holding() -> bool:
+        described = await stand.preemption().describe()
+        return described.typed_search_attributes.get(PREEMPTION_STATUS) == "Holding"
 
     await stand.until_async(holding, what="preemption Holding")
+    stand.sim("low").load = 3
     state = await stand.preemption_state()
     assert any("took 1 from support/low for support/high" in line for line in state.log)
 
@@ -102,6 +115,7 @@ async def test_a_high_order_grows_at_a_low_ones_expense_and_gives_back_when_dema
     stand.sim("high").load = 1
     await stand.until(lambda: stand.sim("low").ceiling is None, what="low restored")
     await stand.until(lambda: stand.sim("low").placed == 3, what="low back to 3")
+    await stand.until(stand.phase_is("low", Phase.READY, None), what="low Ready again")
     assert (await stand.order_state("low")).replicaCeiling is None
     await stand.until(lambda: stand.metrics.held(dc, "support", "low") is None, what="held gauge gone")
     assert stand.metrics.preemptions(dc, "support", "high") == 1
