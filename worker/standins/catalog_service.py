@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import socket
 import subprocess
 import sys
@@ -63,6 +62,7 @@ from starlette.routing import Route
 from activities.catalog import CatalogLookupAnswer
 from inference_api.catalog_types import ModelFacts
 from inference_api.types import ModelKind, ModelScope
+from worker.standins import process
 
 DEFAULT_PATH = "/api/internal/v1/models/lookup"
 Mode = Literal["ok", "fail", "slow"]
@@ -288,11 +288,7 @@ class CatalogServiceProcess:
         cmd += ["--path", self.path]
         if self.fixtures is not None:
             cmd += ["--fixtures", str(self.fixtures)]
-        repo_root = Path(__file__).resolve().parents[2]
-        python_path = os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")]))
-        env = {**os.environ, "PYTHONPATH": python_path}
-        with self._log.open("ab") as log_file:
-            self._process = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env)
+        self._process = process.spawn(cmd, self._log)
         deadline = time.monotonic() + self._startup_timeout
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
@@ -306,15 +302,8 @@ class CatalogServiceProcess:
         return False
 
     def stop(self) -> None:
-        process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
+        child, self._process = self._process, None
+        process.stop(child)
 
     def restart(self) -> CatalogServiceProcess:
         """Start again on the same port (the state set through /admin is lost, fixtures reload)."""

@@ -61,6 +61,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from worker.standins import process
+
 log = logging.getLogger("ai_inference.standin.runtime")
 
 DEFAULT_TOKEN_ENV = "VLLM_API_KEY"
@@ -602,13 +604,7 @@ class RuntimeProcess:
             cmd += ["--token-file", str(self.token_file)]
         if self.fail_file is not None:
             cmd += ["--fail-file", str(self.fail_file)]
-        repo_root = Path(__file__).resolve().parents[2]
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")])),
-        }
-        with self._log.open("ab") as log_file:
-            self._process = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env)
+        self._process = process.spawn(cmd, self._log)
         deadline = time.monotonic() + self._startup_timeout
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
@@ -624,15 +620,8 @@ class RuntimeProcess:
         raise RuntimeError(f"the stand-in runtime did not answer in time:\n{self.log_text[-4000:]}")
 
     def stop(self) -> None:
-        process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
+        child, self._process = self._process, None
+        process.stop(child)
 
     def restart(self) -> RuntimeProcess:
         self.stop()
