@@ -9,12 +9,13 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Awaitable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 import pytest_asyncio
 from temporalio import activity
-from temporalio.client import Client
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Replayer
 
 from activities.metrics import PreemptionMetricsCollector
@@ -41,6 +42,19 @@ async def stand(temporal_client: Client) -> AsyncIterator[Stand]:
     task_queue = f"preemption-{uuid.uuid4().hex[:8]}"
     async with running_worker(temporal_client, task_queue, world, metrics):
         yield Stand(temporal_client, world, task_queue, metrics)
+
+
+async def replay_settled(handle: WorkflowHandle[Any, Any], client: Client) -> None:
+    """Replay the history once the workflow is between tasks (a history cut mid-task is no test)."""
+    history = None
+    for _ in range(100):
+        history = await asyncio.wait_for(handle.fetch_history(), 30)
+        if history.events[-1].event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            break
+        await asyncio.sleep(0.1)
+    assert history is not None
+    replayer = Replayer(workflows=[PreemptionWorkflow, OrderWorkflow], data_converter=client.data_converter)
+    await asyncio.wait_for(replayer.replay_workflow(history), 60)
 
 
 async def fill(stand: Stand, low_load: int = 3, high_load: int = 1) -> None:
@@ -129,8 +143,7 @@ async def test_a_high_order_grows_at_a_low_ones_expense_and_gives_back_when_dema
         return described.typed_search_attributes.get(PREEMPTION_STATUS) == "Idle"
 
     await stand.until_async(idle, what="preemption Idle")
-    history = await stand.preemption().fetch_history()
-    await Replayer(workflows=[PreemptionWorkflow], data_converter=stand.client.data_converter).replay_workflow(history)
+    await replay_settled(stand.preemption(), stand.client)
 
 
 async def test_with_no_donor_left_the_recipient_serves_degraded_then_recovers(stand: Stand) -> None:
@@ -218,11 +231,7 @@ async def test_killing_the_worker_mid_preemption_loses_no_hold_and_counts_nothin
         await stand.until(lambda: stand.sim("low").ceiling is None, timeout=60, what="low restored")
         await stand.until(lambda: second_metrics.held(dc, "support", "low") is None, what="gauge gone")
         assert second_metrics.preemptions(dc, "support", "high") == 1
-
-    history = await stand.preemption().fetch_history()
-    await Replayer(workflows=[PreemptionWorkflow], data_converter=temporal_client.data_converter).replay_workflow(
-        history
-    )
+        await replay_settled(stand.preemption(), temporal_client)
 
 
 async def test_a_deleted_blocked_recipient_leaves_the_preemption_workflow_working(stand: Stand) -> None:
@@ -301,5 +310,8 @@ async def test_a_ceiling_set_before_the_first_apply_is_used_and_survives_continu
         # Lifting the ceiling is one re-apply, not a replan.
         assert len(world.applies["support/held"]) == applies + 1
         assert (await step("query", current.query(OrderWorkflow.query_state))).replanCount == replans
-        history = await step("history", current.fetch_history())
-    await Replayer(workflows=[OrderWorkflow], data_converter=temporal_client.data_converter).replay_workflow(history)
+        # The first run, closed by continue-as-new: a complete history (a busy running one may end mid-task).
+        first = temporal_client.get_workflow_handle(handle.id, run_id=first_run)
+        history = await step("history", first.fetch_history())
+    replayer = Replayer(workflows=[OrderWorkflow], data_converter=temporal_client.data_converter)
+    await step("replay", replayer.replay_workflow(history))
