@@ -19,7 +19,8 @@ from typing import Any
 from inference_api.crd import MODULE_CRDS, build_crd
 from inference_api.crd_spec import CRDSpec
 
-REFERENCE_PATH = Path(__file__).resolve().parent.parent / "docs" / "reference.md"
+# A repository tool, run from the repository root: no installed code reads the source tree.
+REFERENCE_PATH = Path("docs") / "reference.md"
 
 HEADER = """\
 # Custom Resources

@@ -23,6 +23,8 @@ import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Literal, Self
 
@@ -44,7 +46,9 @@ from planner.model_facts import (
     resolve_parameter_count,
 )
 
-RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
+# The shipped tables are package data (``planner/data/``), read through importlib.resources so an
+# installed wheel plans exactly as the source tree does.
+RECIPES_PACKAGE = "planner.data"
 COMPILED_FILE = "runtime-recipes.compiled.yaml"
 TAXONOMY_FILE = "recipe-taxonomy.yaml"
 FAMILIES_FILE = "platform-hardware-families.yaml"
@@ -247,13 +251,12 @@ class RecipeBook(_Strict):
         return next((r for n, r in self.compiled.presets.items() if _norm(n) == _norm(model)), None)
 
 
-def _read(path: Path) -> object:
+def _read(path: Traversable) -> object:
     with path.open(encoding="utf-8") as handle:
         return yaml.safe_load(handle)
 
 
-@lru_cache(maxsize=8)
-def _load(directory: Path) -> RecipeBook:
+def _load(directory: Traversable) -> RecipeBook:
     return RecipeBook(
         compiled=CompiledRecipes.model_validate(_read(directory / COMPILED_FILE)),
         taxonomy=RecipeTaxonomy.model_validate(_read(directory / TAXONOMY_FILE)),
@@ -261,17 +264,26 @@ def _load(directory: Path) -> RecipeBook:
     )
 
 
-def load_recipe_book(directory: Path | str | None = None) -> RecipeBook:
-    """The three tables of ``directory`` (default: the shipped ``recipes/``), read and validated once."""
-    if directory is None:
-        # The shipped tables, without resolving the path on every plan.
-        return _load(_default_directory())
-    return _load(Path(directory).resolve())
+@lru_cache(maxsize=8)
+def _load_directory(directory: Path) -> RecipeBook:
+    return _load(directory)
 
 
 @lru_cache(maxsize=1)
-def _default_directory() -> Path:
-    return RECIPES_DIR.resolve()
+def _load_shipped() -> RecipeBook:
+    return _load(shipped_recipes())
+
+
+def shipped_recipes() -> Traversable:
+    """Where the shipped tables are: package data of the installed ``planner``."""
+    return resources.files(RECIPES_PACKAGE)
+
+
+def load_recipe_book(directory: Path | str | None = None) -> RecipeBook:
+    """The three tables of ``directory`` (default: the shipped package data), read and validated once."""
+    if directory is None:
+        return _load_shipped()
+    return _load_directory(Path(directory).resolve())
 
 
 # ------------------------------------------------------------ choosing a recipe

@@ -13,12 +13,12 @@ from inference_api.settings import ModuleSettings, load_settings
 
 app = typer.Typer(no_args_is_help=True, help="ai-inference: LLM inference on shared GPUs for Kubernetes.")
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
 
 @app.command()
 def crds(
-    output: Path = typer.Option(REPO_ROOT / "deploy" / "crds", help="Directory to write the CRDs into."),
+    output: Path = typer.Option(
+        Path("deploy") / "crds", help="Directory to write the CRDs into (run from the repository root)."
+    ),
     check: bool = typer.Option(False, help="Fail when the files there differ from the generated ones."),
 ) -> None:
     """Generate the CustomResourceDefinitions from the API types."""
@@ -155,13 +155,25 @@ def _read(path: Path) -> str | None:
     return path.read_text() if path.is_file() else None
 
 
-def _register_subcommands() -> None:
-    # Sub-apps live beside the code they drive; importing them here keeps one entry point.
-    from worker.cluster.cli import cluster_app
-    from worker.dev_cli import dev_app
+COMMANDS_ENTRY_POINTS = "ai_inference.commands"
 
-    app.add_typer(cluster_app, name="cluster", help="The local Kubernetes control plane with simulated GPUs.")
-    app.add_typer(dev_app, name="dev", help="The whole module locally: up, down, env, status.")
+# What each plug-in sub-command is for, shown in --help.
+_PLUGIN_HELP = {
+    "cluster": "The local Kubernetes control plane with simulated GPUs.",
+    "dev": "The whole module locally: up, down, env, status.",
+}
+
+
+def _register_subcommands() -> None:
+    """Add the sub-commands of installed plug-ins (the local stack's ``dev`` and ``cluster``).
+
+    Production installs have none: the local stack is its own distribution, so a production
+    ``ai-inference`` never imports it.
+    """
+    from importlib.metadata import entry_points
+
+    for entry in sorted(entry_points(group=COMMANDS_ENTRY_POINTS), key=lambda e: e.name):
+        app.add_typer(entry.load(), name=entry.name, help=_PLUGIN_HELP.get(entry.name))
 
 
 _register_subcommands()

@@ -7,11 +7,13 @@ if [ ! -x .venv/bin/python ]; then
   echo "bootstrap: creating .venv with $($PYTHON --version)"
   "$PYTHON" -m venv .venv
 fi
-stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
+stamp=.venv/.installed-$(cat pyproject.toml dev/pyproject.toml | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ]; then
-  echo "bootstrap: installing ai-inference and its dev extras"
+  echo "bootstrap: installing ai-inference with its dev extras, and the local stack (dev/)"
   .venv/bin/pip install --quiet --upgrade pip
-  .venv/bin/pip install --quiet -e '.[dev]'
+  # Two distributions: the production module, and the local stack (ai-inference-dev) that adds
+  # `ai-inference dev` and `ai-inference cluster`; the production wheel carries none of dev/.
+  .venv/bin/pip install --quiet -e '.[dev]' -e ./dev
   rm -f .venv/.installed-*
   touch "$stamp"
 fi

@@ -22,12 +22,12 @@ from activities.catalog import (
     KubernetesCatalogReader,
     lookup_model,
 )
+from devstack.cluster.launcher import LocalCluster
+from devstack.standins.catalog_service import CatalogServiceProcess, free_port
 from inference_api.catalog_types import CATALOG_GROUP, CATALOG_VERSION, ModelFacts
 from inference_api.reasons import Reason
 from inference_api.types import ModelKind, ModelRef, ModelScope
 from tests.catalog.conftest import E5_FACTS, QWEN_FACTS, QWEN_SOURCE, make_settings
-from worker.cluster.launcher import LocalCluster
-from worker.standins.catalog_service import CatalogServiceProcess, free_port
 
 pytestmark = pytest.mark.cluster
 

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from activities.catalog import CatalogPath, lookup_model
+from devstack.standins.catalog_service import CatalogServiceProcess, StandInModel
 from inference_api.reasons import Reason
 from inference_api.settings import ModuleSettings
 from inference_api.types import ModelKind, ModelRef, ModelScope
@@ -23,7 +24,6 @@ from tests.catalog.conftest import (
     catalog_object,
     make_settings,
 )
-from worker.standins.catalog_service import CatalogServiceProcess, StandInModel
 
 QWEN = ModelRef(kind=ModelKind.CLUSTER_MODEL, name="qwen2-5-32b-instruct-awq")
 E5 = ModelRef(kind=ModelKind.MODEL, name="e5-large")
@@ -31,7 +31,7 @@ E5 = ModelRef(kind=ModelKind.MODEL, name="e5-large")
 
 @pytest.fixture(scope="module")
 def catalog_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CatalogServiceProcess]:
-    # A fixtures file on disk: the same path `python -m worker.standins.catalog_service --fixtures` takes.
+    # A fixtures file on disk: the same path `python -m devstack.standins.catalog_service --fixtures` takes.
     fixtures = tmp_path_factory.mktemp("catalog") / "models.yaml"
     fixtures.write_text(
         yaml.safe_dump(

@@ -1,6 +1,6 @@
 """Helm as a subprocess: render the chart, lint it, install it into the local control plane.
 
-The helm binary is the pinned one ``worker.cluster.build`` builds from Go modules (built here when
+The helm binary is the pinned one ``devstack.cluster.build`` builds from Go modules (built here when
 missing, never skipped). Such a helm carries no version stamps, so ``template``/``lint`` default to
 Kubernetes v1.20; the chart needs >= 1.34, hence ``--kube-version``.
 """
@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
-from worker.cluster.build import ensure_binaries
-from worker.cluster.launcher import LocalCluster
+from devstack.cluster.build import ensure_binaries
+from devstack.cluster.launcher import LocalCluster
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART_DIR = REPO_ROOT / "deploy" / "charts" / "ai-inference"

@@ -22,8 +22,8 @@ from kubernetes.client import (
 )
 from kubernetes.client.rest import ApiException
 
+from devstack.cluster.launcher import LocalCluster
 from tests.chart.helm import NAMESPACE, RELEASE, example, find, helm, install, installed, render
-from worker.cluster.launcher import LocalCluster
 
 pytestmark = pytest.mark.cluster
 

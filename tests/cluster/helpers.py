@@ -10,7 +10,7 @@ from kubernetes.client import ApiClient
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError
 
-from worker.cluster import kube
+from devstack.cluster import kube
 
 T = TypeVar("T")
 

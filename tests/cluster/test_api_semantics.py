@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from kubernetes.client import ApiClient
 
+from devstack.cluster import kube
+from devstack.cluster.launcher import LocalCluster
 from tests.cluster.helpers import delete, dynamic, eventually, exists, get, kwok_pod
-from worker.cluster import kube
-from worker.cluster.launcher import LocalCluster
 
 pytestmark = pytest.mark.cluster
 

@@ -25,7 +25,7 @@ from kubernetes.client import (
 )
 from kubernetes.client.rest import ApiException
 
-from worker.cluster.launcher import LocalCluster
+from devstack.cluster.launcher import LocalCluster
 
 pytestmark = pytest.mark.cluster
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from worker.cluster import build
-from worker.cluster.build import TOOLS, BuildError, SourcePatch, ensure_binaries, missing_binaries
+from devstack.cluster import build
+from devstack.cluster.build import TOOLS, BuildError, SourcePatch, ensure_binaries, missing_binaries
 
 
 def test_versions_come_from_the_wrapper_go_mods() -> None:

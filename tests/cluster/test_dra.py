@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from kubernetes.client import ApiClient
 
+from devstack.cluster.inventory import MEMORY_CAPACITY, SHARE_CAPACITY, load_inventory
+from devstack.cluster.launcher import LocalCluster
 from tests.cluster.helpers import delete, dynamic, eventually, exists, get, kwok_pod, pod_running, stays
-from worker.cluster.inventory import MEMORY_CAPACITY, SHARE_CAPACITY, load_inventory
-from worker.cluster.launcher import LocalCluster
 
 pytestmark = pytest.mark.cluster
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from worker.cluster.build import CONTROL_PLANE_TOOLS, ensure_binaries
-from worker.cluster.launcher import LocalCluster, _pid_alive, listening_ports
+from devstack.cluster.build import CONTROL_PLANE_TOOLS, ensure_binaries
+from devstack.cluster.launcher import LocalCluster, _pid_alive, listening_ports
 
 pytestmark = pytest.mark.cluster
 

@@ -11,9 +11,9 @@ import pytest
 from kubernetes.client import ApiClient, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
+from devstack.cluster.launcher import LocalCluster
 from inference_api.types import GROUP, VERSION
 from tests.crd.cases import ALL_CASES, HF, PRUNED_ORDER_FIELDS, Case, order
-from worker.cluster.launcher import LocalCluster
 
 pytestmark = pytest.mark.cluster
 

@@ -25,11 +25,11 @@ from kubernetes.client.rest import ApiException
 from temporalio.testing import WorkflowEnvironment
 from typer.testing import CliRunner
 
+from devstack.cluster.build import ensure_binaries
+from devstack.cluster.launcher import LocalCluster
+from devstack.temporal_dev import temporal_binary
 from inference_api.types import GROUP, VERSION
 from worker.cli import app
-from worker.cluster.build import ensure_binaries
-from worker.cluster.launcher import LocalCluster
-from worker.temporal_dev import temporal_binary
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCS = REPO_ROOT / "docs"

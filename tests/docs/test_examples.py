@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 import yaml
 
+from devstack.cluster.launcher import LocalCluster
 from inference_api.settings import CatalogMode
 from inference_api.types import InferenceService, InferenceServiceClass
 from tests.chart.test_render import EXAMPLE_CLASSES, EXAMPLE_PRIORITY_CLASSES
-from worker.cluster.launcher import LocalCluster
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES_DIR = REPO_ROOT / "deploy" / "examples"

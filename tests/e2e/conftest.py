@@ -10,8 +10,8 @@ import pytest_asyncio
 from kubernetes.client import ApiClient
 from temporalio.testing import WorkflowEnvironment
 
+from devstack.cluster.launcher import LocalCluster
 from tests.e2e.stand import MakeStand, Stand, open_stand
-from worker.cluster.launcher import LocalCluster
 
 
 @pytest_asyncio.fixture

@@ -23,12 +23,12 @@ from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 from temporalio.client import Client, WorkflowHandle
 
+from devstack.cluster.launcher import LocalCluster
+from devstack.standins.fleet import PROBE_URL_ANNOTATION, StandInFleet
 from inference_api.payloads import order_workflow_id
 from inference_api.settings import ModuleSettings
 from inference_api.types import GROUP, VERSION
-from worker.cluster.launcher import LocalCluster
 from worker.processes import order_worker, run_watcher
-from worker.standins.fleet import PROBE_URL_ANNOTATION, StandInFleet
 
 ORDERS = "inferenceservices"
 DEFAULT_CLASS = "e2e-default-llm"

@@ -17,10 +17,10 @@ import pytest
 from kubernetes.client import ApiClient, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
+from devstack.standins.catalog_service import CatalogServiceProcess
 from inference_api.catalog_types import CATALOG_GROUP, CATALOG_VERSION, ModelFacts
 from inference_api.types import EndpointType, ModelKind
 from tests.e2e.stand import MakeStand, Stand
-from worker.standins.catalog_service import CatalogServiceProcess
 from workflows import activity_names as act
 
 pytestmark = [pytest.mark.cluster, pytest.mark.temporal]

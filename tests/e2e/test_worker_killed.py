@@ -33,11 +33,11 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.builders.auth import TOKEN_KEY
 from activities.builders.common import LABEL_ORDER
+from devstack.cluster.launcher import LocalCluster
+from devstack.standins.fleet import PROBE_URL_ANNOTATION, StandInFleet
 from inference_api.types import GROUP, VERSION
 from tests.e2e.stand import DEFAULT_LLM, Stand, e2e_settings
-from worker.cluster.launcher import LocalCluster
 from worker.processes import run_watcher
-from worker.standins.fleet import PROBE_URL_ANNOTATION, StandInFleet
 
 pytestmark = [pytest.mark.cluster, pytest.mark.temporal]
 

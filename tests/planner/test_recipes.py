@@ -15,7 +15,6 @@ from inference_api.types import EndpointType
 from planner.recipes import (
     COMPILED_FILE,
     FAMILIES_FILE,
-    RECIPES_DIR,
     TAXONOMY_FILE,
     CompiledRecipe,
     RecipeBook,
@@ -26,6 +25,7 @@ from planner.recipes import (
     render_args,
     render_recipe,
     resolve_recipe,
+    shipped_recipes,
 )
 
 BOOK = load_recipe_book()
@@ -50,7 +50,7 @@ def fail(model: str, family: str, *, fallback: bool = True, **facts: Any) -> tup
 
 def test_tables_load_once() -> None:
     assert load_recipe_book() is BOOK
-    assert load_recipe_book(RECIPES_DIR) is BOOK
+    assert load_recipe_book() is load_recipe_book()
     assert BOOK.compiled.runtime.image == "vllm/vllm-openai:v0.11.0"
 
 
@@ -132,7 +132,7 @@ def test_taxonomy_family(model: str, endpoint: EndpointType, family: str) -> Non
 
 def copy_tables(tmp_path: Path, **edits: Any) -> Path:
     for name in (COMPILED_FILE, TAXONOMY_FILE, FAMILIES_FILE):
-        data = yaml.safe_load((RECIPES_DIR / name).read_text())
+        data = yaml.safe_load((shipped_recipes() / name).read_text())
         if name in edits:
             edits[name](data)
         (tmp_path / name).write_text(yaml.safe_dump(data))

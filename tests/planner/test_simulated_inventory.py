@@ -17,7 +17,7 @@ from planner.inventory import Device, DeviceClass, InventorySnapshot
 from planner.planning import PlanningRequest, plan_launch
 from tests.planner.helpers import DEFAULT_LLM
 
-sim = pytest.importorskip("worker.cluster.inventory")
+sim = pytest.importorskip("devstack.cluster.inventory")
 
 
 @pytest.fixture(scope="module")

@@ -32,13 +32,13 @@ import structlog
 
 from activities.inventory import read_inventory
 from activities.planner_client import HttpPlanner, plan_in_process
+from devstack.cluster.launcher import LocalCluster
 from inference_api.plan import LaunchPlanRequest, OrderFacts
 from inference_api.settings import ModuleSettings
 from inference_api.types import AcceleratorPolicy, PlacementType, SharingMode
 from planner import PlanningRequest, plan_launch
 from planner.service import KubernetesAccessReviewer, create_app
 from tests.planner_service import running_service
-from worker.cluster.launcher import LocalCluster
 
 REQUEST = LaunchPlanRequest(
     facts=OrderFacts(modelName="Qwen/Qwen2.5-32B-Instruct-AWQ"),
@@ -61,7 +61,7 @@ def cluster() -> Iterator[LocalCluster]:
             sys.exit(f"AI_INFERENCE_TEST_KUBECONFIG_DIR={reuse}: no running cluster there")
         yield found
         return
-    from worker.cluster.build import CONTROL_PLANE_TOOLS, ensure_binaries
+    from devstack.cluster.build import CONTROL_PLANE_TOOLS, ensure_binaries
 
     with tempfile.TemporaryDirectory(prefix="bench-plan-") as state:
         started = LocalCluster(Path(state), binaries=ensure_binaries(CONTROL_PLANE_TOOLS))

@@ -26,6 +26,8 @@ from kubernetes.client.rest import ApiException
 from activities.builders.claim import memory_request_mib
 from activities.inventory import read_inventory
 from activities.planner_client import HttpPlanner, plan_in_process
+from devstack.cluster.inventory import load_inventory
+from devstack.cluster.launcher import LocalCluster
 from inference_api.plan import LaunchPlan, LaunchPlanRequest, OrderFacts, PlanOutcome
 from inference_api.reasons import Reason
 from inference_api.settings import ModuleSettings
@@ -36,8 +38,6 @@ from planner.quantity import Quantity
 from planner.service import KubernetesAccessReviewer, create_app
 from tests.cluster.helpers import dynamic, eventually, get, kwok_pod, pod_running
 from tests.planner_service import running_service
-from worker.cluster.inventory import load_inventory
-from worker.cluster.launcher import LocalCluster
 
 pytestmark = pytest.mark.cluster
 

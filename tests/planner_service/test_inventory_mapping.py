@@ -5,15 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from activities.inventory import build_snapshot, claim_holder
-from inference_api.types import PlacementType
-from planner.cel_selectors import select_devices
-from planner.inventory import DeviceAllocation, DeviceClass
-from worker.cluster.inventory import (
+from devstack.cluster.inventory import (
     device_class_object,
     load_inventory,
     physical_gpu_object,
     resource_slice_object,
 )
+from inference_api.types import PlacementType
+from planner.cel_selectors import select_devices
+from planner.inventory import DeviceAllocation, DeviceClass
 
 D = "gpu.deckhouse.io"
 ORDER_LABEL = "ai.deckhouse.io/inference-service"

@@ -23,10 +23,10 @@ from kubernetes.client import ApiClient, AutoscalingV2Api, CustomObjectsApi, Sch
 from kubernetes.client.exceptions import ApiException
 from temporalio.testing import WorkflowEnvironment
 
+from devstack.cluster.launcher import LocalCluster
 from inference_api.preemption import preemption_workflow_id
 from inference_api.types import GROUP, VERSION
 from tests.e2e.stand import Stand, open_stand
-from worker.cluster.launcher import LocalCluster
 from workflows.preemption import PreemptionState, PreemptionWorkflow
 
 pytestmark = [pytest.mark.cluster, pytest.mark.temporal]

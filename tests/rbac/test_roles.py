@@ -48,9 +48,9 @@ from kubernetes.client import (
 )
 from kubernetes.client.rest import ApiException
 
+from devstack.cluster.launcher import LocalCluster
 from tests.chart.helm import NAMESPACE as MODULE_NAMESPACE
 from tests.chart.helm import example, installed
-from worker.cluster.launcher import LocalCluster
 
 pytestmark = pytest.mark.cluster
 

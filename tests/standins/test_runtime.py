@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from worker.standins.runtime import RuntimeProcess, StandInRuntime, embed, resolve_token
+from devstack.standins.runtime import RuntimeProcess, StandInRuntime, embed, resolve_token
 
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
 TOKEN = "standin-token-3f9a0c1d-do-not-log"

@@ -9,7 +9,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from worker.standins.runtime import StandInRuntime
+from devstack.standins.runtime import StandInRuntime
 
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
 TOKEN = "standin-metrics-token-do-not-log"

@@ -22,9 +22,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from devstack.temporal_dev import temporal_binary
 from inference_api.types import Phase
 from tests.workflows.test_order_workflow import FAST, Harness, World, make_class, make_order
-from worker.temporal_dev import temporal_binary
 from workflows.order import OrderWorkflow
 from workflows.search_attributes import ALL_KEYS
 

@@ -25,13 +25,13 @@ from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from activities.builders.objects import settled_region_kept_message
 from activities.builders.statefulset import API_KEY_ENV
 from activities.order import OrderActivities
+from devstack.cluster.kube import wait_until
 from inference_api.payloads import ApplyInput, ApplyResult, ModelResolution, OrderEvent, OrderRef
 from inference_api.plan import LaunchPlan
 from inference_api.reasons import EventReason
 from inference_api.settings import ModuleSettings
 from inference_api.types import GROUP, VERSION, EndpointType, InferenceService, InferenceServiceClass
 from tests.builders.factories import plan as make_plan
-from worker.cluster.kube import wait_until
 
 pytestmark = pytest.mark.cluster
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from worker.cluster.paths import CONTROLPLANE_DIR, bin_root, build_logs_dir, cache_root
+from devstack.cluster.paths import CONTROLPLANE_DIR, bin_root, build_logs_dir, cache_root
 
 
 class BuildError(RuntimeError):
@@ -51,7 +51,7 @@ class SourcePatch:
         if original.count(self.old) != 1:
             raise BuildError(
                 f"patch for {self.module}/{self.file} no longer applies ({self.reason}); "
-                f"drop or update it in worker/cluster/build.py"
+                f"drop or update it in dev/devstack/cluster/build.py"
             )
         return original.replace(self.old, self.new) + self.append
 

@@ -42,11 +42,11 @@ from kubernetes.client import (
 from kubernetes.client.rest import ApiException
 from kubernetes.dynamic import DynamicClient
 
-from worker.cluster import inventory as inv
-from worker.cluster import kube
-from worker.cluster.build import CONTROL_PLANE_TOOLS, Binaries, ensure_binaries
-from worker.cluster.paths import CRDS_DIR, DEV_DIR, KWOK_STAGES, default_state_dir
-from worker.cluster.pki import HUMAN_USERS, PKI, SERVICE_CIDR, USERS, create_pki
+from devstack.cluster import inventory as inv
+from devstack.cluster import kube
+from devstack.cluster.build import CONTROL_PLANE_TOOLS, Binaries, ensure_binaries
+from devstack.cluster.paths import CRDS_DIR, DEV_DIR, KWOK_STAGES, default_state_dir
+from devstack.cluster.pki import HUMAN_USERS, PKI, SERVICE_CIDR, USERS, create_pki
 
 FEATURE_GATES = "DRAConsumableCapacity=true"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"

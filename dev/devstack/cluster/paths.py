@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 CONTROLPLANE_DIR = REPO_ROOT / "deploy" / "controlplane"
 CRDS_DIR = REPO_ROOT / "deploy" / "crds"
 DEV_DIR = REPO_ROOT / "deploy" / "dev"

@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
+from devstack.cluster.paths import DEV_DIR
 from inference_api.gpu_types import GPU_GROUP, GPU_VERSION
-from worker.cluster.paths import DEV_DIR
 
 INVENTORY_FILE = DEV_DIR / "gpu-inventory.yaml"
 DRIVER = "gpu.deckhouse.io"

@@ -25,7 +25,7 @@ from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
 from activities.builders.common import LABEL_MANAGED_BY, MANAGED_BY
-from worker.standins.runtime import StandInRuntime
+from devstack.standins.runtime import StandInRuntime
 
 log = structlog.get_logger(__name__)
 

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING
 import typer
 import yaml
 
-from worker.cluster import build as build_mod
-from worker.cluster import inventory as inv
+from devstack.cluster import build as build_mod
+from devstack.cluster import inventory as inv
 
 if TYPE_CHECKING:
-    from worker.cluster.launcher import LocalCluster
+    from devstack.cluster.launcher import LocalCluster
 
 cluster_app = typer.Typer(no_args_is_help=True)
 
@@ -31,7 +31,7 @@ def _echo(line: str) -> None:
 
 def _cluster(state_dir: Path | None) -> LocalCluster:
     # Imported late: the kubernetes client costs startup time every other command would pay.
-    from worker.cluster.launcher import LocalCluster
+    from devstack.cluster.launcher import LocalCluster
 
     return LocalCluster(state_dir)
 
@@ -70,8 +70,8 @@ def up_cmd(
     timeout: float = typer.Option(180, help="Seconds to wait for readiness."),
 ) -> None:
     """Start the local control plane (etcd, apiserver, controller-manager, scheduler, kwok)."""
-    from worker.cluster.build import BuildError
-    from worker.cluster.launcher import ClusterError
+    from devstack.cluster.build import BuildError
+    from devstack.cluster.launcher import ClusterError
 
     cluster = _cluster(state_dir)
     started = time.monotonic()
@@ -140,14 +140,14 @@ def inventory_cmd(
         docs = [*inv.inventory_objects(), *inv.physical_gpu_statuses()]
         typer.echo(yaml.safe_dump_all(docs, sort_keys=False), nl=False)
         return
-    from worker.cluster.launcher import apply_inventory
+    from devstack.cluster.launcher import apply_inventory
 
     cluster = _cluster(state_dir)
     if not cluster.is_up():
         _echo(f"no running cluster in {cluster.state_dir}; run `ai-inference cluster up`")
         raise typer.Exit(1)
     with cluster.api_client("admin") as api:
-        from worker.cluster import kube
+        from devstack.cluster import kube
 
         count = apply_inventory(kube.dynamic_client(api, cluster.state_dir / "discovery-admin.json"))
     _echo(f"applied {count} inventory objects from {inv.INVENTORY_FILE}")

@@ -6,7 +6,7 @@ controller's fallback to the Model / ClusterModel objects can be exercised over 
 
 Run it::
 
-    python -m worker.standins.catalog_service --port 18080 --fixtures models.yaml
+    python -m devstack.standins.catalog_service --port 18080 --fixtures models.yaml
 
 Wire format (documented in docs/catalog.md):
 
@@ -60,9 +60,9 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from activities.catalog import CatalogLookupAnswer
+from devstack.standins import process
 from inference_api.catalog_types import ModelFacts
 from inference_api.types import ModelKind, ModelScope
-from worker.standins import process
 
 DEFAULT_PATH = "/api/internal/v1/models/lookup"
 Mode = Literal["ok", "fail", "slow"]
@@ -284,7 +284,7 @@ class CatalogServiceProcess:
         raise RuntimeError(f"stand-in catalog did not start:\n{self._log.read_text(errors='replace')[-4000:]}")
 
     def _spawn_and_wait(self) -> bool:
-        cmd = [sys.executable, "-m", "worker.standins.catalog_service", "--port", str(self.port)]
+        cmd = [sys.executable, "-m", "devstack.standins.catalog_service", "--port", str(self.port)]
         cmd += ["--path", self.path]
         if self.fixtures is not None:
             cmd += ["--fixtures", str(self.fixtures)]

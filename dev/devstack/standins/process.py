@@ -6,12 +6,12 @@ import os
 import subprocess
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 def spawn(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
     """Start ``cmd`` with the repository on PYTHONPATH, its output appended to ``log``."""
-    python_path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    python_path = os.pathsep.join(filter(None, [str(REPO_ROOT), str(REPO_ROOT / "dev"), os.environ.get("PYTHONPATH")]))
     with log.open("ab") as log_file:
         return subprocess.Popen(
             cmd, stdout=log_file, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": python_path}

@@ -1,4 +1,4 @@
-"""``ai-inference dev``: the whole module locally (see worker/dev.py)."""
+"""``ai-inference dev``: the whole module locally (see dev/devstack/stack.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import shlex
 
 import typer
 
-from worker.dev import DevStack, dev_state_dir
+from devstack.stack import DevStack, dev_state_dir
 
 dev_app = typer.Typer(no_args_is_help=True)
 
@@ -59,8 +59,8 @@ def fleet(kubeconfig: str = typer.Option(..., help="Kubeconfig of the local clus
     import threading
 
     from activities.kube import load_api_client
+    from devstack.standins.fleet import StandInFleet
     from worker.logs import configure_logging
-    from worker.standins.fleet import StandInFleet
 
     configure_logging()
     stop = threading.Event()

@@ -7,7 +7,7 @@ exercised end to end, and failure can be injected (503s, or the process stopped)
 
 Run it::
 
-    python -m worker.standins.runtime --port 8000 --model Qwen/Qwen2.5-7B-Instruct \\
+    python -m devstack.standins.runtime --port 8000 --model Qwen/Qwen2.5-7B-Instruct \\
         [--token-file /path/to/token] [--fail-file /path/to/flag] [--port-file /path/to/port]
 
 Routes (answers are deterministic: the same request gets the same bytes):
@@ -61,7 +61,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from worker.standins import process
+from devstack.standins import process
 
 log = logging.getLogger("ai_inference.standin.runtime")
 
@@ -598,7 +598,7 @@ class RuntimeProcess:
             return self
         port_file = self._dir / "port"
         port_file.unlink(missing_ok=True)
-        cmd = [sys.executable, "-m", "worker.standins.runtime", "--model", self.model, "--port", str(self.port)]
+        cmd = [sys.executable, "-m", "devstack.standins.runtime", "--model", self.model, "--port", str(self.port)]
         cmd += ["--port-file", str(port_file), "--runtime-version", self.runtime_version, "--token-env", ""]
         if self.token_file is not None:
             cmd += ["--token-file", str(self.token_file)]

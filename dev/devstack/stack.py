@@ -25,8 +25,8 @@ from typing import Any
 
 import yaml
 
-from worker.cluster.paths import REPO_ROOT, STATE_ENV
-from worker.temporal_dev import temporal_binary
+from devstack.cluster.paths import REPO_ROOT, STATE_ENV
+from devstack.temporal_dev import temporal_binary
 from workflows.search_attributes import dev_server_flags
 
 Say = Callable[[str], None]
@@ -81,7 +81,7 @@ class DevStack:
         return self.state / "logs"
 
     def cluster(self) -> Any:
-        from worker.cluster.launcher import LocalCluster
+        from devstack.cluster.launcher import LocalCluster
 
         return LocalCluster(self.state / "cluster")
 
@@ -120,7 +120,7 @@ class DevStack:
 
     def env(self) -> dict[str, str]:
         ports = self.ports()
-        from worker.cluster.build import Binaries
+        from devstack.cluster.build import Binaries
 
         kubectl_dir = Binaries.pinned().kubectl.parent
         return {
@@ -136,7 +136,7 @@ class DevStack:
     def up(self, say: Say, wait_ready: bool = True, timeout: float = 300) -> None:
         started = time.monotonic()
         self.state.mkdir(parents=True, exist_ok=True)
-        from worker.cluster.build import CONTROL_PLANE_TOOLS, ensure_binaries
+        from devstack.cluster.build import CONTROL_PLANE_TOOLS, ensure_binaries
 
         say("[1/6] control-plane binaries (built once, cached)")
         ensure_binaries((*CONTROL_PLANE_TOOLS, "helm"), progress=say)
@@ -174,7 +174,7 @@ class DevStack:
                 [
                     sys.executable,
                     "-m",
-                    "worker.standins.catalog_service",
+                    "devstack.standins.catalog_service",
                     "--port",
                     str(ports["catalog"]),
                     "--fixtures",
@@ -218,7 +218,7 @@ class DevStack:
             self.wait_ready(cluster, "support", "support-llm", timeout, say)
 
     def module_env(self, ports: dict[str, int]) -> dict[str, str]:
-        from worker.standins.fleet import PROBE_URL_ANNOTATION
+        from devstack.standins.fleet import PROBE_URL_ANNOTATION
 
         return {
             "AI_INFERENCE_TEMPORAL__ADDRESS": f"127.0.0.1:{ports['temporal']}",
@@ -231,7 +231,7 @@ class DevStack:
 
     def rendered_chart_objects(self) -> list[dict[str, Any]]:
         """The chart's cluster-level policy objects (the bundled class, roles), as Helm renders them."""
-        from worker.cluster.build import ensure_binaries
+        from devstack.cluster.build import ensure_binaries
 
         helm = ensure_binaries(("helm",), progress=None).helm
         out = subprocess.run(
@@ -283,7 +283,7 @@ class DevStack:
     def print_endpoint(self, cluster: Any, namespace: str, name: str, status: dict[str, Any], say: Say) -> None:
         from kubernetes.client import CoreV1Api
 
-        from worker.standins.fleet import PROBE_URL_ANNOTATION
+        from devstack.standins.fleet import PROBE_URL_ANNOTATION
 
         core = CoreV1Api(cluster.api_client("admin"))
         service = core.read_namespaced_service(name, namespace)
