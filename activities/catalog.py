@@ -38,6 +38,7 @@ from inference_api.catalog_types import (
     CatalogModelStatus,
     ModelFacts,
     ModelPhase,
+    catalog_plural,
 )
 from inference_api.payloads import ModelResolution
 from inference_api.reasons import Reason
@@ -46,7 +47,7 @@ from inference_api.types import ModelKind, ModelRef, ModelScope, ModelSource, Mo
 
 log = structlog.get_logger(__name__)
 
-PLURALS: dict[ModelKind, str] = {ModelKind.MODEL: "models", ModelKind.CLUSTER_MODEL: "clustermodels"}
+PLURALS: dict[ModelKind, str] = {kind: catalog_plural(kind) for kind in ModelKind}
 
 # In a pod, the service account's CA signs the in-cluster https endpoint of ai-models and its
 # token is how one module authenticates to another. Outside a pod these files do not exist.

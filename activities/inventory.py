@@ -34,7 +34,7 @@ from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
 from activities.builders.common import LABEL_ORDER
-from inference_api.gpu_types import GPU_GROUP, GPU_VERSION
+from inference_api.gpu_types import GPU_GROUP, GPU_PLURAL, GPU_VERSION
 from inference_api.types import PlacementType
 from planner.inventory import GPU_DRIVER, AttributeValue, Device, DeviceAllocation, DeviceClass, InventorySnapshot
 from planner.quantity import MIB, Quantity, QuantityError
@@ -108,7 +108,7 @@ def read_inventory(
     slices = list(_list_cluster(custom, RESOURCE_GROUP, RESOURCE_VERSION, "resourceslices", timeout))
     claims = list(_list_cluster(custom, RESOURCE_GROUP, RESOURCE_VERSION, "resourceclaims", timeout))
     try:
-        gpus = list(_list_cluster(custom, GPU_GROUP, GPU_VERSION, "physicalgpus", timeout))
+        gpus = list(_list_cluster(custom, GPU_GROUP, GPU_VERSION, GPU_PLURAL, timeout))
     except ApiException as err:
         if err.status != 404:
             raise

@@ -11,7 +11,7 @@ from kubernetes.client import ApiClient
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
-FIELD_MANAGER = "ai-inference"
+from activities.builders.common import FIELD_MANAGER
 
 
 def load_api_client(kubeconfig: str | None = None) -> ApiClient:
@@ -25,6 +25,33 @@ def load_api_client(kubeconfig: str | None = None) -> ApiClient:
     configuration = client.Configuration()
     config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
     return ApiClient(configuration)
+
+
+def discovered_resource(dynamic: DynamicClient, api_version: str, kind: str) -> Any:
+    """The dynamic client's resource for a kind; discovery is refreshed once on a miss."""
+    try:
+        return dynamic.resources.get(api_version=api_version, kind=kind)
+    except ResourceNotFoundError:
+        # A CRD created a moment ago may not be in the discovery cache yet.
+        dynamic.resources.invalidate_cache()
+        return dynamic.resources.get(api_version=api_version, kind=kind)
+
+
+def server_side_apply(
+    dynamic: DynamicClient, obj: dict[str, Any], field_manager: str, subresource: str | None = None
+) -> Any:
+    """Server-side apply one plain dict, forcing conflicts: this manager owns what it sets."""
+    resource = discovered_resource(dynamic, obj["apiVersion"], obj["kind"])
+    if subresource:
+        resource = resource.subresources[subresource]
+    return dynamic.server_side_apply(
+        resource,
+        body=obj,
+        name=obj["metadata"]["name"],
+        namespace=obj["metadata"].get("namespace"),
+        field_manager=field_manager,
+        force_conflicts=True,
+    )
 
 
 class Applier:
@@ -44,25 +71,10 @@ class Applier:
             return self._dynamic
 
     def resource(self, api_version: str, kind: str) -> Any:
-        try:
-            return self.dynamic.resources.get(api_version=api_version, kind=kind)
-        except ResourceNotFoundError:
-            # A CRD created a moment ago may not be in the discovery cache yet.
-            self.dynamic.resources.invalidate_cache()
-            return self.dynamic.resources.get(api_version=api_version, kind=kind)
+        return discovered_resource(self.dynamic, api_version, kind)
 
     def apply(self, obj: dict[str, Any], subresource: str | None = None) -> Any:
-        resource = self.resource(obj["apiVersion"], obj["kind"])
-        if subresource:
-            resource = resource.subresources[subresource]
-        return self.dynamic.server_side_apply(
-            resource,
-            body=obj,
-            name=obj["metadata"]["name"],
-            namespace=obj["metadata"].get("namespace"),
-            field_manager=self._field_manager,
-            force_conflicts=True,
-        )
+        return server_side_apply(self.dynamic, obj, self._field_manager, subresource)
 
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         from kubernetes.dynamic.exceptions import NotFoundError

@@ -23,7 +23,7 @@ from activities.builders.autoscaling import constraints_status
 from activities.builders.claim import claim_template_spec_differs
 from activities.builders.common import WorkloadInputs, artifact_from_resolution, selector_labels
 from activities.builders.exposure import custom_certificate_source, endpoint_status
-from activities.builders.objects import desired_objects, storage_class_kept
+from activities.builders.objects import desired_objects, settled_region_kept_message, storage_class_kept
 from activities.builders.runtime import (
     decide_runtime_hold,
     placement_changed,
@@ -54,7 +54,9 @@ from inference_api.preemption import ScalingObservation, ScalingWatchInput
 from inference_api.reasons import Reason
 from inference_api.settings import ModuleSettings
 from inference_api.types import (
+    CLASSES,
     GROUP,
+    ORDERS,
     VERSION,
     ConditionStatus,
     InferenceService,
@@ -66,8 +68,6 @@ from workflows import activity_names as act
 log = structlog.get_logger(__name__)
 
 FINALIZER = "ai.deckhouse.io/inference-service"
-ORDERS = "inferenceservices"
-CLASSES = "inferenceserviceclasses"
 JSON_PATCH = "application/json-patch+json"
 
 PlanFunction = Callable[[PlanInput], PlanOutcome]
@@ -266,6 +266,7 @@ class OrderActivities:
             readyReplicas=int(st_status.get("readyReplicas") or 0),
             desiredReplicas=int((statefulset.get("spec") or {}).get("replicas") or 1),
             settledRegionKept=kept is not None,
+            settledRegionKeptMessage=settled_region_kept_message(*kept) if kept is not None else None,
             runtimeCurrent=verdict.status == ConditionStatus.TRUE,
             runtimeReason=str(verdict.reason),
             runtimeMessage=verdict.message,

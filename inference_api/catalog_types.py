@@ -17,6 +17,11 @@ CATALOG_GROUP = "ai-models.deckhouse.io"
 CATALOG_VERSION = "v1alpha1"
 
 
+def catalog_plural(kind: str) -> str:
+    """The resource name of a catalog kind: Model → models, ClusterModel → clustermodels."""
+    return kind.lower() + "s"
+
+
 class ModelPhase(StrEnum):
     PENDING = "Pending"
     READY = "Ready"
@@ -67,7 +72,7 @@ class CatalogLookupResult(BaseModel):
 def _crd(kind: str, scope: str) -> crd_spec.CRDSpec:
     return crd_spec.CRDSpec(
         kind=kind,
-        plural=kind.lower() + "s",
+        plural=catalog_plural(kind),
         singular=kind.lower(),
         scope=scope,
         short_names=[],

@@ -18,6 +18,9 @@ from pydantic import BaseModel
 from inference_api import catalog_types, gpu_types
 from inference_api.crd_spec import AGE, CRDSpec, column
 from inference_api.types import (
+    CLASSES,
+    ORDER_NAME_RULES,
+    ORDERS,
     InferenceServiceClassSpec,
     InferenceServiceClassStatus,
     InferenceServiceSpec,
@@ -98,6 +101,8 @@ def build_crd(spec: CRDSpec) -> dict[str, Any]:
     }
     if spec.spec_required:
         schema["required"] = ["spec"]
+    if spec.root_rules:
+        schema["x-kubernetes-validations"] = list(spec.root_rules)
     version["schema"] = {"openAPIV3Schema": schema}
     metadata: dict[str, Any] = {"name": spec.name}
     metadata["labels"] = {"module": "ai-inference", **spec.labels}
@@ -124,7 +129,7 @@ def build_crd(spec: CRDSpec) -> dict[str, Any]:
 MODULE_CRDS: list[CRDSpec] = [
     CRDSpec(
         kind="InferenceService",
-        plural="inferenceservices",
+        plural=ORDERS,
         singular="inferenceservice",
         scope="Namespaced",
         short_names=["infsvc"],
@@ -133,6 +138,7 @@ MODULE_CRDS: list[CRDSpec] = [
         "and publishes the endpoint in status.",
         spec_model=InferenceServiceSpec,
         status_model=InferenceServiceStatus,
+        root_rules=ORDER_NAME_RULES,
         columns=[
             column("Phase", ".status.phase", "Pending, Ready, Degraded or Failed."),
             column("Class", ".spec.inferenceServiceClassName", "The class the order is placed under."),
@@ -147,7 +153,7 @@ MODULE_CRDS: list[CRDSpec] = [
     ),
     CRDSpec(
         kind="InferenceServiceClass",
-        plural="inferenceserviceclasses",
+        plural=CLASSES,
         singular="inferenceserviceclass",
         scope="Cluster",
         short_names=["infsvcclass"],

@@ -32,6 +32,8 @@ class CRDSpec:
     version: str = VERSION
     categories: list[str] = field(default_factory=lambda: ["ai-inference"])
     spec_required: bool = True
+    # Write-time rules on the whole object (CEL sees metadata.name and metadata.generateName).
+    root_rules: tuple[dict[str, str], ...] = ()
     # Stand-ins for another module's kinds carry a label saying so.
     labels: dict[str, str] = field(default_factory=dict)
 

@@ -11,6 +11,7 @@ from inference_api import crd_spec
 
 GPU_GROUP = "gpu.deckhouse.io"
 GPU_VERSION = "v1alpha1"
+GPU_PLURAL = "physicalgpus"
 
 
 class PhysicalGPUStatus(BaseModel):
@@ -35,7 +36,7 @@ class PhysicalGPUSpec(BaseModel):
 STAND_IN_CRDS = [
     crd_spec.CRDSpec(
         kind="PhysicalGPU",
-        plural="physicalgpus",
+        plural=GPU_PLURAL,
         singular="physicalgpu",
         scope="Cluster",
         short_names=[],

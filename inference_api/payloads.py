@@ -8,7 +8,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from inference_api.catalog_types import ModelFacts
-from inference_api.plan import LaunchPlan, PlanOutcome
+from inference_api.plan import LaunchPlan
 from inference_api.reasons import Reason
 from inference_api.types import (
     Condition,
@@ -89,16 +89,12 @@ class ApplyResult(_Payload):
     readyReplicas: int = 0
     desiredReplicas: int = 1
     settledRegionKept: bool = False
+    # The SettledRegionKept event's message (what was kept, how to move), set with settledRegionKept.
+    settledRegionKeptMessage: str | None = None
     # RuntimeCurrent as the apply step judged it from the replicas' recorded runtime releases.
     runtimeCurrent: bool = True
     runtimeReason: str = "RuntimeUpToDate"
     runtimeMessage: str = ""
-
-
-class WorkloadState(_Payload):
-    exists: bool
-    readyReplicas: int = 0
-    desiredReplicas: int = 0
 
 
 class ProbeInput(_Payload):
@@ -151,7 +147,3 @@ class OrderEvent(_Payload):
     reason: str
     message: str
     type: str = "Normal"
-
-
-class PlanResult(_Payload):
-    outcome: PlanOutcome

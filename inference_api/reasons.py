@@ -60,23 +60,6 @@ class EventReason(StrEnum):
     CAPACITY_RESTORED = "CapacityRestored"
 
 
-# Refusals a user cannot fix by waiting: retrying the activity cannot change them.
-NON_RETRYABLE_REFUSALS: frozenset[Reason] = frozenset(
-    {
-        Reason.CLASS_NOT_FOUND,
-        Reason.CLASS_NOT_READY,
-        Reason.NAMESPACE_NOT_ALLOWED,
-        Reason.MODEL_NOT_FOUND,
-        Reason.ENDPOINT_TYPE_POLICY_CONFLICT,
-        Reason.FORMAT_NOT_ALLOWED,
-        Reason.PARAMETER_COUNT_NOT_ALLOWED,
-        Reason.CATALOG_DISABLED,
-        Reason.QUANTIZATION_MISMATCH,
-        Reason.NO_COMPATIBLE_RUNTIME_AVAILABLE,
-        Reason.PLACEMENT_UNDECIDABLE,
-    }
-)
-
 # Refusals about capacity: the order waits and retries on a backoff.
 CAPACITY_REFUSALS: frozenset[Reason] = frozenset(
     {

@@ -153,6 +153,14 @@ def render_kind(spec: CRDSpec) -> str:
     for col in version["additionalPrinterColumns"]:
         wide = " Shown with `-o wide`." if col.get("priority") else ""
         lines.append(f"| {col['name']} | `{col['jsonPath']}` | {_cell(col['description'])}{wide} |")
+    object_rules = [f"- {rule['message']}" for rule in schema.get("x-kubernetes-validations", [])]
+    if object_rules:
+        lines += [
+            "",
+            "Write-time rules of the object (the API server refuses it with this message):",
+            "",
+            *object_rules,
+        ]
     for part in ("spec", "status"):
         node = schema["properties"].get(part)
         if node is None:

@@ -14,6 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 GROUP = "ai.deckhouse.io"
 VERSION = "v1alpha1"
+# Resource (plural) names of the module's two kinds: the one home every client call reads.
+ORDERS = "inferenceservices"
+CLASSES = "inferenceserviceclasses"
 API_VERSION = f"{GROUP}/{VERSION}"
 
 # "32B", "360M", "1.5B", "7b": a number and a magnitude (thousand, million, billion, trillion).
@@ -27,6 +30,26 @@ def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str
     if field_path:
         entry["fieldPath"] = field_path
     return entry
+
+
+# The order's name names its Service (an RFC 1035 label: starts with a letter) and its
+# StatefulSet, whose pods carry `controller-revision-hash: <name>-<10 chars>`, a label value of at
+# most 63 characters. Kubernetes' own rule for the order (a DNS subdomain) is looser than both, so
+# the CRD refuses such names at write time instead of leaving an order that can never be applied.
+ORDER_NAME_MAX_LENGTH = 52
+ORDER_NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+ORDER_NAME_RULES: tuple[dict[str, str], ...] = (
+    cel(
+        f"self.metadata.name.size() <= {ORDER_NAME_MAX_LENGTH}",
+        f"metadata.name: an InferenceService name must be at most {ORDER_NAME_MAX_LENGTH} characters: it names "
+        "the order's StatefulSet, whose pods' revision label adds 11 more and is limited to 63",
+    ),
+    cel(
+        f"self.metadata.name.matches('{ORDER_NAME_PATTERN}')",
+        "metadata.name: an InferenceService name must start with a letter and contain only lowercase letters, "
+        "digits and '-' (no '.'): it names the order's Service, which must be an RFC 1035 label",
+    ),
+)
 
 
 def _validations(*rules: dict[str, str]) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from inference_api.plan import LaunchPlanRequest, PlanOutcome
+from inference_api.types import CLASSES, GROUP
 from planner.inventory import InventorySnapshot
 from planner.planning import PlanningRequest, plan_launch
 from planner.recipes import RecipeBook, load_recipe_book
@@ -49,8 +50,8 @@ HEALTHZ_PATH = "/healthz"
 OPENAPI_PATH = "/openapi.json"
 
 # The virtual subresource a caller must be allowed to create.
-PLANNER_GROUP = "ai.deckhouse.io"
-PLANNER_RESOURCE = "inferenceserviceclasses"
+PLANNER_GROUP = GROUP
+PLANNER_RESOURCE = CLASSES
 PLANNER_SUBRESOURCE = "planner"
 PLANNER_VERB = "create"
 PERMISSION = f"{PLANNER_VERB} {PLANNER_RESOURCE}/{PLANNER_SUBRESOURCE} in API group {PLANNER_GROUP}"

@@ -120,7 +120,7 @@ def replan(
     from temporalio.service import RPCError
 
     from inference_api.payloads import order_workflow_id
-    from inference_api.types import GROUP, VERSION
+    from inference_api.types import GROUP, ORDERS, VERSION
     from worker.temporal_client import connect
     from workflows.order import ReplanOutcome
 
@@ -129,7 +129,7 @@ def replan(
     namespace, name = order.split("/", 1)
     settings, api = _runtime(kubeconfig)
     try:
-        obj = CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, namespace, "inferenceservices", name)
+        obj = CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, namespace, ORDERS, name)
     except ApiException as err:
         typer.echo(f"cannot read InferenceService {order}: HTTP {err.status} {err.reason}", err=True)
         raise typer.Exit(1) from None

@@ -26,14 +26,12 @@ from temporalio.service import RPCError
 
 from inference_api.payloads import OrderRef, order_workflow_id
 from inference_api.settings import CatalogMode, ModuleSettings
-from inference_api.types import GROUP, VERSION, InferenceServiceClass
+from inference_api.types import CLASSES, GROUP, ORDERS, VERSION, InferenceServiceClass
 from workflows.class_status import class_status_patch
 from workflows.order import OrderState, OrderTimings, OrderWorkflow
 
 log = structlog.get_logger(__name__)
 
-ORDERS = "inferenceservices"
-CLASSES = "inferenceserviceclasses"
 
 # Served at /metrics on the health port (prometheus-client's default registry).
 EVENTS_HANDLED = Counter("ai_inference_watcher_events", "List and watch events the watcher handled.", ["kind", "type"])

@@ -52,7 +52,7 @@ with workflow.unsafe.imports_passed_through():
     from planner.scaling import autoscaled, class_bounds, priority_class_name, scaling_health
     from workflows import activity_names as act
     from workflows.search_attributes import order_search_attributes
-    from workflows.status import compute_phase, get_condition, is_true, set_condition
+    from workflows.status import READINESS_ORDER, compute_phase, get_condition, is_true, set_condition
     from workflows.validation import (
         Refusal,
         check_catalog_enabled,
@@ -747,7 +747,8 @@ class OrderWorkflow:
                 OrderEvent(
                     ref=state.ref,
                     reason=EventReason.SETTLED_REGION_KEPT,
-                    message="the class's modelStorageClassName changed; the standing model volume keeps the "
+                    message=applied.settledRegionKeptMessage
+                    or "the class's modelStorageClassName changed; the standing model volume keeps the "
                     "class it was made on",
                 ),
                 start_to_close_timeout=SHORT,
@@ -857,14 +858,7 @@ class OrderWorkflow:
         if refusal.reason in CAPACITY_REFUSALS and state.retryDelaySeconds is None:
             state.retryDelaySeconds = self._backoff()
         # Later steps wait; a standing workload stays untouched and keeps its own conditions.
-        order_of_steps = [
-            ConditionType.CLASS_RESOLVED,
-            ConditionType.MODEL_RESOLVED,
-            ConditionType.PLANNED,
-            ConditionType.WORKLOAD_READY,
-            ConditionType.READY,
-        ]
-        for later in order_of_steps[order_of_steps.index(type_) + 1 :]:
+        for later in READINESS_ORDER[READINESS_ORDER.index(type_) + 1 :]:
             if get_condition(state.conditions, later) is None:
                 self._cond(later, False, Reason.WAITING_FOR_PREVIOUS_STEP, f"waits for {type_}")
 

@@ -23,7 +23,6 @@ from activities.builders.common import (
     WorkloadInputs,
     artifact_for_order,
     artifact_from_resolution,
-    order_name_problem,
     owner_reference,
 )
 from activities.builders.exposure import (
@@ -79,7 +78,6 @@ __all__ = [
     "has_autoscaler",
     "memory_request_mib",
     "new_token",
-    "order_name_problem",
     "owner_reference",
     "placement_changed",
     "priority_class_name",

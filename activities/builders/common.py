@@ -42,28 +42,6 @@ ANNOTATION_PLACEMENT = "ai.deckhouse.io/placement"
 ANNOTATION_ORDER_GENERATION = "ai.deckhouse.io/order-generation"
 ANNOTATION_RUNTIME_HOLD = "ai.deckhouse.io/runtime-hold"
 
-# A StatefulSet's pods carry `controller-revision-hash: <name>-<10 chars>`, a label value
-# limited to 63 characters, so a longer StatefulSet name makes every pod unschedulable.
-MAX_ORDER_NAME_LENGTH = 52
-_DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-
-
-def order_name_problem(name: str) -> str | None:
-    """Why ``name`` cannot name the objects of an order, or None when it can.
-
-    A Service name must be an RFC 1035 label (starts with a letter) and a StatefulSet name
-    must leave room for the revision hash; the order's own name rule (a DNS subdomain) is
-    looser than both. Meant for the validation step or the CRD; the builders do not refuse.
-    """
-    if len(name) > MAX_ORDER_NAME_LENGTH:
-        return f"the order name must be at most {MAX_ORDER_NAME_LENGTH} characters; {name!r} has {len(name)}"
-    if not _DNS_1035.match(name):
-        return (
-            f"the order name {name!r} must start with a letter and contain only lowercase letters, "
-            "digits and '-' (it names a Service)"
-        )
-    return None
-
 
 @dataclass(frozen=True)
 class ObjectNames:

@@ -27,6 +27,7 @@ import yaml
 
 from devstack.cluster.paths import REPO_ROOT, STATE_ENV
 from devstack.temporal_dev import temporal_binary
+from inference_api.types import GROUP, ORDERS, VERSION
 from workflows.search_attributes import dev_server_flags
 
 Say = Callable[[str], None]
@@ -268,7 +269,7 @@ class DevStack:
         deadline = time.monotonic() + timeout
         last = None
         while time.monotonic() < deadline:
-            obj = api.get_namespaced_custom_object("ai.deckhouse.io", "v1alpha1", namespace, "inferenceservices", name)
+            obj = api.get_namespaced_custom_object(GROUP, VERSION, namespace, ORDERS, name)
             status = obj.get("status") or {}
             now = (status.get("phase"), status.get("reason"))
             if now != last:

@@ -19,7 +19,6 @@ from activities.builders import (
     build_auth_secret,
     desired_objects,
     new_token,
-    order_name_problem,
     settled_region_kept_message,
     storage_class_kept,
 )
@@ -139,14 +138,6 @@ def test_names() -> None:
     names = ObjectNames("a")
     assert (names.statefulset, names.service, names.ingress, names.autoscaler) == ("a", "a", "a", "a")
     assert (names.auth_secret, names.tls_secret, names.claim_template) == ("a-auth", "a-tls", "a-claim")
-
-
-def test_order_name_problem() -> None:
-    assert order_name_problem("support-llm") is None
-    assert order_name_problem("a" * 52) is None
-    assert order_name_problem("a" * 53) is not None
-    assert order_name_problem("1abc") is not None
-    assert order_name_problem("my.order") is not None
 
 
 def test_order_without_uid_cannot_own_anything() -> None:

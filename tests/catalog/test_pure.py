@@ -16,7 +16,7 @@ from activities.catalog import (
     uses_catalog,
 )
 from inference_api.catalog_types import CatalogLookupResult, ModelFacts
-from inference_api.reasons import NON_RETRYABLE_REFUSALS, Reason
+from inference_api.reasons import CAPACITY_REFUSALS, Reason
 from inference_api.types import ModelKind, ModelRef, ModelScope, ModelSource, ModelSpec
 from tests.catalog.conftest import E5_FACTS, QWEN_FACTS, QWEN_SOURCE, catalog_object, make_settings
 
@@ -100,7 +100,7 @@ def test_not_ready_asks_to_look_again_after_the_configured_seconds() -> None:
     assert outcome.reason is Reason.MODEL_NOT_READY
     assert outcome.requeueAfterSeconds == 45
     assert "45s" in outcome.message
-    assert Reason.MODEL_NOT_READY not in NON_RETRYABLE_REFUSALS
+    assert Reason.MODEL_NOT_READY in CAPACITY_REFUSALS  # the order waits and looks again
 
 
 def test_not_found_names_what_was_looked_for() -> None:

@@ -64,3 +64,32 @@ def test_fields_of_an_older_cut_are_refused_under_strict_validation(kube_admin: 
     message = json.loads(refused.value.body or "{}")["message"]
     for name in PRUNED_ORDER_FIELDS:
         assert f'unknown field "spec.{name}"' in message, message
+
+
+@pytest.mark.parametrize(
+    ("name", "refusal"),
+    [
+        ("qwen2.5-chat", "it names the order's Service, which must be an RFC 1035 label"),
+        ("a" * 53, "must be at most 52 characters"),
+        ("9b-chat", "must start with a letter"),
+    ],
+)
+def test_api_server_refuses_order_names_that_cannot_name_its_objects(
+    kube_admin: ApiClient, crd_namespace: str, name: str, refusal: str
+) -> None:
+    api = CustomObjectsApi(kube_admin)
+    body = order(HF)
+    body["metadata"]["name"] = name
+    with pytest.raises(ApiException) as refused:
+        api.create_namespaced_custom_object(GROUP, VERSION, crd_namespace, "inferenceservices", body)
+    assert refused.value.status == 422
+    message = json.loads(refused.value.body or "{}")["message"]
+    assert refusal in message, message
+
+
+def test_api_server_accepts_the_longest_order_name(kube_admin: ApiClient, crd_namespace: str) -> None:
+    api = CustomObjectsApi(kube_admin)
+    body = order(HF)
+    body["metadata"]["name"] = f"n{uuid.uuid4().hex[:5]}".ljust(52, "x")
+    created: Any = api.create_namespaced_custom_object(GROUP, VERSION, crd_namespace, "inferenceservices", body)
+    assert len(created["metadata"]["name"]) == 52

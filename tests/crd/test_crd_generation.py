@@ -100,3 +100,36 @@ def test_schema_refusals_are_refused_by_the_types_too(case: Case) -> None:
 def test_valid_fixtures_parse_into_the_types(case: Case) -> None:
     model = InferenceServiceSpec if case.kind == "InferenceService" else InferenceServiceClassSpec
     model.model_validate(case.body["spec"])
+
+
+def _name_refusals(name: str) -> list[str]:
+    spec = next(s for s in MODULE_CRDS if s.kind == "InferenceService")
+    schema = build_crd(spec)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    env = celpy.Environment()
+    subject = celpy.json_to_cel({"metadata": {"name": name}})
+    return [
+        rule["message"]
+        for rule in schema["x-kubernetes-validations"]
+        if not bool(env.program(env.compile(rule["rule"])).evaluate({"self": subject}))
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "refusal"),
+    [
+        ("support-llm", None),
+        ("a" * 52, None),
+        ("a" * 53, "at most 52 characters"),
+        ("qwen2.5-chat", "must start with a letter and contain only lowercase letters, digits and '-' (no '.')"),
+        ("1chat", "must start with a letter"),
+        ("chat-", "must start with a letter"),
+    ],
+)
+def test_order_names_that_cannot_name_a_service_are_refused(name: str, refusal: str | None) -> None:
+    refusals = _name_refusals(name)
+    if refusal is None:
+        assert refusals == []
+    else:
+        assert len(refusals) == 1
+        assert refusal in refusals[0]
+        assert refusals[0].startswith("metadata.name: ")

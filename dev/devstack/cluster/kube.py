@@ -10,7 +10,8 @@ from typing import Any, TypeVar
 import yaml
 from kubernetes.client import ApiClient
 from kubernetes.dynamic import DynamicClient
-from kubernetes.dynamic.exceptions import ResourceNotFoundError
+
+from activities.kube import server_side_apply
 
 FIELD_MANAGER = "ai-inference-cluster"
 
@@ -30,23 +31,8 @@ def apply(
     field_manager: str = FIELD_MANAGER,
     subresource: str | None = None,
 ) -> Any:
-    """Server-side apply one object (force: this manager owns what it sets)."""
-    api_version, kind = obj["apiVersion"], obj["kind"]
-    try:
-        resource = dyn.resources.get(api_version=api_version, kind=kind)
-    except ResourceNotFoundError:
-        # A CRD applied a moment ago: discovery may not list it yet.
-        dyn.resources.invalidate_cache()
-        resource = dyn.resources.get(api_version=api_version, kind=kind)
-    if subresource:
-        resource = resource.subresources[subresource]
-    return dyn.server_side_apply(
-        resource,
-        body=obj,
-        namespace=obj["metadata"].get("namespace"),
-        field_manager=field_manager,
-        force_conflicts=True,
-    )
+    """Server-side apply one object as the local cluster's own field manager."""
+    return server_side_apply(dyn, obj, field_manager, subresource)
 
 
 def apply_all(dyn: DynamicClient, objects: Iterable[dict[str, Any]], **kwargs: Any) -> int:
