@@ -160,24 +160,21 @@ def own_allocations(
     held_share_percent: int | None = None,
     held_memory_mib: int | None = None,
     *,
-    by_holder: Mapping[str, Sequence[AllocationId]] | None = None,
     by_key: Mapping[str, Device] | None = None,
 ) -> frozenset[AllocationId]:
     """The allocations that are the order's own, so that a replan does not count them against it.
 
     Allocations carrying the order's holder are its own. For an inventory that cannot tell holders
     apart, each device the current plan names lends one allocation that looks like the plan's: its
-    memory request, or for a whole device the whole device, or else its share. ``by_holder`` (holder →
-    its allocations) and ``by_key`` (device key → device) are indexes of the snapshot, when built.
+    memory request, or for a whole device the whole device, or else its share. ``by_key`` (device key →
+    device) is an index of the snapshot, when built.
     """
     own: set[AllocationId] = set()
-    if by_holder is None:
+    if holder is not None:
         for device in snapshot.devices:
             for i, allocation in enumerate(device.allocations):
-                if holder is not None and allocation.holder == holder:
+                if allocation.holder == holder:
                     own.add((device.key, i))
-    elif holder is not None:
-        own.update(by_holder.get(holder, ()))
     owned_devices = {key for key, _ in own}
     if held_node is None or not held_devices:
         return frozenset(own)
@@ -246,13 +243,3 @@ def occupancy(device: Device, own: frozenset[AllocationId] = frozenset(), relate
     if any(_others(d, own) for d in related):
         exclusive = True
     return Occupancy(sharePercent=share, memoryMiB=memory, exclusive=exclusive)
-
-
-def allocations_by_holder(snapshot: InventorySnapshot) -> dict[str, list[AllocationId]]:
-    """Holder → the allocations it holds, for ``own_allocations`` without a pass over the snapshot."""
-    index: dict[str, list[AllocationId]] = {}
-    for device in snapshot.devices:
-        key = device.key
-        for i, allocation in enumerate(device.allocations):
-            index.setdefault(allocation.holder, []).append((key, i))
-    return index

@@ -85,13 +85,6 @@ def resolve_parameter_count(facts: OrderFacts) -> ModelSize | None:
     return ModelSize(count, SizeSource.NAME) if count else None
 
 
-def format_parameter_count(count: int) -> str:
-    for suffix, magnitude in (("T", 10**12), ("B", 10**9), ("M", 10**6), ("K", 10**3)):
-        if count >= magnitude:
-            return f"{(Decimal(count) / magnitude).normalize():f}" + suffix
-    return str(count)
-
-
 # ------------------------------------------------------------------- quantization
 
 NONE = "none"

@@ -38,7 +38,6 @@ from planner.model_facts import (
     UNQUANTIZED,
     Quantization,
     estimate_vram_mib,
-    format_parameter_count,
     parameter_count_from_name,
     parse_parameter_count,
     parse_quantization,
@@ -555,7 +554,3 @@ def render_recipe(choice: RecipeChoice, *, share_percent: int, device_count: int
         branch=READ_BRANCH,
         vramMinimumGiB=math.ceil(choice.needMiB / 1024 * 100) / 100,
     )
-
-
-def describe_size(parameters: int | None) -> str:
-    return format_parameter_count(parameters) if parameters else "unknown size"

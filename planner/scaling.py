@@ -1,4 +1,8 @@
-"""ScalingHealthy from the order's HorizontalPodAutoscaler: pure, no I/O.
+"""The class's scaling policy and ScalingHealthy from the order's HorizontalPodAutoscaler: pure, no I/O.
+
+``autoscaled``, ``class_bounds`` and ``priority_class_name`` are the one reading of the class's
+``scalingPolicy``: the order workflow (its scaling profile) and the workload builders
+(``activities.builders.autoscaling``: the HPA, the StatefulSet, ``status.constraints``) both call them.
 
 The condition mirrors the HPA's own conditions (True means healthy):
 
@@ -20,18 +24,22 @@ from inference_api.types import ConditionStatus, InferenceServiceClass
 
 
 def autoscaled(service_class: InferenceServiceClass | None) -> bool:
-    """The class lets an order grow beyond one replica, so the order has an HPA (builders agree)."""
+    """The class lets an order grow beyond one replica, so the order has an HPA.
+
+    It depends on the class alone, not on a donor's lowered ceiling, so the set of objects of an
+    order (and who owns ``spec.replicas``) does not flip while preemption moves capacity."""
     policy = service_class.spec.scalingPolicy if service_class is not None else None
     return policy is not None and policy.maxReplicas > 1
 
 
 def class_bounds(service_class: InferenceServiceClass) -> tuple[int, int]:
+    """The class's (minReplicas, maxReplicas); one replica without a scalingPolicy."""
     policy = service_class.spec.scalingPolicy
     return (policy.minReplicas, policy.maxReplicas) if policy is not None else (1, 1)
 
 
 def priority_class_name(service_class: InferenceServiceClass) -> str | None:
-    """The first allowed priority class, as the StatefulSet builder uses it."""
+    """The first allowed priority class: the class admits it, the order cannot choose."""
     policy = service_class.spec.scalingPolicy
     return policy.allowedPriorityClassNames[0] if policy is not None and policy.allowedPriorityClassNames else None
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from activities.builders.common import WorkloadInputs, object_meta
 from inference_api.types import ConstraintsStatus, InferenceServiceClass, ModelScope
+from planner.scaling import autoscaled, class_bounds, priority_class_name
 
 QUEUE_METRIC = "vllm_num_requests_waiting"
 # Two queued requests per replica on average: above it latency grows with the queue.
@@ -37,14 +38,10 @@ class ReplicaBounds:
     autoscaled: bool
 
 
-def has_autoscaler(service_class: InferenceServiceClass) -> bool:
-    """An HPA exists exactly when the class lets an order grow beyond one replica.
-
-    It depends on the class alone, not on a donor's lowered ceiling, so the set of objects of
-    an order (and who owns ``spec.replicas``) does not flip while preemption moves capacity.
-    """
-    policy = service_class.spec.scalingPolicy
-    return policy is not None and policy.maxReplicas > 1
+# What the class's scalingPolicy says is read in one place, planner.scaling (the order workflow reads
+# it there too): an HPA exists exactly when ``autoscaled`` holds; the priority class is the first the
+# class allows. ``has_autoscaler`` is the builders' name for it.
+has_autoscaler = autoscaled
 
 
 def replica_bounds(service_class: InferenceServiceClass, replica_ceiling: int | None = None) -> ReplicaBounds:
@@ -53,20 +50,11 @@ def replica_bounds(service_class: InferenceServiceClass, replica_ceiling: int | 
     A ceiling may go below the class's minimum (preemption takes what it must); the minimum
     follows it down so that min <= max always holds, as the HPA requires.
     """
-    policy = service_class.spec.scalingPolicy
-    low, high = (policy.minReplicas, policy.maxReplicas) if policy is not None else (1, 1)
+    low, high = class_bounds(service_class)
     if replica_ceiling is not None:
         high = max(1, min(high, replica_ceiling))
         low = min(low, high)
-    return ReplicaBounds(min=low, max=high, autoscaled=has_autoscaler(service_class))
-
-
-def priority_class_name(service_class: InferenceServiceClass) -> str | None:
-    """The first allowed priority class: the class admits it, the order cannot choose."""
-    policy = service_class.spec.scalingPolicy
-    if policy is None or not policy.allowedPriorityClassNames:
-        return None
-    return policy.allowedPriorityClassNames[0]
+    return ReplicaBounds(min=low, max=high, autoscaled=autoscaled(service_class))
 
 
 def constraints_status(
@@ -86,7 +74,7 @@ def constraints_status(
 
 def build_autoscaler(inputs: WorkloadInputs) -> dict[str, Any] | None:
     """The HPA of an order whose class allows more than one replica, else None."""
-    if not has_autoscaler(inputs.service_class):
+    if not autoscaled(inputs.service_class):
         return None
     bounds = replica_bounds(inputs.service_class, inputs.replica_ceiling)
     return {

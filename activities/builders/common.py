@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 from inference_api.payloads import ModelResolution
@@ -24,6 +24,7 @@ from inference_api.types import (
     InferenceServiceClass,
     ModelSource,
 )
+from planner.quantity import Quantity
 
 FIELD_MANAGER = "ai-inference"
 MANAGED_BY = "ai-inference"
@@ -252,22 +253,8 @@ def object_meta(
     return meta
 
 
-_BINARY_SUFFIXES = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL_SUFFIXES = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
-                     "k": Decimal("1e3"), "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"),
-                     "P": Decimal("1e15"), "E": Decimal("1e18")}  # fmt: skip
-
-
-def parse_quantity(value: str | int | float) -> Decimal:
-    """A Kubernetes quantity as a number: the server rewrites quantities in canonical form
-    (``40960Mi`` comes back as ``40Gi``), so standing and desired values compare by amount."""
-    if isinstance(value, int | float):
-        return Decimal(str(value))
-    text = value.strip()
-    for suffix, factor in _BINARY_SUFFIXES.items():
-        if text.endswith(suffix):
-            return Decimal(text[: -len(suffix)]) * factor
-    if text and text[-1] in _DECIMAL_SUFFIXES and not text[-1].isdigit():
-        return Decimal(text[:-1]) * _DECIMAL_SUFFIXES[text[-1]]
-    # Plain numbers and exponent forms (1e3, 1E3).
-    return Decimal(text)
+def parse_quantity(value: str | int | float) -> Fraction:
+    """A Kubernetes quantity as an exact number: the server rewrites quantities in canonical form
+    (``40960Mi`` comes back as ``40Gi``), so standing and desired values compare by amount. Parsed by
+    ``planner.quantity``, the one home of quantities; a float counts as the decimal it prints as."""
+    return Quantity.of(str(value) if isinstance(value, float) else value).value

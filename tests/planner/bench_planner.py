@@ -4,9 +4,11 @@
 
 (a) Throughput. 1,000 MPS-shareable H100 (125 nodes x 8) carrying 10,000 standing allocations (10 a
     device, 5 % each, various memory); orders of three models (a compiled recipe of 24 GiB, one of
-    20 GiB, a fallback of 39 GiB) planned one after another against the same snapshot, as the
-    planner service does between inventory changes. Reported: the first plan's latency (cold: the
-    selectors are judged and the snapshot indexed) and warm plans per second after it.
+    20 GiB, a fallback of 39 GiB) planned one after another, each on a snapshot object of its own as
+    the planner service reads a new inventory for every request. Reported: the first plan's latency
+    (cold: the selectors are judged and the recipes resolved) and plans per second after it (warm:
+    selector verdicts and recipe resolutions are cached across plans, the snapshot index is built by
+    every plan — nothing is cached per snapshot).
 
 (b) Placement quality. An instance is a sequence of orders (fallback models of various sizes, so of
     various shares) arriving one by one on identical empty H100s. Each order is planned by
@@ -93,8 +95,8 @@ MODELS = ["Qwen/Qwen2.5-32B-Instruct-AWQ", "Qwen/Qwen2.5-7B-Instruct", "org/Mode
 
 def throughput(seconds: float) -> tuple[float, float, int]:
     """(first plan seconds, warm plans per second, warm plans made)."""
-    inventory = fleet()
-    requests = [request(m, inventory, f"ns/new-{i}") for i, m in enumerate(MODELS)]
+    # Equal content, distinct objects: a plan cannot tell them from a fresh read of the inventory.
+    requests = [request(m, fleet(), f"ns/new-{i}") for i, m in enumerate(MODELS)]
     start = time.perf_counter()
     first = plan_launch(requests[0])
     first_s = time.perf_counter() - start
@@ -111,17 +113,6 @@ def throughput(seconds: float) -> tuple[float, float, int]:
         if now >= deadline:
             break
     return first_s, count / (now - start), count
-
-
-def fresh_snapshot_latency(rounds: int = 5) -> float:
-    """Seconds a plan takes on a snapshot object it has not seen (the service reads the inventory for
-    each request), selector verdicts already cached: the snapshot index is built again."""
-    inventories = [fleet(seed=s) for s in range(rounds)]
-    plan_launch(request(MODELS[0], fleet(seed=99), "ns/warm-up"))
-    start = time.perf_counter()
-    for inventory in inventories:
-        plan_launch(request(MODELS[0], inventory, "ns/new"))
-    return (time.perf_counter() - start) / rounds
 
 
 # ------------------------------------------------------------------ (b) quality
@@ -292,8 +283,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     first_s, per_second, count = throughput(args.seconds)
     print("(a) throughput: 1,000 GPUs, 10,000 standing allocations")
     print(f"  first plan (cold)  {first_s * 1000:8.1f} ms")
-    print(f"  warm               {per_second:8.0f} plans/s  ({count} plans, {1000 / per_second:.3f} ms each)")
-    print(f"  new snapshot       {fresh_snapshot_latency() * 1000:8.1f} ms  (verdicts cached, index rebuilt)")
+    print(
+        f"  warm               {per_second:8.1f} plans/s  ({count} plans, {1000 / per_second:.1f} ms each: "
+        "verdicts and recipes cached, the snapshot indexed by each plan)"
+    )
     print(f"(b) placement quality: {args.instances} instances of 6-11 orders, ratio to the exact optimum")
     for line in quality(args.instances):
         print(line)

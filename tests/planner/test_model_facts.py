@@ -12,7 +12,6 @@ from planner.model_facts import (
     estimate_memory_gib,
     estimate_model_volume_gib,
     estimate_vram_mib,
-    format_parameter_count,
     parameter_count_from_name,
     parse_parameter_count,
     parse_quantization,
@@ -85,14 +84,6 @@ def test_size_ladder_fact_then_order_then_name() -> None:
     skipped = resolve_parameter_count(OrderFacts(modelName=name, parameterCount="huge"))
     assert skipped is not None and skipped.source is SizeSource.NAME
     assert resolve_parameter_count(OrderFacts(modelName="org/no-size-here")) is None
-
-
-@pytest.mark.parametrize(
-    ("count", "text"),
-    [(32 * 10**9, "32B"), (1_500_000_000, "1.5B"), (360 * 10**6, "360M"), (10**12, "1T"), (999, "999")],
-)
-def test_format_parameter_count(count: int, text: str) -> None:
-    assert format_parameter_count(count) == text
 
 
 @pytest.mark.parametrize(

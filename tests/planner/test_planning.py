@@ -10,7 +10,8 @@ from inference_api.plan import LaunchPlanRequest, OrderFacts, PlanOutcome, Recip
 from inference_api.reasons import Reason
 from inference_api.types import PlacementType, SharingMode
 from planner.inventory import Device, DeviceAllocation, DeviceClass, InventorySnapshot
-from planner.planning import PlanningRequest, effective_policy, plan_launch, tensor_parallel_sizes
+from planner.planning import PlanningRequest, plan_launch
+from planner.policy import effective_policy, tensor_parallel_sizes
 from tests.planner.helpers import (
     BOTH_MODES,
     BOTH_PLACEMENTS,
