@@ -12,6 +12,9 @@ ORDER_CLASS = SearchAttributeKey.for_keyword("OrderClass")
 ORDER_PHASE = SearchAttributeKey.for_keyword("OrderPhase")
 ORDER_REASON = SearchAttributeKey.for_keyword("OrderReason")
 ORDER_DEVICE_CLASS = SearchAttributeKey.for_keyword("OrderDeviceClass")
+# The release fingerprint (activities/release.py) the order's last reconcile ran under: the
+# observer's resync signals every order whose value is not the one in force.
+ORDER_RELEASE = SearchAttributeKey.for_keyword("OrderRelease")
 
 # Preemption workflows: Idle | Holding (donors held at a lowered bound) | Blocked (an order cannot grow).
 # They carry OrderDeviceClass too, so one query lists an order class's orders and its preemption.
@@ -24,6 +27,7 @@ ALL_KEYS = (
     ORDER_PHASE,
     ORDER_REASON,
     ORDER_DEVICE_CLASS,
+    ORDER_RELEASE,
     PREEMPTION_STATUS,
 )
 
