@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from kubernetes import client, config
 from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
-from kubernetes.dynamic.exceptions import ResourceNotFoundError
+from kubernetes.dynamic.exceptions import DynamicApiError, ResourceNotFoundError
+from temporalio.exceptions import ApplicationError
 
 from activities.builders.common import FIELD_MANAGER
+from inference_api.reasons import Reason
 
 
 def load_api_client(kubeconfig: str | None = None) -> ApiClient:
@@ -52,6 +57,45 @@ def server_side_apply(
         field_manager=field_manager,
         force_conflicts=True,
     )
+
+
+# Answers retrying cannot change: the object is invalid, or a policy forbids it.
+FINAL_STATUSES = {403: "Forbidden", 422: "Invalid"}
+# A condition message has room for 32 KiB; the server's answer is cut well before that.
+MAX_REFUSAL_MESSAGE = 1024
+
+
+@contextlib.contextmanager
+def refusals_are_final() -> Iterator[None]:
+    """Turn a 403/422 from the API server into a non-retryable activity error carrying its message.
+
+    The workflow shows it as WorkloadReady=False/WorkloadRefused and waits for a change instead of
+    retrying an answer that cannot change.
+    """
+    try:
+        yield
+    except (ApiException, DynamicApiError) as err:
+        status = int(getattr(err, "status", 0) or 0)
+        if status not in FINAL_STATUSES:
+            raise
+        raise ApplicationError(
+            f"the API server refused the workload ({status} {FINAL_STATUSES[status]}): {_server_message(err)}",
+            type=str(Reason.WORKLOAD_REFUSED),
+            non_retryable=True,
+        ) from None
+
+
+def _server_message(err: Exception) -> str:
+    """The ``message`` of the server's Status (never the request: it may carry a Secret's data)."""
+    body = getattr(err, "body", None)
+    message = ""
+    if body:
+        try:
+            message = str(json.loads(body).get("message") or "")
+        except (ValueError, AttributeError):
+            message = ""
+    message = message or str(getattr(err, "reason", "") or type(err).__name__)
+    return message if len(message) <= MAX_REFUSAL_MESSAGE else message[: MAX_REFUSAL_MESSAGE - 1] + "…"
 
 
 class Applier:

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import structlog
-from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi, SchedulingV1Api
+from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 
@@ -23,7 +23,14 @@ from activities.builders.autoscaling import constraints_status
 from activities.builders.claim import claim_template_spec_differs
 from activities.builders.common import WorkloadInputs, artifact_from_resolution, selector_labels
 from activities.builders.exposure import custom_certificate_source, endpoint_status
-from activities.builders.objects import desired_objects, settled_region_kept_message, storage_class_kept
+from activities.builders.objects import (
+    OWNED_KINDS,
+    desired_objects,
+    settled_region_kept_message,
+    storage_class_kept,
+    unwanted_objects,
+    wanted_names,
+)
 from activities.builders.runtime import (
     decide_runtime_hold,
     placement_changed,
@@ -32,14 +39,11 @@ from activities.builders.runtime import (
     volume_must_grow,
 )
 from activities.catalog import KubernetesCatalogReader, lookup_model, model_resolution
-from activities.health import watch_health_loop
-from activities.kube import Applier
-from activities.scaling import scaling_observation, watch_scaling_loop
+from activities.kube import Applier, refusals_are_final
+from activities.release import order_timings, release_fingerprint
 from inference_api.payloads import (
     ApplyInput,
     ApplyResult,
-    HealthChange,
-    HealthWatchInput,
     ModelResolution,
     OrderEvent,
     OrderRef,
@@ -50,7 +54,6 @@ from inference_api.payloads import (
     StatusUpdate,
 )
 from inference_api.plan import PlanOutcome
-from inference_api.preemption import ScalingObservation, ScalingWatchInput
 from inference_api.reasons import Reason
 from inference_api.settings import ModuleSettings
 from inference_api.types import (
@@ -94,8 +97,6 @@ class OrderActivities:
             self.plan_launch,
             self.apply_workload,
             self.await_serving,
-            self.watch_health,
-            self.watch_scaling,
             self.publish_status,
             self.record_event,
             self.finalize_order,
@@ -130,7 +131,9 @@ class OrderActivities:
         except ApiException as err:
             if err.status != 404:
                 raise
-        return OrderSnapshot(order=order, cls=cls)
+        return OrderSnapshot(
+            order=order, cls=cls, timings=order_timings(self.settings), release=release_fingerprint(self.settings)
+        )
 
     @activity.defn(name=act.ENSURE_FINALIZER)
     def ensure_finalizer(self, ref: OrderRef) -> None:
@@ -245,16 +248,19 @@ class OrderActivities:
         source = custom_certificate_source(cls, self.settings)
         if source is not None:
             certificate = self.applier.get("v1", "Secret", source[1], source[0])
-        for desired in desired_objects(inputs, auth_token=token, custom_certificate=certificate):
-            if desired.create_only:
-                self._create_once(desired.body)
-                continue
-            if desired.kind == "ResourceClaimTemplate":
-                current = self.applier.get(desired.api_version, desired.kind, desired.name, ns)
-                if claim_template_spec_differs(current, desired.body):
-                    # Its spec is immutable: a new share or device class replaces the template.
-                    self.applier.delete(desired.api_version, desired.kind, desired.name, ns)
-            self.applier.apply(desired.body)
+        desired = desired_objects(inputs, auth_token=token, custom_certificate=certificate)
+        with refusals_are_final():
+            for wanted in desired:
+                if wanted.create_only:
+                    self._create_once(wanted.body)
+                    continue
+                if wanted.kind == "ResourceClaimTemplate":
+                    current = self.applier.get(wanted.api_version, wanted.kind, wanted.name, ns)
+                    if claim_template_spec_differs(current, wanted.body):
+                        # Its spec is immutable: a new share or device class replaces the template.
+                        self.applier.delete(wanted.api_version, wanted.kind, wanted.name, ns)
+                self.applier.apply(wanted.body)
+            self._prune(request, wanted_names(desired, cls, inputs.names))
         verdict = runtime_current(plan.recipe.runtimeVersion, versions, placement_changed(standing, plan))
         statefulset = self.applier.get("apps/v1", "StatefulSet", name, ns) or {}
         st_status = statefulset.get("status") or {}
@@ -271,6 +277,22 @@ class OrderActivities:
             runtimeReason=str(verdict.reason),
             runtimeMessage=verdict.message,
         )
+
+    def _prune(self, request: ApplyInput, wanted: set[tuple[str, str]]) -> None:
+        """Delete what the order owns and no longer wants (an Ingress after External → ClusterLocal)."""
+        ns, name = request.ref.namespace, request.ref.name
+        selector = ",".join(f"{k}={v}" for k, v in selector_labels(name).items())
+        for api_version, kind in OWNED_KINDS:
+            listing = self.applier.resource(api_version, kind).get(namespace=ns, label_selector=selector)
+            standing: list[dict[str, Any]] = listing.to_dict().get("items") or []
+            for item in standing:
+                item.setdefault("apiVersion", api_version)
+                item.setdefault("kind", kind)
+            for unwanted in unwanted_objects(standing, wanted, name, request.ref.uid):
+                log.info(
+                    "owned object no longer wanted, deleted", order=request.ref.key, kind=unwanted[1], name=unwanted[2]
+                )
+                self.applier.delete(unwanted[0], unwanted[1], unwanted[2], ns)
 
     def _create_once(self, body: dict[str, Any]) -> None:
         """Create-only objects (the auth Secret): never rotated silently, never overwritten."""
@@ -348,48 +370,6 @@ class OrderActivities:
             activity.heartbeat(last.detail)
             await asyncio.sleep(self.settings.health.serveRetrySeconds)
         return last
-
-    @activity.defn(name=act.WATCH_HEALTH)
-    async def watch_health(self, request: HealthWatchInput) -> HealthChange:
-        async def probe() -> ProbeResult:
-            return await self.probe(request.probe)
-
-        return await watch_health_loop(request, probe, asyncio.sleep, activity.heartbeat)
-
-    # --------------------------------------------------------------- scaling
-
-    def _priority_value(self, name: str | None) -> int:
-        """The value of the order's PriorityClass; without one, the global default's, else 0 (as Kubernetes)."""
-        scheduling = SchedulingV1Api(self.api)
-        if name:
-            try:
-                return int(scheduling.read_priority_class(name).value or 0)
-            except ApiException as err:
-                if err.status == 404:
-                    return 0
-                raise
-        for item in scheduling.list_priority_class().items:
-            if item.global_default:
-                return int(item.value or 0)
-        return 0
-
-    def _read_scaling(self, ref: OrderRef, priority: int) -> ScalingObservation:
-        hpa = self.applier.get("autoscaling/v2", "HorizontalPodAutoscaler", ref.name, ref.namespace)
-        pods = self.core.list_namespaced_pod(
-            ref.namespace, label_selector=",".join(f"{k}={v}" for k, v in selector_labels(ref.name).items())
-        )
-        return scaling_observation(hpa, (self.api.sanitize_for_serialization(p) for p in pods.items), priority)
-
-    @activity.defn(name=act.WATCH_SCALING)
-    async def watch_scaling(self, request: ScalingWatchInput) -> ScalingObservation:
-        """The order's HPA and replicas; returns when they change (PriorityClass values are immutable:
-        read once per watch)."""
-        priority = await asyncio.to_thread(self._priority_value, request.priorityClassName)
-
-        async def read() -> ScalingObservation:
-            return await asyncio.to_thread(self._read_scaling, request.ref, priority)
-
-        return await watch_scaling_loop(request, read, asyncio.sleep, activity.heartbeat)
 
     # ---------------------------------------------------------------- status
 

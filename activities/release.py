@@ -13,7 +13,8 @@ import hashlib
 import json
 from importlib import metadata
 
-from inference_api.settings import ModuleSettings
+from inference_api.payloads import OrderTimings
+from inference_api.settings import CatalogMode, ModuleSettings
 from planner.recipes import RecipeBook, load_recipe_book
 
 DISTRIBUTION = "ai-inference"
@@ -37,3 +38,15 @@ def release_fingerprint(settings: ModuleSettings, book: RecipeBook | None = None
     }
     digest = hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
     return digest[:16]
+
+
+def order_timings(settings: ModuleSettings) -> OrderTimings:
+    """The settings an order's reconcile acts on, as the workflow reads them."""
+    health = settings.health
+    return OrderTimings(
+        healthIntervalSeconds=health.intervalSeconds,
+        failureThreshold=health.failureThreshold,
+        probeTimeoutSeconds=health.probeTimeoutSeconds,
+        serveWaitSeconds=health.serveWaitSeconds,
+        catalogEnabled=settings.catalog.mode == CatalogMode.ENABLED,
+    )

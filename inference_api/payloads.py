@@ -42,11 +42,34 @@ def order_workflow_id(namespace: str, name: str, uid: str) -> str:
     return f"order/{namespace}/{name}/{uid}"
 
 
+class OrderTimings(_Payload):
+    """The module settings an order's workflow acts on, read at every reconcile (never frozen)."""
+
+    healthIntervalSeconds: float = 600
+    failureThreshold: int = 3
+    probeTimeoutSeconds: float = 5
+    # How long the first probe waits for the workload to load the model.
+    serveWaitSeconds: float = 1800
+    retryBaseSeconds: float = 15
+    retryMaxSeconds: float = 600
+    catalogEnabled: bool = True
+    # History length past which the run continues as new (the server also suggests it).
+    maxHistoryEvents: int = 2000
+    # How long a serving order sleeps before it looks at its objects once more by itself (the
+    # observer wakes it sooner on any change it acts on): one long timer per serving order.
+    resyncSeconds: float = 24 * 3600
+
+
 class OrderSnapshot(_Payload):
-    """The order and its class as read now; order is None when it is gone."""
+    """The order and its class as read now; order is None when it is gone.
+
+    ``timings`` and ``release`` are the settings and release fingerprint in force when it was read.
+    """
 
     order: InferenceService | None = None
     cls: InferenceServiceClass | None = None
+    timings: OrderTimings | None = None
+    release: str | None = None
 
 
 class ModelResolution(_Payload):

@@ -36,6 +36,8 @@ class Reason(StrEnum):
     SERVICE_UNHEALTHY = "ServiceUnhealthy"
     REPLICAS_HELD_ON_PREVIOUS_RUNTIME = "ReplicasHeldOnPreviousRuntime"
     WORKLOAD_REBUILDING = "WorkloadRebuilding"
+    # The API server refused an object of the workload with an answer retrying cannot change (422, 403).
+    WORKLOAD_REFUSED = "WorkloadRefused"
     # Positive and progress reasons.
     CLASS_RESOLVED = "ClassResolved"
     MODEL_RESOLVED = "ModelResolved"

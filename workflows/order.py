@@ -1,36 +1,38 @@
-"""The order workflow: one per InferenceService, validate → resolve-model → plan → apply → probe → health-watch.
+"""The order workflow (type ``OrderWorkflowV2``): one per InferenceService, the user guide's steps in order.
 
-Deterministic: every read and write is an activity, every decision a pure function. All state
-lives in one :class:`OrderState`, which continue-as-new carries.
+1. validate the order against its class, 2. resolve the model's facts, 3. plan placement and the
+recipe, 4. apply the workload (every object the order should own; what it no longer wants goes),
+5. publish the endpoint, 6. probe the API, 7. serve — asleep on one long timer until the observer
+(the watch process) wakes it with a change it acts on: a spec or class edit, an owned object
+deleted or changed, replicas that changed, a health flip, an HPA decision, a model that appeared,
+a new release or settings.
 
-An autoscaled order also watches its HPA while it serves (``watch_scaling``): ScalingHealthy
-mirrors the HPA, and every change is reported to the preemption workflow of the order's device
-class (``workflows/preemption.py``), which answers with two signals: ``set_replica_ceiling``
-(a donor's lowered maxReplicas, re-applied at once and kept in the state) and
-``scaling_blocked`` (ScalingHealthy=False/ScaleUpBlocked, phase Degraded while it serves).
+Level-triggered: each reconcile reads the order, its class and the settings in force and converges
+on them; nothing is remembered that Kubernetes cannot tell again. Plans are stable: the planner is
+asked again only when what the plan was made for changed (or on request), and it keeps a placement
+that is still allowed and still fits. Deterministic: every read and write is an activity, every
+decision a pure function; no activity outlives one step, so a serving order holds no worker slot.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Coroutine
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from pydantic import BaseModel, ConfigDict, Field
-
+    from inference_api.observation import ORDER_WORKFLOW_TYPE, HealthReport, ObservedChange, OrderSignal
     from inference_api.payloads import (
         ApplyInput,
         ApplyResult,
-        HealthChange,
-        HealthWatchInput,
         ModelResolution,
         OrderEvent,
-        OrderRef,
         OrderSnapshot,
         PlanInput,
         ProbeInput,
@@ -38,19 +40,20 @@ with workflow.unsafe.imports_passed_through():
         StatusUpdate,
     )
     from inference_api.plan import LaunchPlan, PlanOutcome
-    from inference_api.preemption import MemberReport, ScalingObservation, ScalingWatchInput
+    from inference_api.preemption import ScalingObservation
     from inference_api.reasons import CAPACITY_REFUSALS, EventReason, Reason
     from inference_api.types import (
-        Condition,
         ConditionStatus,
         ConditionType,
         EndpointType,
         InferenceService,
         InferenceServiceClass,
-        Phase,
     )
-    from planner.scaling import autoscaled, class_bounds, priority_class_name, scaling_health
+    from planner.scaling import autoscaled, class_bounds, priority_class_name
     from workflows import activity_names as act
+    from workflows.order_details import details_markdown
+    from workflows.order_membership import APPLY_TIMEOUT, K8S_RETRY, SHORT, PreemptionMembership
+    from workflows.order_state import OrderState, OrderTimings, ReplanOutcome, ScalingProfile
     from workflows.search_attributes import order_search_attributes
     from workflows.status import READINESS_ORDER, compute_phase, get_condition, is_true, set_condition
     from workflows.validation import (
@@ -61,150 +64,79 @@ with workflow.unsafe.imports_passed_through():
         pick_endpoint_type,
     )
 
+__all__ = ["OrderState", "OrderTimings", "OrderWorkflow", "ReplanOutcome", "ScalingProfile"]
 
-class OrderTimings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    healthIntervalSeconds: float = 600
-    failureThreshold: int = 3
-    # One health-watch activity runs this long before it returns to the workflow: few history events.
-    healthWatchMaxSeconds: float = 6 * 3600
-    probeTimeoutSeconds: float = 5
-    # How long the first probe waits for the workload to load the model.
-    serveWaitSeconds: float = 1800
-    retryBaseSeconds: float = 15
-    retryMaxSeconds: float = 600
-    catalogEnabled: bool = True
-    # History length past which the run continues as new (the server also suggests it).
-    maxHistoryEvents: int = 2000
-    # How often the scaling watch reads the HPA and the replicas (inside one activity: no history).
-    scalingIntervalSeconds: float = 15
-
-
-class ScalingProfile(BaseModel):
-    """What the class says about scaling, kept from the last reconcile."""
-
-    model_config = ConfigDict(extra="forbid")
-    autoscaled: bool = False
-    minReplicas: int = 1
-    maxReplicas: int = 1
-    priorityClassName: str | None = None
-
-
-class OrderState(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    ref: OrderRef
-    timings: OrderTimings = Field(default_factory=OrderTimings)
-    generation: int = 0
-    observedGeneration: int = 0
-    dirty: bool = True
-    deleting: bool = False
-    gone: bool = False
-    replanRequested: bool = False
-    plan: LaunchPlan | None = None
-    planAttempts: int = 0
-    replanCount: int = 0
-    resolution: ModelResolution | None = None
-    endpointType: EndpointType | None = None
-    applied: ApplyResult | None = None
-    conditions: list[Condition] = Field(default_factory=list)
-    phase: Phase = Phase.PENDING
-    reason: str | None = None
-    everReady: bool = False
-    healthy: bool = False
-    retryAttempt: int = 0
-    retryDelaySeconds: float | None = None
-    className: str | None = None
-    reconciles: int = 0
-    # Seconds each step of the last reconcile took (validation … probe): where time-to-Ready went.
-    stepSeconds: dict[str, float] = Field(default_factory=dict)
-    stepMark: float | None = None
-    # Capacity preemption: the class's scaling, the HPA as last seen, what the preemption
-    # workflow of the device class said, and the last report sent to it.
-    scalingProfile: ScalingProfile = Field(default_factory=ScalingProfile)
-    scaling: ScalingObservation | None = None
-    replicaCeiling: int | None = None
-    scalingBlocked: str | None = None
-    lastReport: MemberReport | None = None
-    reapplyPending: bool = False
-    publishPending: bool = False
-
-
-class ReplanOutcome(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    planned: bool
-    reason: str
-    message: str
-    replanCount: int
-
-
-SHORT = timedelta(seconds=30)
 SERVE_SECONDS_PER_GIB = 20.0
-# Short: a worker killed mid-apply is noticed by this timeout, and the apply is idempotent.
-APPLY_TIMEOUT = timedelta(seconds=45)
-K8S_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
-# Histories written before the scaling watch existed replay without it.
-SCALING_WATCH_PATCH = "scaling-watch"
 
 
-@workflow.defn(name="OrderWorkflow")
-class OrderWorkflow:
+@workflow.defn(name=ORDER_WORKFLOW_TYPE)
+class OrderWorkflow(PreemptionMembership):
     @workflow.init
     def __init__(self, state: OrderState) -> None:
         # Set before any handler runs: signal-with-start delivers the signal before run() starts.
         self.state: OrderState | None = state
-        # The two watches of a serving order; they outlive a re-apply or a status write.
-        self._health_task: asyncio.Future[HealthChange] | None = None
-        self._scaling_task: asyncio.Future[ScalingObservation] | None = None
 
     # ------------------------------------------------------------------ handlers
 
-    @workflow.signal(name="spec_changed")
+    @workflow.signal(name=OrderSignal.SPEC_CHANGED)
     def spec_changed(self, generation: int) -> None:
         state = self._require_state()
-        # Signals from a watcher that relisted can be old: only a newer generation counts.
+        # Signals from an observer that relisted can be old: only a newer generation counts.
         if generation > state.generation:
             state.generation = generation
             state.dirty = True
 
-    @workflow.signal(name="class_changed")
-    def class_changed(self) -> None:
+    @workflow.signal(name=OrderSignal.CLASS_CHANGED)
+    def class_changed(self, generation: int) -> None:
         state = self._require_state()
-        state.replanRequested = True
+        if generation > state.classGeneration:
+            state.classGeneration = generation
+            state.dirty = True
+
+    @workflow.signal(name=OrderSignal.OBSERVED)
+    def observed(self, change: ObservedChange) -> None:
+        state = self._require_state()
+        state.lastObserved = change.what
         state.dirty = True
 
-    @workflow.signal(name="delete")
+    @workflow.signal(name=OrderSignal.HEALTH_CHANGED)
+    def health_changed(self, report: HealthReport) -> None:
+        state = self._require_state()
+        if state.everReady and state.applied is not None:
+            state.pendingHealth = report
+
+    @workflow.signal(name=OrderSignal.SCALING_CHANGED)
+    def scaling_changed(self, observation: ScalingObservation) -> None:
+        self._require_state().pendingScaling = observation
+
+    @workflow.signal(name=OrderSignal.SETTINGS_CHANGED)
+    def settings_changed(self, release: str) -> None:
+        state = self._require_state()
+        if release != state.release:
+            state.dirty = True
+
+    @workflow.signal(name=OrderSignal.DELETE)
     def delete(self) -> None:
-        self._require_state().deleting = True
+        # A request, not an order: the workflow reads the order and obeys only its deletionTimestamp.
+        self._require_state().deleteRequested = True
 
     @workflow.signal(name="set_replica_ceiling")
     def set_replica_ceiling(self, ceiling: int | None) -> None:
         """From the preemption workflow: this order, a donor, runs under a lowered maxReplicas (None lifts it)."""
-        state = self._require_state()
-        if ceiling is not None:
-            ceiling = max(1, ceiling)
-        if ceiling == state.replicaCeiling:
-            return
-        state.replicaCeiling = ceiling
-        if state.applied is not None and not state.deleting:
-            state.reapplyPending = True
+        self._ceiling_changed(ceiling)
 
     @workflow.signal(name="scaling_blocked")
     def scaling_blocked(self, reason: str | None) -> None:
         """From the preemption workflow: why this order cannot grow (None: it can again)."""
-        state = self._require_state()
-        if reason == state.scalingBlocked:
-            return
-        state.scalingBlocked = reason
-        self._refresh_scaling()
-        state.publishPending = True
+        self._blocked_changed(reason)
 
-    @workflow.signal(name="replan")
+    @workflow.signal(name=OrderSignal.REPLAN)
     def replan_signal(self) -> None:
         state = self._require_state()
         state.replanRequested = True
         state.dirty = True
 
-    @workflow.update(name="replan")
+    @workflow.update(name=OrderSignal.REPLAN)
     async def replan(self) -> ReplanOutcome:
         state = self._require_state()
         state.replanRequested = True
@@ -248,18 +180,30 @@ class OrderWorkflow:
         self._show()
         while True:
             if state.gone:
+                await self._report_leaving()
                 return "order gone"
+            if state.deleteRequested:
+                state.deleteRequested = False
+                await self._confirm_deletion()
+                continue
             if state.deleting:
                 await self._teardown()
                 return "deleted"
             if state.dirty:
                 state.dirty = False
-                # A reconcile never runs beside a watch (its probe target or plan may change).
-                await self._stop_watches()
-                await self._reconcile()
-                state.reconciles += 1
-                await self._after_reconcile_scaling()
-                await self._publish()
+                if await self._interruptible(self._reconcile()):
+                    state.reconciles += 1
+                    await self._after_reconcile_scaling()
+                    await self._publish()
+                continue
+            if state.pendingHealth is not None:
+                report, state.pendingHealth = state.pendingHealth, None
+                if self._set_health(report.healthy, report.detail):
+                    await self._publish()
+                continue
+            if state.pendingScaling is not None:
+                observation, state.pendingScaling = state.pendingScaling, None
+                await self._on_scaling(observation)
                 continue
             if state.reapplyPending:
                 state.reapplyPending = False
@@ -271,7 +215,6 @@ class OrderWorkflow:
                 continue
             await self._wait()
             if self._should_continue_as_new():
-                await self._stop_watches()
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(state)
 
@@ -282,210 +225,50 @@ class OrderWorkflow:
             info.get_current_history_length() > state.timings.maxHistoryEvents
         )
 
+    def _woken(self) -> bool:
+        state = self._require_state()
+        return (
+            state.dirty
+            or state.deleteRequested
+            or state.deleting
+            or state.reapplyPending
+            or state.publishPending
+            or state.pendingHealth is not None
+            or state.pendingScaling is not None
+        )
+
     async def _wait(self) -> None:
+        """Until a signal the order acts on — or a timer: a retry's backoff, else the long resync."""
         state = self._require_state()
-
-        def interrupted() -> bool:
-            return state.dirty or state.deleting
-
-        if state.retryDelaySeconds is not None:
-            try:
-                await workflow.wait_condition(
-                    interrupted,
-                    timeout=timedelta(seconds=state.retryDelaySeconds),
-                    timeout_summary=f"retry in {state.retryDelaySeconds:.0f}s",
-                )
-            except TimeoutError:
-                state.dirty = True
-            return
-
-        def signalled() -> bool:
-            return interrupted() or state.reapplyPending or state.publishPending
-
-        if state.everReady and state.applied is not None and state.resolution is not None:
-            await self._health_watch()
-            return
-        await workflow.wait_condition(signalled)
-
-    async def _health_watch(self) -> None:
-        """Waits for the health watch, the scaling watch (autoscaled orders) or a signal.
-
-        A re-apply or a status write leaves both watches running (the health watch keeps its count
-        of failures in a row); an edit or a deletion cancels them.
-        """
-        state = self._require_state()
-        assert state.applied is not None and state.resolution is not None
-        timings = state.timings
-        if self._health_task is None:
-            self._health_task = asyncio.ensure_future(
-                workflow.execute_activity(
-                    act.WATCH_HEALTH,
-                    HealthWatchInput(
-                        probe=self._probe_input(),
-                        intervalSeconds=timings.healthIntervalSeconds,
-                        failureThreshold=timings.failureThreshold,
-                        healthy=state.healthy,
-                        maxDurationSeconds=timings.healthWatchMaxSeconds,
-                    ),
-                    result_type=HealthChange,
-                    start_to_close_timeout=timedelta(seconds=timings.healthWatchMaxSeconds + 600),
-                    heartbeat_timeout=timedelta(seconds=max(60.0, timings.healthIntervalSeconds * 3)),
-                    retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=60)),
-                    summary="health watch",
-                )
+        retry = state.retryDelaySeconds
+        seconds = retry if retry is not None else state.timings.resyncSeconds
+        try:
+            await workflow.wait_condition(
+                self._woken,
+                timeout=timedelta(seconds=seconds),
+                timeout_summary=f"retry in {seconds:.0f}s" if retry is not None else "resync",
             )
-        if self._scaling_task is None and self._scaling_watched() and workflow.patched(SCALING_WATCH_PATCH):
-            self._scaling_task = asyncio.ensure_future(
-                workflow.execute_activity(
-                    act.WATCH_SCALING,
-                    ScalingWatchInput(
-                        ref=state.ref,
-                        priorityClassName=state.scalingProfile.priorityClassName,
-                        intervalSeconds=timings.scalingIntervalSeconds,
-                        maxDurationSeconds=timings.healthWatchMaxSeconds,
-                        last=state.scaling,
-                    ),
-                    result_type=ScalingObservation,
-                    start_to_close_timeout=timedelta(seconds=timings.healthWatchMaxSeconds + 600),
-                    heartbeat_timeout=timedelta(seconds=max(10.0, timings.scalingIntervalSeconds * 3)),
-                    retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=60)),
-                    summary="scaling watch",
-                )
-            )
-        health, scaling = self._health_task, self._scaling_task
-        waiter = asyncio.ensure_future(
-            workflow.wait_condition(
-                lambda: state.dirty or state.deleting or state.reapplyPending or state.publishPending
-            )
-        )
-        watches = [t for t in (health, scaling) if t is not None]
-        done, _ = await workflow.wait([*watches, waiter], return_when=asyncio.FIRST_COMPLETED)
-        if waiter not in done:
-            waiter.cancel()
-        if health is not None and health in done:
-            self._health_task = None
-            try:
-                change = health.result()
-            except ActivityError as err:
-                workflow.logger.warning("health watch failed: %s", err)
-            else:
-                if change.changed:
-                    self._set_health(change.healthy, change.detail)
-                    await self._publish()
-        if scaling is not None and scaling in done:
-            self._scaling_task = None
-            try:
-                observation = scaling.result()
-            except ActivityError as err:
-                workflow.logger.warning("scaling watch failed: %s", err)
-            else:
-                await self._on_scaling(observation)
-        if state.dirty or state.deleting:
-            await self._stop_watches()
+        except TimeoutError:
+            state.dirty = True
 
-    async def _stop_watches(self) -> None:
-        for task in (self._health_task, self._scaling_task):
-            if task is not None and not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, ActivityError):
-                    await task
-        self._health_task = self._scaling_task = None
-
-    # ------------------------------------------------------------------ scaling
-
-    def _scaling_watched(self) -> bool:
+    async def _interruptible(self, step: Coroutine[Any, Any, None]) -> bool:
+        """Run a reconcile; a delete request cancels whatever activity it waits on. True when it finished."""
         state = self._require_state()
-        return state.scalingProfile.autoscaled and state.plan is not None and state.applied is not None
+        task = asyncio.ensure_future(step)
+        await workflow.wait_condition(lambda: task.done() or state.deleteRequested)
+        if task.done():
+            task.result()
+            return True
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, ActivityError):
+            await task
+        # Whatever the cancelled step left half-done is done again unless the order is really going.
+        state.dirty = True
+        return False
 
-    async def _on_scaling(self, observation: ScalingObservation) -> None:
-        state = self._require_state()
-        changed = state.scaling is None or observation.signature() != state.scaling.signature()
-        state.scaling = observation
-        if not changed:
-            return
-        self._refresh_scaling()
-        await self._report(observation)
-        await self._publish()
+    # ------------------------------------------------------------------ reconcile
 
-    def _refresh_scaling(self) -> None:
-        """ScalingHealthy from the HPA and from what the preemption workflow said (planner.scaling)."""
-        state = self._require_state()
-        if not state.scalingProfile.autoscaled:
-            state.conditions = [c for c in state.conditions if c.type != ConditionType.SCALING_HEALTHY]
-            return
-        verdict = scaling_health(state.scaling, state.scalingBlocked, state.replicaCeiling)
-        if verdict is None:
-            return
-        status, reason, message = verdict
-        state.conditions = set_condition(
-            state.conditions,
-            ConditionType.SCALING_HEALTHY,
-            status,
-            reason,
-            message,
-            state.observedGeneration or None,
-            workflow.now(),
-        )
-
-    async def _report(self, observation: ScalingObservation) -> None:
-        """Tell the preemption workflow of the device class where this order stands (signal-with-start)."""
-        state = self._require_state()
-        if state.plan is None:
-            return
-        profile = state.scalingProfile
-        report = MemberReport(
-            ref=state.ref,
-            workflowId=workflow.info().workflow_id,
-            deviceClass=state.plan.deviceClass,
-            sequence=(state.lastReport.sequence + 1) if state.lastReport else 1,
-            priority=observation.priority,
-            priorityClassName=profile.priorityClassName,
-            minReplicas=profile.minReplicas,
-            maxReplicas=profile.maxReplicas,
-            unit=max(1, state.plan.sharePercent * state.plan.deviceCount),
-            desired=observation.desiredReplicas,
-            placed=observation.placedReplicas,
-            unschedulable=observation.unschedulableReplicas,
-            limited=observation.wantsAboveBound,
-        )
-        last = state.lastReport
-        if last is not None and not last.leaving and report.model_copy(update={"sequence": last.sequence}) == last:
-            return  # nothing new to say
-        await self._send_report(report)
-
-    async def _report_leaving(self) -> None:
-        state = self._require_state()
-        last = state.lastReport
-        if last is None or last.leaving:
-            return
-        await self._send_report(last.model_copy(update={"leaving": True, "sequence": last.sequence + 1}))
-
-    async def _send_report(self, report: MemberReport) -> None:
-        await workflow.execute_activity(
-            act.REPORT_SCALING,
-            report,
-            start_to_close_timeout=SHORT,
-            retry_policy=K8S_RETRY,
-            summary=("leave " if report.leaving else "report to ") + f"preemption on {report.deviceClass}",
-        )
-        self._require_state().lastReport = report
-
-    async def _after_reconcile_scaling(self) -> None:
-        """A class that stopped autoscaling, or a plan on another device class: leave the old preemption."""
-        state = self._require_state()
-        last = state.lastReport
-        if last is None or last.leaving:
-            self._refresh_scaling()
-            return
-        moved = state.plan is None or state.plan.deviceClass != last.deviceClass
-        if moved or not state.scalingProfile.autoscaled:
-            await self._report_leaving()
-            state.scaling = None
-            state.scalingBlocked = None
-        self._refresh_scaling()
-
-    async def _reapply(self) -> None:
-        """The workload again, with the replica ceiling the preemption workflow set: no replan, no probe."""
+    async def _read(self) -> OrderSnapshot:
         state = self._require_state()
         snapshot: OrderSnapshot = await workflow.execute_activity(
             act.READ_ORDER,
@@ -495,90 +278,28 @@ class OrderWorkflow:
             retry_policy=K8S_RETRY,
             summary="read order and class",
         )
-        order, cls = snapshot.order, snapshot.cls
+        if snapshot.timings is not None:
+            state.timings = snapshot.timings
+        if snapshot.release is not None:
+            state.release = snapshot.release
+        return snapshot
+
+    async def _confirm_deletion(self) -> None:
+        state = self._require_state()
+        order = (await self._read()).order
         if order is None:
             state.gone = True
-            return
-        if order.metadata.deletionTimestamp:
+        elif order.metadata.deletionTimestamp:
             state.deleting = True
-            return
-        if (
-            cls is None
-            or state.plan is None
-            or state.resolution is None
-            or state.endpointType is None
-            or (order.metadata.generation or 0) > state.observedGeneration
-        ):
-            # Something else changed too: a full reconcile applies the ceiling with it.
-            state.dirty = True
-            return
-        state.applied = await workflow.execute_activity(
-            act.APPLY_WORKLOAD,
-            ApplyInput(
-                ref=state.ref,
-                order=order,
-                cls=cls,
-                plan=state.plan,
-                resolution=state.resolution,
-                endpointType=state.endpointType,
-                replicaCeiling=state.replicaCeiling,
-            ),
-            result_type=ApplyResult,
-            start_to_close_timeout=APPLY_TIMEOUT,
-            retry_policy=K8S_RETRY,
-            summary="apply workload" + (f" (maxReplicas {state.replicaCeiling})" if state.replicaCeiling else ""),
-        )
-        applied = state.applied
-        self._cond(
-            ConditionType.RUNTIME_CURRENT,
-            applied.runtimeCurrent,
-            applied.runtimeReason,
-            applied.runtimeMessage or state.plan.recipe.runtimeVersion,
-        )
-        if state.replicaCeiling is not None:
-            event = OrderEvent(
-                ref=state.ref,
-                reason=EventReason.CAPACITY_PREEMPTED,
-                message=f"maxReplicas lowered to {state.replicaCeiling} to give capacity on device class "
-                f"{state.plan.deviceClass} to higher-priority orders",
-            )
         else:
-            event = OrderEvent(
-                ref=state.ref,
-                reason=EventReason.CAPACITY_RESTORED,
-                message="the class's maxReplicas applies again: capacity taken by preemption was given back",
-            )
-        await workflow.execute_activity(act.RECORD_EVENT, event, start_to_close_timeout=SHORT, retry_policy=K8S_RETRY)
-        self._refresh_scaling()
-
-    def _set_health(self, healthy: bool, detail: str) -> None:
-        state = self._require_state()
-        state.healthy = healthy
-        if healthy:
-            self._cond(ConditionType.READY, True, Reason.PROBE_SUCCEEDED, f"the API answers: {detail}")
-        else:
-            self._cond(
-                ConditionType.READY,
-                False,
-                Reason.SERVICE_UNHEALTHY,
-                f"the API failed {state.timings.failureThreshold} health checks in a row: {detail}",
-            )
-
-    # ------------------------------------------------------------------ reconcile
+            workflow.logger.warning("delete signal ignored: the order is not being deleted")
 
     async def _reconcile(self) -> None:
         state = self._require_state()
         state.retryDelaySeconds = None
         state.stepSeconds = {}
         state.stepMark = workflow.now().timestamp()
-        snapshot: OrderSnapshot = await workflow.execute_activity(
-            act.READ_ORDER,
-            state.ref,
-            result_type=OrderSnapshot,
-            start_to_close_timeout=SHORT,
-            retry_policy=K8S_RETRY,
-            summary="read order and class",
-        )
+        snapshot = await self._read()
         order = snapshot.order
         if order is None:
             state.gone = True
@@ -589,7 +310,7 @@ class OrderWorkflow:
         generation = order.metadata.generation or 0
         state.generation = max(state.generation, generation)
         state.observedGeneration = generation
-        if state.reconciles == 0 or not order.metadata.finalizers:
+        if not order.metadata.finalizers:
             await workflow.execute_activity(
                 act.ENSURE_FINALIZER,
                 state.ref,
@@ -599,6 +320,8 @@ class OrderWorkflow:
             )
         state.className = order.spec.inferenceServiceClassName
         cls = snapshot.cls
+        if cls is not None:
+            state.classGeneration = max(state.classGeneration, cls.metadata.generation or 0)
         refusal = check_class(order, cls)
         if refusal is not None or cls is None:
             self._refuse(ConditionType.CLASS_RESOLVED, refusal)
@@ -616,13 +339,20 @@ class OrderWorkflow:
             return
         endpoint_type = pick_endpoint_type(cls, resolution.facts)
         assert endpoint_type is not None  # check_model_policy refused an empty intersection
-        state.endpointType = endpoint_type
 
-        plan = await self._plan(order, cls, resolution, endpoint_type)
+        fresh = await self._plan(order, cls, resolution, endpoint_type)
         self._step_done("planning")
-        if plan is None:
+        if state.plan is None:
             return
-        await self._apply_and_probe(order, cls, plan, resolution, endpoint_type)
+        if fresh:
+            # The plan was made for this spec: it is now the one the order runs.
+            state.heldSpec = order.spec
+            state.resolution = resolution
+            state.endpointType = endpoint_type
+        if state.heldSpec is None or state.resolution is None or state.endpointType is None:
+            return
+        held = order.model_copy(update={"spec": state.heldSpec})
+        await self._apply_and_probe(held, cls, state.plan, state.resolution, state.endpointType)
 
     async def _resolve_model(self, order: InferenceService, cls: InferenceServiceClass) -> ModelResolution | None:
         state = self._require_state()
@@ -647,7 +377,6 @@ class OrderWorkflow:
         if policy_refusal is not None:
             self._refuse(ConditionType.MODEL_RESOLVED, policy_refusal)
             return None
-        state.resolution = resolution
         contract = pick_endpoint_type(cls, resolution.facts)
         self._cond(
             ConditionType.MODEL_RESOLVED,
@@ -657,18 +386,25 @@ class OrderWorkflow:
         )
         return resolution
 
+    def _plan_key(self, order: InferenceService, cls: InferenceServiceClass, resolution: ModelResolution) -> str:
+        state = self._require_state()
+        generation = order.metadata.generation or 0
+        return f"{generation}/{cls.metadata.generation or 0}/{state.release or ''}/{resolution.servedName}"
+
     async def _plan(
         self,
         order: InferenceService,
         cls: InferenceServiceClass,
         resolution: ModelResolution,
         endpoint_type: EndpointType,
-    ) -> LaunchPlan | None:
+    ) -> bool:
+        """Plan when what the plan was made for changed (or on request). True when a new plan was made."""
         state = self._require_state()
-        if state.planAttempts > 0 and (state.replanRequested or state.plan is not None):
-            state.replanCount += 1
-        state.planAttempts += 1
+        key = self._plan_key(order, cls, resolution)
+        requested = state.replanRequested
         state.replanRequested = False
+        if state.plan is not None and key == state.planKey and not requested:
+            return False  # stable: nothing the plan depends on changed
         outcome: PlanOutcome = await workflow.execute_activity(
             act.PLAN_LAUNCH,
             PlanInput(
@@ -689,7 +425,7 @@ class OrderWorkflow:
             refusal = Refusal(outcome.refusal.reason, outcome.refusal.message)
             serving = state.plan is not None and state.everReady
             if serving:
-                # The order keeps the place it holds; the refused recomputation is told, not enforced.
+                # The order keeps the place and the spec it holds; the refused recomputation is told.
                 self._cond(
                     ConditionType.PLANNED,
                     True,
@@ -698,13 +434,17 @@ class OrderWorkflow:
                     f"{refusal.reason}: {refusal.message}",
                 )
             else:
+                state.plan = None
                 self._refuse(ConditionType.PLANNED, refusal)
             if refusal.reason in CAPACITY_REFUSALS:
                 state.retryDelaySeconds = self._backoff()
-            return state.plan if serving else None
+            return False
         assert outcome.plan is not None
+        if requested or state.plan is not None:
+            state.replanCount += 1  # the plan was recomputed (it may well have kept its place)
         state.retryAttempt = 0
         state.plan = outcome.plan
+        state.planKey = key
         self._cond(
             ConditionType.PLANNED,
             True,
@@ -713,7 +453,43 @@ class OrderWorkflow:
             f"({outcome.plan.deviceClass}, {outcome.plan.placementMode}, {outcome.plan.sharingMode}, "
             f"{outcome.plan.sharePercent}%), recipe {outcome.plan.recipe.source}",
         )
-        return outcome.plan
+        return True
+
+    async def _apply(
+        self,
+        order: InferenceService,
+        cls: InferenceServiceClass,
+        plan: LaunchPlan,
+        resolution: ModelResolution,
+        endpoint_type: EndpointType,
+    ) -> ApplyResult | None:
+        """Every object the order should own, applied; what it no longer wants pruned. None: refused for good."""
+        state = self._require_state()
+        try:
+            applied: ApplyResult = await workflow.execute_activity(
+                act.APPLY_WORKLOAD,
+                ApplyInput(
+                    ref=state.ref,
+                    order=order,
+                    cls=cls,
+                    plan=plan,
+                    resolution=resolution,
+                    endpointType=endpoint_type,
+                    replicaCeiling=state.replicaCeiling,
+                ),
+                result_type=ApplyResult,
+                start_to_close_timeout=APPLY_TIMEOUT,
+                retry_policy=K8S_RETRY,
+                summary="apply workload",
+            )
+        except ActivityError as err:
+            cause = err.cause
+            if isinstance(cause, ApplicationError) and cause.type == Reason.WORKLOAD_REFUSED:
+                # The API server's answer will not change by retrying: wait for an edit.
+                self._refuse(ConditionType.WORKLOAD_READY, Refusal(Reason.WORKLOAD_REFUSED, cause.message))
+                return None
+            raise
+        return applied
 
     async def _apply_and_probe(
         self,
@@ -724,22 +500,9 @@ class OrderWorkflow:
         endpoint_type: EndpointType,
     ) -> None:
         state = self._require_state()
-        applied: ApplyResult = await workflow.execute_activity(
-            act.APPLY_WORKLOAD,
-            ApplyInput(
-                ref=state.ref,
-                order=order,
-                cls=cls,
-                plan=plan,
-                resolution=resolution,
-                endpointType=endpoint_type,
-                replicaCeiling=state.replicaCeiling,
-            ),
-            result_type=ApplyResult,
-            start_to_close_timeout=APPLY_TIMEOUT,
-            retry_policy=K8S_RETRY,
-            summary="apply workload",
-        )
+        applied = await self._apply(order, cls, plan, resolution, endpoint_type)
+        if applied is None:
+            return
         state.applied = applied
         if applied.settledRegionKept:
             await workflow.execute_activity(
@@ -754,19 +517,22 @@ class OrderWorkflow:
                 start_to_close_timeout=SHORT,
                 retry_policy=K8S_RETRY,
             )
-        self._cond(
-            ConditionType.WORKLOAD_READY,
-            False,
-            Reason.WORKLOAD_PROGRESSING,
-            f"workload applied; waiting for a replica to load {resolution.servedName}",
-        )
+        serving = state.everReady and state.healthy and applied.readyReplicas >= 1
+        if not serving:
+            self._cond(
+                ConditionType.WORKLOAD_READY,
+                False,
+                Reason.WORKLOAD_PROGRESSING,
+                f"workload applied; waiting for a replica to load {resolution.servedName}",
+            )
         self._cond(
             ConditionType.RUNTIME_CURRENT,
             applied.runtimeCurrent,
             applied.runtimeReason,
             applied.runtimeMessage or plan.recipe.runtimeVersion,
         )
-        await self._publish()
+        if not serving:
+            await self._publish()
         self._step_done("apply")
         # Loading a model takes time in proportion to its size: the wait grows with the volume.
         wait = max(state.timings.serveWaitSeconds, plan.modelVolumeGiB * SERVE_SECONDS_PER_GIB)
@@ -789,6 +555,7 @@ class OrderWorkflow:
             state.retryAttempt = 0
         elif state.everReady:
             self._set_health(False, result.detail)
+            state.retryDelaySeconds = self._backoff()
         else:
             self._cond(
                 ConditionType.READY,
@@ -797,6 +564,23 @@ class OrderWorkflow:
                 f"the API did not answer yet: {result.detail}",
             )
             state.retryDelaySeconds = self._backoff()
+
+    def _set_health(self, healthy: bool, detail: str) -> bool:
+        """Ready from a health verdict; True when it changed."""
+        state = self._require_state()
+        if healthy == state.healthy:
+            return False
+        state.healthy = healthy
+        if healthy:
+            self._cond(ConditionType.READY, True, Reason.PROBE_SUCCEEDED, f"the API answers: {detail}")
+        else:
+            self._cond(
+                ConditionType.READY,
+                False,
+                Reason.SERVICE_UNHEALTHY,
+                f"the API failed {state.timings.failureThreshold} health checks in a row: {detail}",
+            )
+        return True
 
     def _probe_input(self) -> ProbeInput:
         state = self._require_state()
@@ -812,7 +596,6 @@ class OrderWorkflow:
     async def _teardown(self) -> None:
         state = self._require_state()
         self._cond(ConditionType.READY, False, Reason.DELETING, "the order is being deleted")
-        await self._stop_watches()
         # The last word on the order before its finalizer goes.
         await self._publish()
         await self._report_leaving()
@@ -895,23 +678,6 @@ class OrderWorkflow:
         state = self._require_state()
         device = state.plan.deviceClass if state.plan else None
         workflow.upsert_search_attributes(
-            order_search_attributes(state.ref, state.className, state.phase, state.reason, device)
+            order_search_attributes(state.ref, state.className, state.phase, state.reason, device, state.release)
         )
-        rows = "\n".join(
-            f"| {c.type} | {c.status} | {c.reason} | {c.message.replace('|', '/')} |" for c in state.conditions
-        )
-        workflow.set_current_details(
-            f"## {state.ref.namespace}/{state.ref.name}\n\n"
-            f"**Phase:** {state.phase}" + (f" — {state.reason}" if state.reason else "") + "\n\n"
-            f"**Class:** {state.className or '?'} · **Device:** {device or '—'} · "
-            f"**Replans:** {state.replanCount}"
-            + (f" · **maxReplicas held at:** {state.replicaCeiling} (preemption)" if state.replicaCeiling else "")
-            + "\n\n"
-            + (
-                "**Last reconcile:** " + " · ".join(f"{k} {v:.1f}s" for k, v in state.stepSeconds.items()) + "\n\n"
-                if state.stepSeconds
-                else ""
-            )
-            + "| condition | status | reason | message |\n|---|---|---|---|\n"
-            + rows
-        )
+        workflow.set_current_details(details_markdown(state))

@@ -41,14 +41,25 @@ def dev_server_flags() -> list[str]:
 
 
 def order_search_attributes(
-    ref: OrderRef, class_name: str | None, phase: str, reason: str | None, device_class: str | None
+    ref: OrderRef,
+    class_name: str | None,
+    phase: str,
+    reason: str | None,
+    device_class: str | None,
+    release: str | None = None,
 ) -> list[SearchAttributeUpdate]:
     updates: list[SearchAttributeUpdate] = [
         ORDER_NAMESPACE.value_set(ref.namespace),
         ORDER_NAME.value_set(ref.name),
         ORDER_PHASE.value_set(str(phase)),
     ]
-    for key, value in ((ORDER_CLASS, class_name), (ORDER_REASON, reason), (ORDER_DEVICE_CLASS, device_class)):
+    optional = (
+        (ORDER_CLASS, class_name),
+        (ORDER_REASON, reason),
+        (ORDER_DEVICE_CLASS, device_class),
+        (ORDER_RELEASE, release),
+    )
+    for key, value in optional:
         updates.append(key.value_set(value) if value else key.value_unset())
     return updates
 

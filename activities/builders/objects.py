@@ -13,14 +13,21 @@ Apply order, and why:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from activities.builders.auth import build_auth_secret
+from activities.builders.auth import build_auth_secret, requires_token
 from activities.builders.autoscaling import build_autoscaler
-from activities.builders.claim import build_claim_template
-from activities.builders.common import MODEL_VOLUME, WorkloadInputs
+from activities.builders.claim import RESOURCE_API_VERSION, build_claim_template
+from activities.builders.common import (
+    LABEL_MANAGED_BY,
+    LABEL_ORDER,
+    MANAGED_BY,
+    MODEL_VOLUME,
+    ObjectNames,
+    WorkloadInputs,
+)
 from activities.builders.exposure import build_ingress, build_tls_secret_copy, custom_certificate_source
 from activities.builders.service import build_service
 from activities.builders.statefulset import build_statefulset
@@ -78,6 +85,55 @@ def desired_objects(
     if ingress is not None:
         objects.append(_desired(ingress))
     return objects
+
+
+# Every kind an order may own, as (apiVersion, kind): what the prune step lists by the order's label.
+OWNED_KINDS: tuple[tuple[str, str], ...] = (
+    ("v1", "Secret"),
+    (RESOURCE_API_VERSION, "ResourceClaimTemplate"),
+    ("v1", "Service"),
+    ("apps/v1", "StatefulSet"),
+    ("autoscaling/v2", "HorizontalPodAutoscaler"),
+    ("networking.k8s.io/v1", "Ingress"),
+)
+
+
+def wanted_names(
+    desired: list[DesiredObject], service_class: InferenceServiceClass, names: ObjectNames
+) -> set[tuple[str, str]]:
+    """(kind, name) of everything the order should own now.
+
+    The auth Secret is wanted while the class asks for a token even when it is left out of
+    ``desired`` (it exists, and is never rewritten).
+    """
+    wanted = {(d.kind, d.name) for d in desired}
+    if requires_token(service_class):
+        wanted.add(("Secret", names.auth_secret))
+    return wanted
+
+
+def unwanted_objects(
+    standing: Sequence[Mapping[str, Any]], wanted: set[tuple[str, str]], order_name: str, order_uid: str
+) -> list[tuple[str, str, str]]:
+    """(apiVersion, kind, name) of standing objects the order owns and no longer wants.
+
+    Only what this module made for this very order is ever pruned: the module's managed-by and
+    order labels, and the order (by uid) as controller owner. A user's own Secret in the same
+    namespace (the Hugging Face token) carries neither and is never touched.
+    """
+    out = []
+    for obj in standing:
+        meta = obj.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        if labels.get(LABEL_MANAGED_BY) != MANAGED_BY or labels.get(LABEL_ORDER) != order_name:
+            continue
+        owners = meta.get("ownerReferences") or []
+        if not any(o.get("uid") == order_uid and o.get("controller") for o in owners):
+            continue
+        if (obj.get("kind"), meta.get("name")) in wanted:
+            continue
+        out.append((str(obj.get("apiVersion")), str(obj.get("kind")), str(meta.get("name"))))
+    return out
 
 
 def standing_storage_class(standing_statefulset: Mapping[str, Any]) -> str | None:

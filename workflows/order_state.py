@@ -1,0 +1,90 @@
+"""The order workflow's state: one object, which continue-as-new carries.
+
+Everything here can be rebuilt from Kubernetes (the order, its class, its status and what it owns):
+a workflow started afresh for a serving order — a lost Temporal database, or a run moved onto a new
+workflow version — re-reads them and converges on the same objects, the same plan (plans are
+stable) and the same endpoint token (the auth Secret is never rewritten).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from inference_api.observation import HealthReport
+from inference_api.payloads import ApplyResult, ModelResolution, OrderRef, OrderTimings
+from inference_api.plan import LaunchPlan
+from inference_api.preemption import MemberReport, ScalingObservation
+from inference_api.types import Condition, EndpointType, InferenceServiceSpec, Phase
+
+__all__ = ["OrderState", "OrderTimings", "ReplanOutcome", "ScalingProfile"]
+
+
+class ScalingProfile(BaseModel):
+    """What the class says about scaling, kept from the last reconcile."""
+
+    model_config = ConfigDict(extra="forbid")
+    autoscaled: bool = False
+    minReplicas: int = 1
+    maxReplicas: int = 1
+    priorityClassName: str | None = None
+
+
+class OrderState(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    ref: OrderRef
+    # Read at every reconcile (the settings and release in force then), never frozen at start.
+    timings: OrderTimings = Field(default_factory=OrderTimings)
+    release: str | None = None
+    generation: int = 0
+    observedGeneration: int = 0
+    classGeneration: int = 0
+    dirty: bool = True
+    # A `delete` signal is a request: obeyed once a read of the order shows its deletionTimestamp.
+    deleteRequested: bool = False
+    deleting: bool = False
+    gone: bool = False
+    replanRequested: bool = False
+    plan: LaunchPlan | None = None
+    # What the plan in force was computed for (order generation, class generation, release, model):
+    # a reconcile replans only when it changed, or on request.
+    planKey: str | None = None
+    replanCount: int = 0
+    # The spec the plan in force was made for: a refused replan keeps running it (LaunchPlanInForce).
+    heldSpec: InferenceServiceSpec | None = None
+    resolution: ModelResolution | None = None
+    endpointType: EndpointType | None = None
+    applied: ApplyResult | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    phase: Phase = Phase.PENDING
+    reason: str | None = None
+    everReady: bool = False
+    healthy: bool = False
+    retryAttempt: int = 0
+    retryDelaySeconds: float | None = None
+    className: str | None = None
+    reconciles: int = 0
+    # Seconds each step of the last reconcile took (validation … probe): where time-to-Ready went.
+    stepSeconds: dict[str, float] = Field(default_factory=dict)
+    stepMark: float | None = None
+    # What the observer said last, for the Temporal UI.
+    lastObserved: str | None = None
+    # From the observer, acted on by the main loop (each needs activities).
+    pendingHealth: HealthReport | None = None
+    pendingScaling: ScalingObservation | None = None
+    # Capacity preemption: the class's scaling, the HPA as last seen, what the preemption
+    # workflow of the device class said, and the last report sent to it.
+    scalingProfile: ScalingProfile = Field(default_factory=ScalingProfile)
+    scaling: ScalingObservation | None = None
+    replicaCeiling: int | None = None
+    scalingBlocked: str | None = None
+    lastReport: MemberReport | None = None
+    reapplyPending: bool = False
+    publishPending: bool = False
+
+
+class ReplanOutcome(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    planned: bool
+    reason: str
+    message: str
+    replanCount: int
