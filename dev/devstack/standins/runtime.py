@@ -49,16 +49,18 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 import uvicorn
+from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from devstack.standins import process
@@ -84,79 +86,93 @@ class RuntimeConfig:
 # vLLM's own bucket bounds for the two latency histograms (vllm/v1/metrics/loggers.py).
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
 E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0)
+LABELS = ("model_name", "engine")
 
 
-@dataclass
-class Histogram:
-    buckets: tuple[float, ...]
-    counts: list[int] = field(default_factory=list)
-    total: float = 0.0
-    count: int = 0
+class _WithoutCreated:
+    """A registry's families less prometheus_client's ``*_created`` samples, which this page never had."""
 
-    def observe(self, value: float) -> None:
-        if not self.counts:
-            self.counts = [0] * len(self.buckets)
-        for i, bound in enumerate(self.buckets):
-            if value <= bound:
-                self.counts[i] += 1
-        self.total += value
-        self.count += 1
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
 
-    def lines(self, name: str, labels: str) -> list[str]:
-        counts = self.counts or [0] * len(self.buckets)
-        out = [f"# TYPE {name} histogram"]
-        out += [f'{name}_bucket{{{labels},le="{bound}"}} {n}' for bound, n in zip(self.buckets, counts, strict=True)]
-        out.append(f'{name}_bucket{{{labels},le="+Inf"}} {self.count}')
-        out.append(f"{name}_sum{{{labels}}} {self.total}")
-        out.append(f"{name}_count{{{labels}}} {self.count}")
-        return out
+    def collect(self) -> Iterator[Metric]:
+        for family in self._registry.collect():
+            family.samples = [s for s in family.samples if s.name != family.name + "_created"]
+            yield family
+
+
+class RuntimeMetrics:
+    """vLLM's series for one served model, under vLLM's names and labels, on a registry of their own.
+
+    Counters are named without ``_total``: prometheus_client adds it in the exposition, which gives
+    vLLM's ``vllm:prompt_tokens_total`` etc.
+    """
+
+    def __init__(self, model: str) -> None:
+        self.registry = CollectorRegistry()
+        labels = {"model_name": model, "engine": "0"}
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, LABELS, registry=self.registry).labels(**labels)
+
+        def counter(name: str, doc: str, extra: Mapping[str, str] | None = None) -> Counter:
+            extra = extra or {}
+            return Counter(name, doc, [*LABELS, *extra], registry=self.registry).labels(**labels, **extra)
+
+        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+            return Histogram(name, doc, LABELS, buckets=buckets, registry=self.registry).labels(**labels)
+
+        # The load gauges: set from outside (POST /admin/load), the stand-in does no scheduling.
+        self.running = gauge("vllm:num_requests_running", "Number of requests in model execution batches.")
+        self.waiting = gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.")
+        self.gpu_cache_usage = gauge("vllm:gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage.")
+        self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
+        self.generation_tokens = counter("vllm:generation_tokens", "Number of generation tokens processed.")
+        self.successes = counter(
+            "vllm:request_success", "Count of successfully processed requests.", {"finished_reason": "stop"}
+        )
+        self.ttft = histogram(
+            "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", TTFT_BUCKETS
+        )
+        self.e2e = histogram(
+            "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", E2E_BUCKETS
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(_WithoutCreated(self.registry))
 
 
 @dataclass
 class RuntimeState:
+    model: str
     failing_status: int | None = None
     requests: dict[str, int] = field(default_factory=dict)
-    # The load gauges: set from outside (POST /admin/load), the stand-in does no scheduling.
+    metrics: RuntimeMetrics = field(init=False, repr=False)
+    # The load as last set (POST /admin/load); the gauges serve it.
     running: int = 0
     waiting: int = 0
     gpu_cache_usage: float = 0.0
-    prompt_tokens: int = 0
-    generation_tokens: int = 0
-    successes: int = 0
-    ttft: Histogram = field(default_factory=lambda: Histogram(TTFT_BUCKETS))
-    e2e: Histogram = field(default_factory=lambda: Histogram(E2E_BUCKETS))
+
+    def __post_init__(self) -> None:
+        self.metrics = RuntimeMetrics(self.model)
 
     def count(self, route: str) -> None:
         self.requests[route] = self.requests.get(route, 0) + 1
 
+    def set_load(self, running: int, waiting: int, gpu_cache_usage: float) -> None:
+        self.running, self.waiting, self.gpu_cache_usage = running, waiting, gpu_cache_usage
+        self.metrics.running.set(running)
+        self.metrics.waiting.set(waiting)
+        self.metrics.gpu_cache_usage.set(gpu_cache_usage)
+
     def served(self, started: float, prompt_tokens: int, generation_tokens: int) -> None:
         """One request finished with ``finished_reason="stop"``; the answer is all at once."""
         elapsed = time.monotonic() - started
-        self.prompt_tokens += prompt_tokens
-        self.generation_tokens += generation_tokens
-        self.successes += 1
-        self.ttft.observe(elapsed)
-        self.e2e.observe(elapsed)
-
-    def metrics_text(self, model: str) -> str:
-        labels = f'model_name="{model}",engine="0"'
-        lines = [
-            "# TYPE vllm:num_requests_running gauge",
-            f"vllm:num_requests_running{{{labels}}} {self.running}",
-            "# TYPE vllm:num_requests_waiting gauge",
-            f"vllm:num_requests_waiting{{{labels}}} {self.waiting}",
-            "# TYPE vllm:gpu_cache_usage_perc gauge",
-            f"vllm:gpu_cache_usage_perc{{{labels}}} {self.gpu_cache_usage}",
-            "# TYPE vllm:prompt_tokens_total counter",
-            f"vllm:prompt_tokens_total{{{labels}}} {self.prompt_tokens}",
-            "# TYPE vllm:generation_tokens_total counter",
-            f"vllm:generation_tokens_total{{{labels}}} {self.generation_tokens}",
-            "# TYPE vllm:request_success_total counter",
-            f'vllm:request_success_total{{{labels},finished_reason="stop"}} {self.successes}',
-            *self.ttft.lines("vllm:time_to_first_token_seconds", labels),
-            *self.e2e.lines("vllm:e2e_request_latency_seconds", labels),
-        ]
-        return "\n".join(lines) + "\n"
+        self.metrics.prompt_tokens.inc(prompt_tokens)
+        self.metrics.generation_tokens.inc(generation_tokens)
+        self.metrics.successes.inc()
+        self.metrics.ttft.observe(elapsed)
+        self.metrics.e2e.observe(elapsed)
 
 
 def _error(status: int, message: str, kind: str) -> JSONResponse:
@@ -190,7 +206,7 @@ def relevance(query: str, document: str) -> float:
 
 
 def create_app(config: RuntimeConfig, state: RuntimeState | None = None) -> Starlette:
-    state = state if state is not None else RuntimeState()
+    state = state if state is not None else RuntimeState(config.model)
 
     def failing() -> int | None:
         if state.failing_status is not None:
@@ -234,7 +250,7 @@ def create_app(config: RuntimeConfig, state: RuntimeState | None = None) -> Star
     async def metrics(request: Request) -> Response:
         # vLLM's series, under vLLM's names: what the HPA scales on and the dashboards read.
         answer = refused(request, protected=False)
-        return answer or PlainTextResponse(state.metrics_text(config.model), media_type="text/plain; version=0.0.4")
+        return answer or Response(state.metrics.render(), media_type=CONTENT_TYPE_PLAIN_0_0_4)
 
     async def models(request: Request) -> Response:
         state.count("models")
@@ -384,14 +400,12 @@ def create_app(config: RuntimeConfig, state: RuntimeState | None = None) -> Star
         if not isinstance(body, dict):
             return _error(400, "the request body must be a JSON object", "BadRequestError")
         try:
-            if "running" in body:
-                state.running = int(body["running"])
-            if "waiting" in body:
-                state.waiting = int(body["waiting"])
-            if "gpu_cache_usage" in body:
-                state.gpu_cache_usage = float(body["gpu_cache_usage"])
+            running = int(body.get("running", state.running))
+            waiting = int(body.get("waiting", state.waiting))
+            gpu_cache_usage = float(body.get("gpu_cache_usage", state.gpu_cache_usage))
         except (TypeError, ValueError):
             return _error(400, "running and waiting are integers, gpu_cache_usage a number", "BadRequestError")
+        state.set_load(running, waiting, gpu_cache_usage)
         load = {"running": state.running, "waiting": state.waiting, "gpu_cache_usage": state.gpu_cache_usage}
         log.info("load set: %s", load)
         return JSONResponse(load)
@@ -488,7 +502,7 @@ class StandInRuntime:
             embedding_dim=embedding_dim,
             runtime_version=runtime_version,
         )
-        self.state = RuntimeState()
+        self.state = RuntimeState(model)
         self.host = host
         self.port = port
         self._server: uvicorn.Server | None = None
