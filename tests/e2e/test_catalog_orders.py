@@ -14,12 +14,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes.client import ApiClient, CustomObjectsApi
-from kubernetes.client.exceptions import ApiException
 
 from devstack.standins.catalog_service import CatalogServiceProcess
-from inference_api.catalog_types import CATALOG_GROUP, CATALOG_VERSION, ModelFacts
+from inference_api.catalog_types import ModelFacts
 from inference_api.types import EndpointType, ModelKind
+from tests.e2e.catalog_models import ClusterModels
 from tests.e2e.stand import MakeStand, Stand
 from workflows import activity_names as act
 
@@ -53,43 +52,6 @@ def cluster_model_ref(name: str) -> dict[str, Any]:
 def catalog() -> Iterator[CatalogServiceProcess]:
     with CatalogServiceProcess([]) as service:
         yield service
-
-
-class ClusterModels:
-    """ClusterModel objects as the ai-models module would publish them (status through /status)."""
-
-    def __init__(self, api: ApiClient) -> None:
-        self.custom = CustomObjectsApi(api)
-        self.made: list[str] = []
-
-    def create(self, name: str, *, source: str, facts: ModelFacts, phase: str = "Ready") -> None:
-        body = {
-            "apiVersion": f"{CATALOG_GROUP}/{CATALOG_VERSION}",
-            "kind": "ClusterModel",
-            "metadata": {"name": name},
-            "spec": {"source": source},
-        }
-        self.custom.create_cluster_custom_object(CATALOG_GROUP, CATALOG_VERSION, "clustermodels", body)
-        self.made.append(name)
-        status = {"phase": phase, "facts": facts.model_dump(mode="json", exclude_none=True)}
-        self.custom.patch_cluster_custom_object_status(
-            CATALOG_GROUP, CATALOG_VERSION, "clustermodels", name, {"status": status}
-        )
-
-    def delete_all(self) -> None:
-        for name in self.made:
-            try:
-                self.custom.delete_cluster_custom_object(CATALOG_GROUP, CATALOG_VERSION, "clustermodels", name)
-            except ApiException as err:
-                if err.status != 404:
-                    raise
-
-
-@pytest.fixture
-def cluster_models(kube_admin: ApiClient) -> Iterator[ClusterModels]:
-    models = ClusterModels(kube_admin)
-    yield models
-    models.delete_all()
 
 
 def runtime_args(stand: Stand, name: str) -> list[str]:

