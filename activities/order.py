@@ -17,12 +17,13 @@ import structlog
 from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from activities.builders.auth import new_token, requires_token
 from activities.builders.autoscaling import constraints_status
 from activities.builders.claim import claim_template_spec_differs
 from activities.builders.common import WorkloadInputs, artifact_from_resolution, selector_labels
-from activities.builders.exposure import custom_certificate_source, endpoint_status
+from activities.builders.exposure import certificate_copy_allowed, custom_certificate_source, endpoint_status
 from activities.builders.objects import (
     OWNED_KINDS,
     desired_objects,
@@ -248,6 +249,8 @@ class OrderActivities:
         source = custom_certificate_source(cls, self.settings)
         if source is not None:
             certificate = self.applier.get("v1", "Secret", source[1], source[0])
+            if (refusal := certificate_copy_allowed(certificate)) is not None:
+                raise ApplicationError(refusal, type=str(Reason.WORKLOAD_REFUSED), non_retryable=True)
         desired = desired_objects(inputs, auth_token=token, custom_certificate=certificate)
         with refusals_are_final():
             for wanted in desired:

@@ -70,6 +70,11 @@ class ExposureSettings(BaseModel):
     # {name} and {namespace} of the order; the result is the host of an External endpoint.
     domainTemplate: str = "{name}.{namespace}.ai.example.com"
     ingressClassName: str | None = None
+    # Namespaces let in by each order's NetworkPolicy (besides the order's own and the module's):
+    # where the ingress controller runs (External classes only), and where Prometheus scrapes
+    # /metrics from (the HPA's queue metric).
+    ingressControllerNamespace: str = Field(default="d8-ingress-nginx", min_length=1)
+    monitoringNamespace: str = Field(default="d8-monitoring", min_length=1)
 
 
 class HealthSettings(BaseModel):

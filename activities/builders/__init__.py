@@ -28,10 +28,12 @@ from activities.builders.common import (
 from activities.builders.exposure import (
     build_ingress,
     build_tls_secret_copy,
+    certificate_copy_allowed,
     custom_certificate_source,
     endpoint_status,
     external_host,
 )
+from activities.builders.network_policy import build_network_policy
 from activities.builders.objects import (
     DesiredObject,
     desired_objects,
@@ -65,9 +67,11 @@ __all__ = [
     "build_autoscaler",
     "build_claim_template",
     "build_ingress",
+    "build_network_policy",
     "build_service",
     "build_statefulset",
     "build_tls_secret_copy",
+    "certificate_copy_allowed",
     "claim_template_spec_differs",
     "constraints_status",
     "custom_certificate_source",

@@ -67,6 +67,10 @@ class ObjectNames:
         return self.order
 
     @property
+    def network_policy(self) -> str:
+        return self.order
+
+    @property
     def auth_secret(self) -> str:
         return f"{self.order}-auth"
 

@@ -1,14 +1,24 @@
 """How an order is reached: the Ingress of an External class, and ``status.endpoint``.
 
 External → an Ingress ``{order}`` for the host ``settings.exposure.domainTemplate`` names, always
-with TLS (the user guide promises an HTTPS URL):
+with TLS (the user guide promises an HTTPS URL), that publishes the path prefix ``/v1`` only.
+The user guide promises ``/v1/models``, ``/v1/chat/completions``, ``/v1/embeddings`` and
+``/v1/rerank``; ``/v1`` is exactly what vLLM's API key guards, while vLLM serves much more
+without the key (``/rerank``, ``/score``, ``/tokenize``, ``/pooling``, ``/classify``, ``/pause``,
+``/sleep``, ``/collective_rpc``, ``/metrics``, ...). Publishing ``/`` would put all of that on
+the internet, token or not. Kubernetes ``Prefix`` matches whole path elements: ``/v1`` and
+``/v1/...``, never ``/v1x``. TLS:
 
 * ``https.mode: CertManager`` → annotation ``cert-manager.io/cluster-issuer`` and the Secret
   ``{order}-tls`` that cert-manager's ingress-shim fills;
 * ``https.mode: CustomCertificate`` → the administrator's Secret lives in the module's namespace,
   and an Ingress can only name a Secret of its own namespace, so the apply step reads that
   Secret (``custom_certificate_source``) and ``build_tls_secret_copy`` makes the order's own
-  copy ``{order}-tls``, owned by the order like everything else;
+  copy ``{order}-tls``, owned by the order like everything else. Only a Secret the
+  administrator labelled ``ai.deckhouse.io/custom-certificate: "true"`` is copied
+  (``certificate_copy_allowed``): a class author may name any Secret, and the module namespace
+  holds the module's own (Temporal's client certificate, say), which must never travel into a
+  user's namespace;
 * no ``https`` block → a TLS entry for the host without a Secret: the ingress controller's
   default certificate serves it.
 
@@ -33,6 +43,10 @@ from inference_api.types import (
 
 CLUSTER_ISSUER_ANNOTATION = "cert-manager.io/cluster-issuer"
 TLS_DATA_KEYS = ("tls.crt", "tls.key", "ca.crt")
+# The administrator's mark on a Secret of the module namespace that classes may copy.
+CUSTOM_CERTIFICATE_LABEL = "ai.deckhouse.io/custom-certificate"
+# What the Ingress publishes: the prefix vLLM's API key guards, and every documented API path.
+EXPOSED_PATH_PREFIX = "/v1"
 
 # ingress-nginx (the Deckhouse ingress controller) defaults are made for web pages, not for
 # a model that streams tokens for minutes or takes a long prompt: raise the timeouts, lift the
@@ -82,12 +96,35 @@ def custom_certificate_source(service_class: InferenceServiceClass, settings: Mo
     return settings.moduleNamespace, policy.https.customCertificate.secretName
 
 
+def certificate_copy_allowed(secret: Mapping[str, Any] | None) -> str | None:
+    """Why the certificate Secret (as read) may not be copied into an order's namespace, or None.
+
+    Only a Secret the administrator marked with ``ai.deckhouse.io/custom-certificate: "true"``
+    may be copied. None (no Secret) is not refused here: there is nothing to copy, and the
+    Ingress names ``{order}-tls`` until the Secret exists.
+    """
+    if secret is None:
+        return None
+    meta = secret.get("metadata") or {}
+    if (meta.get("labels") or {}).get(CUSTOM_CERTIFICATE_LABEL) == "true":
+        return None
+    where = f"{meta.get('namespace') or '?'}/{meta.get('name') or '?'}"
+    return (
+        f"the class names certificate Secret {where}, which is not marked for copying into orders' namespaces; "
+        f'an administrator labels it {CUSTOM_CERTIFICATE_LABEL}="true" to allow it'
+    )
+
+
 def build_tls_secret_copy(inputs: WorkloadInputs, source: Mapping[str, Any]) -> dict[str, Any]:
     """The order's copy ``{order}-tls`` of the administrator's certificate Secret (as read).
 
     Only the certificate keys are copied, still base64 as the server returned them, so no
-    other data of the source Secret travels into the user's namespace.
+    other data of the source Secret travels into the user's namespace. A Secret not marked for
+    copying (``certificate_copy_allowed``) is a ValueError.
     """
+    refusal = certificate_copy_allowed(source)
+    if refusal is not None:
+        raise ValueError(refusal)
     data = source.get("data") or {}
     copied = {key: data[key] for key in TLS_DATA_KEYS if key in data}
     if "tls.crt" not in copied or "tls.key" not in copied:
@@ -125,7 +162,7 @@ def build_ingress(inputs: WorkloadInputs) -> dict[str, Any] | None:
             "http": {
                 "paths": [
                     {
-                        "path": "/",
+                        "path": EXPOSED_PATH_PREFIX,
                         "pathType": "Prefix",
                         "backend": {"service": {"name": inputs.names.service, "port": {"name": HTTP_PORT_NAME}}},
                     }

@@ -4,11 +4,12 @@ Apply order, and why:
 1. ``{order}-auth`` Secret (create-only) — the runtime's ``secretKeyRef`` must resolve, or the
    container sits in CreateContainerConfigError;
 2. ``{order}-tls`` copy of a custom certificate — before the Ingress that names it;
-3. ResourceClaimTemplate — pods made without it cannot get their claims and stay unschedulable;
-4. Service — the Ingress backend;
-5. StatefulSet — the replicas;
-6. HorizontalPodAutoscaler — its scale target now exists;
-7. Ingress — last, so the endpoint is published only when everything behind it is in place.
+3. NetworkPolicy — before any pod exists, so no replica is ever reachable from everywhere;
+4. ResourceClaimTemplate — pods made without it cannot get their claims and stay unschedulable;
+5. Service — the Ingress backend;
+6. StatefulSet — the replicas;
+7. HorizontalPodAutoscaler — its scale target now exists;
+8. Ingress — last, so the endpoint is published only when everything behind it is in place.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from activities.builders.common import (
     WorkloadInputs,
 )
 from activities.builders.exposure import build_ingress, build_tls_secret_copy, custom_certificate_source
+from activities.builders.network_policy import build_network_policy
 from activities.builders.service import build_service
 from activities.builders.statefulset import build_statefulset
 from inference_api.types import InferenceServiceClass
@@ -66,7 +68,9 @@ def desired_objects(
     when the caller already knows the Secret exists; it is then left out.
     ``custom_certificate``: the administrator's Secret as read from
     ``custom_certificate_source(...)``, for a CustomCertificate class; without it the copy is
-    left out and the Ingress still names ``{order}-tls``.
+    left out and the Ingress still names ``{order}-tls``. A Secret the administrator did not
+    mark for copying (``exposure.certificate_copy_allowed``) is a ValueError: the caller refuses
+    the workload before it gets here.
     """
     objects: list[DesiredObject] = []
     if auth_token is not None:
@@ -75,6 +79,7 @@ def desired_objects(
             objects.append(_desired(secret, create_only=True))
     if custom_certificate is not None and custom_certificate_source(inputs.service_class, inputs.settings):
         objects.append(_desired(build_tls_secret_copy(inputs, custom_certificate)))
+    objects.append(_desired(build_network_policy(inputs)))
     objects.append(_desired(build_claim_template(inputs)))
     objects.append(_desired(build_service(inputs)))
     objects.append(_desired(build_statefulset(inputs)))
@@ -95,6 +100,7 @@ OWNED_KINDS: tuple[tuple[str, str], ...] = (
     ("apps/v1", "StatefulSet"),
     ("autoscaling/v2", "HorizontalPodAutoscaler"),
     ("networking.k8s.io/v1", "Ingress"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),
 )
 
 

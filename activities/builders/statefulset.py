@@ -22,6 +22,16 @@ Probes: the startup probe waits for ``/health`` with a budget that grows with th
 (loading and compiling a large model takes many minutes, and killing it halfway would restart
 the load forever); readiness is the API itself, ``GET /v1/models``, so a replica takes traffic
 only when it can answer; liveness restarts an engine whose ``/health`` stays down.
+
+Security: the pods pass the Pod Security ``restricted`` profile. Both containers run as uid/gid
+``RUNTIME_UID`` (never root), without privilege escalation, with every capability dropped and
+the container runtime's default seccomp profile. ``fsGroup`` makes the model volume writable for
+that uid (``OnRootMismatch``: the kubelet changes ownership once, not on every mount of tens of
+GiB). What vLLM and the Hugging Face CLI write goes to volumes: the model volume (``HF_HOME``,
+``VLLM_CACHE_ROOT`` with its torch.compile and Triton caches), a ``HOME`` emptyDir (the caches
+libraries put under ``~``: FlashInfer, Triton, ``~/.config/vllm``) and a ``/tmp`` emptyDir.
+``USER`` is set because the uid has no ``/etc/passwd`` entry in the image, and
+``getpass.getuser()`` (torch's cache paths) fails without one of the two.
 """
 
 from __future__ import annotations
@@ -59,6 +69,35 @@ API_KEY_ENV = "VLLM_API_KEY"
 HF_TOKEN_ENV = "HF_TOKEN"
 SHM_VOLUME = "dshm"
 FETCH_MARKER = ".ai-inference-fetched"
+
+# Pod Security `restricted`: a fixed non-root uid, and what it may write.
+RUNTIME_UID = 1000
+RUNTIME_USER = "ai-inference"
+HOME_VOLUME = "home"
+HOME_PATH = "/home/ai-inference"
+TMP_VOLUME = "tmp"
+TMP_PATH = "/tmp"
+SCRATCH_SIZE_LIMIT = "10Gi"
+POD_SECURITY_CONTEXT: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "runAsUser": RUNTIME_UID,
+    "runAsGroup": RUNTIME_UID,
+    "fsGroup": RUNTIME_UID,
+    "fsGroupChangePolicy": "OnRootMismatch",
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "runAsNonRoot": True,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+# HOME and USER for both containers (see the module docstring).
+_IDENTITY_ENV = {"HOME": HOME_PATH, "USER": RUNTIME_USER}
+_SCRATCH_MOUNTS = [
+    {"name": HOME_VOLUME, "mountPath": HOME_PATH},
+    {"name": TMP_VOLUME, "mountPath": TMP_PATH},
+]
 
 # Flags the builder owns. A recipe that carried one would silently move the port, rename the
 # model or put a key on the command line; they are dropped from recipe arguments.
@@ -184,6 +223,7 @@ def _runtime_env(inputs: WorkloadInputs) -> list[dict[str, Any]]:
         # Compilation caches on the model volume: a restarted replica skips recompiling.
         "VLLM_CACHE_ROOT": f"{MODEL_MOUNT_PATH}/.vllm-cache",
         "VLLM_NO_USAGE_STATS": "1",
+        **_IDENTITY_ENV,
     }
     values = {**inputs.plan.recipe.env, **fixed}
     values.pop(API_KEY_ENV, None)
@@ -226,7 +266,9 @@ def _runtime_container(inputs: WorkloadInputs) -> dict[str, Any]:
         "volumeMounts": [
             {"name": MODEL_VOLUME, "mountPath": MODEL_MOUNT_PATH},
             {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
+            *copy.deepcopy(_SCRATCH_MOUNTS),
         ],
+        "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
         "startupProbe": {
             "httpGet": {"path": "/health", "port": HTTP_PORT_NAME},
             "periodSeconds": STARTUP_PERIOD_SECONDS,
@@ -248,8 +290,10 @@ def _fetcher_container(inputs: WorkloadInputs) -> dict[str, Any]:
     env: list[dict[str, Any]] = [
         {"name": "HF_HOME", "value": f"{MODEL_MOUNT_PATH}/.hf-home"},
         {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
+        {"name": "HOME", "value": _IDENTITY_ENV["HOME"]},
         {"name": "MODEL_DIR", "value": artifact.local_dir},
         {"name": "MODEL_REPOSITORY", "value": artifact.repository},
+        {"name": "USER", "value": _IDENTITY_ENV["USER"]},
     ]
     if artifact.revision:
         env.append({"name": "MODEL_REVISION", "value": artifact.revision})
@@ -264,7 +308,8 @@ def _fetcher_container(inputs: WorkloadInputs) -> dict[str, Any]:
         "command": ["/bin/sh", "-c", FETCH_SCRIPT],
         "env": env,
         "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "4Gi"}},
-        "volumeMounts": [{"name": MODEL_VOLUME, "mountPath": MODEL_MOUNT_PATH}],
+        "volumeMounts": [{"name": MODEL_VOLUME, "mountPath": MODEL_MOUNT_PATH}, *copy.deepcopy(_SCRATCH_MOUNTS)],
+        "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
     }
 
 
@@ -320,6 +365,7 @@ def build_statefulset(inputs: WorkloadInputs) -> dict[str, Any]:
         # namespace would set VLLM_PORT, which vLLM reads as its own setting and fails on.
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": 60,
+        "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
         "resourceClaims": [{"name": POD_CLAIM, "resourceClaimTemplateName": inputs.names.claim_template}],
         "initContainers": [_fetcher_container(inputs)],
         "containers": [_runtime_container(inputs)],
@@ -328,7 +374,10 @@ def build_statefulset(inputs: WorkloadInputs) -> dict[str, Any]:
                 # The 64Mi default /dev/shm is too small for vLLM's worker processes and NCCL.
                 "name": SHM_VOLUME,
                 "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi" if plan.deviceCount == 1 else "8Gi"},
-            }
+            },
+            # Writable scratch for the non-root uid: HOME (library caches) and /tmp.
+            {"name": HOME_VOLUME, "emptyDir": {"sizeLimit": SCRATCH_SIZE_LIMIT}},
+            {"name": TMP_VOLUME, "emptyDir": {"sizeLimit": SCRATCH_SIZE_LIMIT}},
         ],
     }
     spec: dict[str, Any] = {"serviceName": inputs.names.service}

@@ -10,10 +10,12 @@ from activities.builders import (
     build_ingress,
     build_service,
     build_tls_secret_copy,
+    certificate_copy_allowed,
     custom_certificate_source,
     endpoint_status,
     external_host,
 )
+from activities.builders.exposure import CUSTOM_CERTIFICATE_LABEL
 from inference_api.settings import ExposureSettings, ModuleSettings
 from inference_api.types import ExposureType
 from tests.builders import factories as f
@@ -40,7 +42,8 @@ def test_external_cert_manager_ingress() -> None:
     (rule,) = ingress["spec"]["rules"]
     assert rule["host"] == host
     (path,) = rule["http"]["paths"]
-    assert path["path"] == "/" and path["pathType"] == "Prefix"
+    # Only /v1, the prefix vLLM's API key guards: /rerank, /score, /pause, ... stay unreachable.
+    assert path["path"] == "/v1" and path["pathType"] == "Prefix"
     assert path["backend"] == {"service": {"name": "support-llm", "port": {"name": "http"}}}
     assert "ingressClassName" not in ingress["spec"]
 
@@ -68,14 +71,50 @@ def test_custom_certificate_is_copied_into_the_orders_namespace() -> None:
     assert custom_certificate_source(the_class, settings) == ("d8-ai-inference", "wildcard-tls")
 
     crt, key = base64.b64encode(b"CERT").decode(), base64.b64encode(b"KEY").decode()
-    source = {"data": {"tls.crt": crt, "tls.key": key, "other": "eA=="}, "metadata": {"name": "wildcard-tls"}}
+    marked = {"name": "wildcard-tls", "namespace": "d8-ai-inference", "labels": {CUSTOM_CERTIFICATE_LABEL: "true"}}
+    source = {"data": {"tls.crt": crt, "tls.key": key, "other": "eA=="}, "metadata": marked}
     copy = build_tls_secret_copy(the_inputs, source)
     assert copy["metadata"]["name"] == "support-llm-tls"
     assert copy["metadata"]["namespace"] == "support"
     assert copy["type"] == "kubernetes.io/tls"
     assert copy["data"] == {"tls.crt": crt, "tls.key": key}
+    assert CUSTOM_CERTIFICATE_LABEL not in copy["metadata"]["labels"]
     with pytest.raises(ValueError, match=r"tls\.key"):
-        build_tls_secret_copy(the_inputs, {"data": {"tls.crt": crt}})
+        build_tls_secret_copy(the_inputs, {"data": {"tls.crt": crt}, "metadata": marked})
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [None, {}, {CUSTOM_CERTIFICATE_LABEL: "false"}, {CUSTOM_CERTIFICATE_LABEL: "True"}, {"app": "temporal"}],
+    ids=["no-labels", "empty", "false", "not-exactly-true", "other-label"],
+)
+def test_only_a_secret_the_administrator_marked_is_copied(labels: dict[str, str] | None) -> None:
+    the_class = f.service_class(
+        exposurePolicy={
+            "type": "External",
+            "authentication": "Token",
+            "https": {"mode": "CustomCertificate", "customCertificate": {"secretName": "temporal-client-tls"}},
+        }
+    )
+    meta: dict[str, object] = {"name": "temporal-client-tls", "namespace": "d8-ai-inference"}
+    if labels is not None:
+        meta["labels"] = labels
+    secret = {"data": {"tls.crt": "Qw==", "tls.key": "Sw=="}, "metadata": meta}
+    refusal = certificate_copy_allowed(secret)
+    assert refusal is not None
+    assert "d8-ai-inference/temporal-client-tls" in refusal
+    assert f'{CUSTOM_CERTIFICATE_LABEL}="true"' in refusal
+    # The refusal names the Secret, never its data.
+    assert "Qw==" not in refusal and "Sw==" not in refusal
+    # The builder refuses too, so no caller can copy it by skipping the check.
+    with pytest.raises(ValueError, match="not marked"):
+        build_tls_secret_copy(f.inputs(the_class=the_class), secret)
+
+
+def test_a_marked_secret_is_allowed_and_a_missing_one_is_no_refusal() -> None:
+    marked = {"metadata": {"name": "wildcard", "labels": {CUSTOM_CERTIFICATE_LABEL: "true"}}}
+    assert certificate_copy_allowed(marked) is None
+    assert certificate_copy_allowed(None) is None
 
 
 def test_cert_manager_and_cluster_local_need_no_certificate_copy() -> None:

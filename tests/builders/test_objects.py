@@ -44,13 +44,14 @@ def test_external_token_cert_manager_objects_in_apply_order() -> None:
     objects = desired_objects(f.inputs(), auth_token=f.TOKEN)
     assert _kinds(objects) == [
         ("Secret", "support-llm-auth"),
+        ("NetworkPolicy", "support-llm"),
         ("ResourceClaimTemplate", "support-llm-claim"),
         ("Service", "support-llm"),
         ("StatefulSet", "support-llm"),
         ("HorizontalPodAutoscaler", "support-llm"),
         ("Ingress", "support-llm"),
     ]
-    assert [o.create_only for o in objects] == [True, False, False, False, False, False]
+    assert [o.create_only for o in objects] == [True, False, False, False, False, False, False]
     assert all(o.namespace == "support" for o in objects)
     assert FIELD_MANAGER == "ai-inference"
 
@@ -58,6 +59,7 @@ def test_external_token_cert_manager_objects_in_apply_order() -> None:
 def test_cluster_local_none_has_no_secret_no_ingress_no_hpa() -> None:
     objects = desired_objects(f.inputs(the_class=f.cluster_local_none()), auth_token=new_token())
     assert _kinds(objects) == [
+        ("NetworkPolicy", "support-llm"),
         ("ResourceClaimTemplate", "support-llm-claim"),
         ("Service", "support-llm"),
         ("StatefulSet", "support-llm"),
@@ -77,7 +79,8 @@ def test_custom_certificate_copy_comes_before_the_ingress() -> None:
             "https": {"mode": "CustomCertificate", "customCertificate": {"secretName": "wildcard"}},
         }
     )
-    source = {"data": {"tls.crt": "Qw==", "tls.key": "Sw=="}}
+    marked = {"name": "wildcard", "labels": {"ai.deckhouse.io/custom-certificate": "true"}}
+    source = {"data": {"tls.crt": "Qw==", "tls.key": "Sw=="}, "metadata": marked}
     objects = desired_objects(f.inputs(the_class=the_class), custom_certificate=source)
     assert _kinds(objects)[0] == ("Secret", "support-llm-tls")
     assert _kinds(objects)[-1] == ("Ingress", "support-llm")
@@ -137,6 +140,7 @@ def test_new_token_is_random_and_header_safe() -> None:
 def test_names() -> None:
     names = ObjectNames("a")
     assert (names.statefulset, names.service, names.ingress, names.autoscaler) == ("a", "a", "a", "a")
+    assert names.network_policy == "a"
     assert (names.auth_secret, names.tls_secret, names.claim_template) == ("a-auth", "a-tls", "a-claim")
 
 

@@ -57,3 +57,25 @@ def test_only_what_the_module_made_for_this_order_is_ever_pruned() -> None:
     ours = standing("Ingress", "support-llm")
     pruned = unwanted_objects([users_secret, other_order, earlier_order_same_name, ours], wanted, "support-llm", f.UID)
     assert pruned == [("v1", "Ingress", "support-llm")]
+
+
+def test_every_kind_an_order_can_own_is_listed_for_pruning() -> None:
+    from activities.builders.objects import OWNED_KINDS
+
+    marked = {"metadata": {"labels": {"ai.deckhouse.io/custom-certificate": "true"}}}
+    certificate = {"data": {"tls.crt": "Qw==", "tls.key": "Sw=="}} | marked
+    custom = f.service_class(
+        exposurePolicy={
+            "type": "External",
+            "authentication": "Token",
+            "https": {"mode": "CustomCertificate", "customCertificate": {"secretName": "wildcard"}},
+        },
+        scalingPolicy={"minReplicas": 1, "maxReplicas": 2},
+    )
+    built = {
+        (d.api_version, d.kind)
+        for the_class in (f.external_token_certmanager(), f.cluster_local_none(), custom)
+        for d in desired_objects(f.inputs(the_class=the_class), auth_token=f.TOKEN, custom_certificate=certificate)
+    }
+    assert ("networking.k8s.io/v1", "NetworkPolicy") in built
+    assert built == set(OWNED_KINDS)

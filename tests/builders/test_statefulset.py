@@ -148,7 +148,11 @@ def test_fetcher_downloads_into_the_model_volume_with_the_users_token_by_referen
     assert env["HF_TOKEN"] == {"secretKeyRef": {"name": "hf-token", "key": "hf"}}
     assert env["MODEL_REPOSITORY"] == MODEL
     assert env["MODEL_DIR"] == f"/models/{MODEL}"
-    assert fetcher["volumeMounts"] == [{"name": "model", "mountPath": "/models"}]
+    assert fetcher["volumeMounts"] == [
+        {"name": "model", "mountPath": "/models"},
+        {"name": "home", "mountPath": "/home/ai-inference"},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
     script = fetcher["command"][2]
     assert fetcher["command"][:2] == ["/bin/sh", "-c"]
     assert "hf download" in script and "huggingface-cli download" in script
@@ -301,6 +305,72 @@ def test_pod_hardening() -> None:
     pod = build_statefulset(f.inputs())["spec"]["template"]["spec"]
     assert pod["enableServiceLinks"] is False
     assert pod["automountServiceAccountToken"] is False
+
+
+RESTRICTED_VOLUME_KINDS = {
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+}
+
+
+@pytest.mark.parametrize(
+    "the_class",
+    [f.external_token_certmanager(), f.cluster_local_none(), f.strict_class()],
+    ids=["external-token", "cluster-local", "strict"],
+)
+def test_pods_meet_the_restricted_pod_security_profile(the_class: object) -> None:
+    """The checks of Pod Security `restricted` (the cluster test asks the real API server too)."""
+    pod = build_statefulset(f.inputs(the_class=the_class))["spec"]["template"]["spec"]  # type: ignore[arg-type]
+    pod_context = pod["securityContext"]
+    assert pod_context["runAsNonRoot"] is True
+    assert pod_context["runAsUser"] == pod_context["runAsGroup"] == pod_context["fsGroup"] == 1000
+    assert pod_context["fsGroupChangePolicy"] == "OnRootMismatch"
+    assert pod_context["seccompProfile"] == {"type": "RuntimeDefault"}
+    for key in ("hostNetwork", "hostPID", "hostIPC", "hostUsers"):
+        assert key not in pod, key
+    for volume in pod["volumes"]:
+        assert set(volume) - {"name"} <= RESTRICTED_VOLUME_KINDS, volume
+    containers = pod["initContainers"] + pod["containers"]
+    assert [c["name"] for c in containers] == ["model-fetcher", "runtime"]
+    for container in containers:
+        context = container["securityContext"]
+        assert context["allowPrivilegeEscalation"] is False, container["name"]
+        assert context["capabilities"] == {"drop": ["ALL"]}, container["name"]
+        assert context["runAsNonRoot"] is True, container["name"]
+        assert context["seccompProfile"] == {"type": "RuntimeDefault"}, container["name"]
+        assert "privileged" not in context and "runAsUser" not in context
+        for port in container.get("ports", []):
+            assert "hostPort" not in port
+
+
+def test_what_vllm_writes_goes_to_volumes_the_non_root_uid_can_write() -> None:
+    sts = build_statefulset(f.inputs(the_plan=f.plan(env={"HOME": "/root", "USER": "root"})))
+    pod = sts["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["home"] == {"name": "home", "emptyDir": {"sizeLimit": "10Gi"}}
+    assert volumes["tmp"] == {"name": "tmp", "emptyDir": {"sizeLimit": "10Gi"}}
+    # The model volume is writable through fsGroup; it holds the persistent caches.
+    templates = [t["metadata"]["name"] for t in sts["spec"]["volumeClaimTemplates"]]
+    assert templates == ["model"]
+    for container in (f.runtime_container(sts), f.fetcher_container(sts)):
+        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        assert mounts["model"] == "/models"
+        assert mounts["home"] == "/home/ai-inference"
+        assert mounts["tmp"] == "/tmp"
+        env = f.env_map(container)
+        # A recipe cannot move HOME back to the root-owned /root.
+        assert env["HOME"] == "/home/ai-inference"
+        assert env["USER"] == "ai-inference"
+        assert env["HF_HOME"] == "/models/.hf-home"
+    runtime_env = f.env_map(f.runtime_container(sts))
+    assert runtime_env["VLLM_CACHE_ROOT"] == "/models/.vllm-cache"
+    assert {m["mountPath"] for m in f.runtime_container(sts)["volumeMounts"]} >= {"/dev/shm"}
 
 
 @pytest.mark.parametrize(

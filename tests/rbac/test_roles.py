@@ -487,6 +487,10 @@ SA_MATRIX: list[tuple[str, Access, bool]] = [
     ("worker", Access("update", "inferenceservices", scope="cluster"), True),  # finalizers
     ("worker", Access("patch", "statefulsets", group="apps", scope="other"), True),
     ("worker", Access("create", "secrets", group="", scope="other"), True),
+    *[
+        ("worker", Access(verb, "networkpolicies", group="networking.k8s.io", scope="other"), True)
+        for verb in ("get", "list", "watch", "create", "update", "patch", "delete")
+    ],
     ("worker", Access("patch", "ingresses", group="networking.k8s.io", scope="other"), True),
     ("worker", Access("patch", "horizontalpodautoscalers", group="autoscaling", scope="other"), True),
     ("worker", Access("patch", "resourceclaimtemplates", group="resource.k8s.io", scope="other"), True),

@@ -1,4 +1,4 @@
-"""The stand-in runtime over real HTTP: the OpenAI routes, bearer auth, failure injection, stop."""
+"""The stand-in runtime over real HTTP: the OpenAI routes, bearer auth as vLLM does it, failure injection, stop."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from devstack.standins.runtime import RuntimeProcess, StandInRuntime, embed, resolve_token
+from devstack.standins.runtime import GUARDED_PREFIXES, RuntimeProcess, StandInRuntime, embed, guarded, resolve_token
 
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
 TOKEN = "standin-token-3f9a0c1d-do-not-log"
@@ -61,8 +61,51 @@ def test_v1_routes_need_the_bearer_token(
 
 def test_health_and_version_are_open_like_vllm(secured: StandInRuntime, client: httpx.Client) -> None:
     assert client.get(f"{secured.url}/health").status_code == 200
+    assert client.get(f"{secured.url}/ping").status_code == 200
     assert client.get(f"{secured.url}/version").json() == {"version": "0.0.0-standin"}
     assert "vllm:num_requests_waiting" in client.get(f"{secured.url}/metrics").text
+
+
+def test_the_key_guards_only_vllms_path_prefixes() -> None:
+    # vLLM's middleware: str.startswith on these four, nothing else.
+    assert GUARDED_PREFIXES == ("/v1", "/v2", "/inference", "/cohere")
+    for path in ("/v1", "/v1/models", "/v1x", "/v2/rerank", "/inference/v1/generate", "/cohere/v2/rerank"):
+        assert guarded(path), path
+    for path in ("/", "/rerank", "/score", "/tokenize", "/pooling", "/classify", "/pause", "/metrics", "/health"):
+        assert not guarded(path), path
+
+
+@pytest.mark.parametrize("path", ["/v1/nowhere", "/v2/nowhere", "/inference/nowhere", "/cohere/nowhere", "/v1x"])
+def test_any_guarded_path_answers_401_before_routing_like_vllm(
+    secured: StandInRuntime, client: httpx.Client, path: str
+) -> None:
+    assert client.get(f"{secured.url}{path}").status_code == 401
+    assert client.post(f"{secured.url}{path}", json={}).status_code == 401
+    # With the key the request reaches routing, where nothing lives.
+    assert client.get(f"{secured.url}{path}", headers=AUTH).status_code == 404
+    # vLLM lets OPTIONS through unauthenticated (CORS preflight).
+    assert client.options(f"{secured.url}{path}").status_code != 401
+
+
+def test_unguarded_inference_routes_serve_anyone_like_vllm(secured: StandInRuntime, client: httpx.Client) -> None:
+    """What vLLM serves without the key, the stand-in serves without it too: the module's guard must
+    keep these out of reach (the Ingress publishes /v1 only), not the runtime."""
+    rerank = {"model": MODEL, "query": "capital of france", "documents": ["paris is the capital of france"]}
+    assert client.post(f"{secured.url}/rerank", json=rerank).status_code == 200
+    assert client.post(f"{secured.url}/v1/rerank", json=rerank).status_code == 401
+    assert client.post(f"{secured.url}/v2/rerank", json=rerank).status_code == 401
+    score = {"model": MODEL, "text_1": "capital of france", "text_2": ["paris is the capital of france", "bananas"]}
+    answer = client.post(f"{secured.url}/score", json=score)
+    assert answer.status_code == 200
+    assert [item["index"] for item in answer.json()["data"]] == [0, 1]
+    assert answer.json()["data"][0]["score"] > answer.json()["data"][1]["score"]
+    assert client.post(f"{secured.url}/v1/score", json=score).status_code == 401
+    assert client.post(f"{secured.url}/v1/score", json=score, headers=AUTH).json() == answer.json()
+    tokens = client.post(f"{secured.url}/tokenize", json={"model": MODEL, "prompt": "hello there world"})
+    assert tokens.status_code == 200
+    assert tokens.json()["count"] == 3 == len(tokens.json()["tokens"])
+    assert client.post(f"{secured.url}/tokenize", json={"prompt": 3}).status_code == 400
+    assert client.post(f"{secured.url}/score", json={"text_1": "q"}).status_code == 400
 
 
 def test_no_token_configured_means_no_auth(open_runtime: StandInRuntime, client: httpx.Client) -> None:

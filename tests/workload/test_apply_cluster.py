@@ -45,6 +45,7 @@ OWNED: list[tuple[str, str, str]] = [
     ("v1", "Service", ""),
     ("apps/v1", "StatefulSet", ""),
     ("autoscaling/v2", "HorizontalPodAutoscaler", ""),
+    ("networking.k8s.io/v1", "NetworkPolicy", ""),
     ("networking.k8s.io/v1", "Ingress", ""),
 ]
 
@@ -279,7 +280,7 @@ def test_cluster_local_without_authentication_has_no_secret_and_no_ingress(bench
     assert result.endpoint.type == "ClusterLocal"
     objects = bench.owned("internal")
     assert "Secret" not in objects and "Ingress" not in objects
-    assert {"ResourceClaimTemplate", "Service", "StatefulSet"} <= set(objects)
+    assert {"NetworkPolicy", "ResourceClaimTemplate", "Service", "StatefulSet"} <= set(objects)
     assert bench.core.list_namespaced_secret(bench.namespace, label_selector=_order_label("internal")).items == []
     for obj in objects.values():
         assert [o["uid"] for o in obj["metadata"]["ownerReferences"]] == [order.metadata.uid]

@@ -13,9 +13,16 @@ Run it::
 Routes (answers are deterministic: the same request gets the same bytes):
 
 * ``GET /v1/models``; ``POST /v1/chat/completions`` (``stream: true`` gives server-sent
-  events); ``POST /v1/embeddings``; ``POST /v1/rerank`` (also ``/rerank``) — behind the bearer
-  token when one is configured, like vLLM's ``--api-key``/``VLLM_API_KEY`` (401 otherwise);
-* ``GET /health``, ``GET /version``, ``GET /metrics`` — open, as in vLLM; ``/metrics`` serves
+  events); ``POST /v1/embeddings``; ``POST /v1/rerank`` (also ``/v2/rerank`` and ``/rerank``);
+  ``POST /v1/score`` (also ``/score``); ``POST /tokenize``;
+* auth exactly as vLLM's ``--api-key``/``VLLM_API_KEY`` middleware does it: with a token
+  configured, every path that starts with ``/v1``, ``/v2``, ``/inference`` or ``/cohere``
+  (string prefixes, routes or not, any method but OPTIONS) answers 401 ``{"error":
+  "Unauthorized"}`` without ``Authorization: Bearer <token>``; every other path is open, so
+  ``/rerank``, ``/score`` and ``/tokenize`` serve the model to anyone, as they do
+  in vLLM. The module's own guard (the Ingress publishes ``/v1`` only, a NetworkPolicy limits
+  who reaches the port) is what the tests prove, not this one;
+* ``GET /health``, ``GET|POST /ping``, ``GET /version``, ``GET /metrics`` — open; ``/metrics`` serves
   vLLM's series under their names (``vllm:num_requests_running``/``_waiting``,
   ``vllm:gpu_cache_usage_perc``, the ``vllm:time_to_first_token_seconds`` and
   ``vllm:e2e_request_latency_seconds`` histograms, ``vllm:prompt_tokens_total``,
@@ -59,9 +66,12 @@ import uvicorn
 from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import Metric
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from devstack.standins import process
 
@@ -69,6 +79,9 @@ log = logging.getLogger("ai_inference.standin.runtime")
 
 DEFAULT_TOKEN_ENV = "VLLM_API_KEY"
 OWNER = "ai-inference-standin"
+# vLLM's API-key middleware (vllm/entrypoints/serve/middleware/authenticate.py) checks only these
+# path prefixes, with str.startswith: everything else is served to anyone.
+GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
 _WORD = re.compile(r"\w+")
 
 
@@ -205,6 +218,47 @@ def relevance(query: str, document: str) -> float:
     return round(len(q & d) / len(q | d), 6)
 
 
+def guarded(path: str) -> bool:
+    """Whether vLLM's API key applies to ``path`` (a plain string prefix, as vLLM checks it)."""
+    return path.startswith(GUARDED_PREFIXES)
+
+
+class _ApiKeyGuard:
+    """vLLM's authentication middleware: a pure ASGI layer in front of every route.
+
+    With a token, a request whose path is guarded and that is not an OPTIONS request needs
+    ``Authorization: Bearer <token>``; a missing or wrong one gets 401 ``{"error": "Unauthorized"}``
+    before any route (or 404) is looked at. Without a token nothing is checked.
+    """
+
+    def __init__(self, app: ASGIApp, token: str | None) -> None:
+        self.app = app
+        self._token = token.encode() if token else None
+
+    def _authorized(self, scope: Scope) -> bool:
+        assert self._token is not None
+        scheme, _, presented = Headers(scope=scope).get("authorization", "").partition(" ")
+        # Constant-time comparison; vLLM answers exactly this body for a missing or wrong key.
+        return scheme.lower() == "bearer" and hmac.compare_digest(presented.encode(), self._token)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            self._token is not None
+            and scope["type"] in ("http", "websocket")
+            and scope.get("method") != "OPTIONS"
+            and guarded(str(scope["path"]).removeprefix(str(scope.get("root_path", ""))))
+            and not self._authorized(scope)
+        ):
+            await JSONResponse({"error": "Unauthorized"}, status_code=401)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def token_ids(text: str) -> list[int]:
+    """One fake token id per word, from the word's hash: same text, same ids."""
+    return [int.from_bytes(hashlib.sha256(word.encode()).digest()[:2], "big") for word in _WORD.findall(text)]
+
+
 def create_app(config: RuntimeConfig, state: RuntimeState | None = None) -> Starlette:
     state = state if state is not None else RuntimeState(config.model)
 
@@ -215,17 +269,11 @@ def create_app(config: RuntimeConfig, state: RuntimeState | None = None) -> Star
             return 503
         return None
 
-    def refused(request: Request, protected: bool) -> Response | None:
-        """The failure-injection or auth answer for this request, or None to serve it."""
+    def refused(request: Request) -> Response | None:
+        """The failure-injection answer for this request, or None to serve it (auth is _ApiKeyGuard's)."""
         status = failing()
         if status is not None:
             return _error(status, "the stand-in runtime is failing (injected)", "ServiceUnavailableError")
-        if protected and config.token:
-            header = request.headers.get("authorization", "")
-            scheme, _, presented = header.partition(" ")
-            # Constant-time comparison; vLLM answers exactly this body for a missing or wrong key.
-            if scheme.lower() != "bearer" or not hmac.compare_digest(presented.encode(), config.token.encode()):
-                return JSONResponse({"error": "Unauthorized"}, status_code=401)
         return None
 
     async def body_of(request: Request) -> dict[str, Any] | Response:
@@ -242,19 +290,19 @@ def create_app(config: RuntimeConfig, state: RuntimeState | None = None) -> Star
 
     async def health(request: Request) -> Response:
         state.count("health")
-        return refused(request, protected=False) or Response(status_code=200)
+        return refused(request) or Response(status_code=200)
 
     async def version(request: Request) -> Response:
-        return refused(request, protected=False) or JSONResponse({"version": config.runtime_version})
+        return refused(request) or JSONResponse({"version": config.runtime_version})
 
     async def metrics(request: Request) -> Response:
         # vLLM's series, under vLLM's names: what the HPA scales on and the dashboards read.
-        answer = refused(request, protected=False)
+        answer = refused(request)
         return answer or Response(state.metrics.render(), media_type=CONTENT_TYPE_PLAIN_0_0_4)
 
     async def models(request: Request) -> Response:
         state.count("models")
-        if (answer := refused(request, protected=True)) is not None:
+        if (answer := refused(request)) is not None:
             return answer
         card = {
             "id": config.model,
@@ -270,7 +318,7 @@ def create_app(config: RuntimeConfig, state: RuntimeState | None = None) -> Star
     async def chat(request: Request) -> Response:
         started = time.monotonic()
         state.count("chat")
-        if (answer := refused(request, protected=True)) is not None:
+        if (answer := refused(request)) is not None:
             return answer
         body = await body_of(request)
         if isinstance(body, Response):
@@ -314,7 +362,7 @@ def create_app(config: RuntimeConfig, state: RuntimeState | None = None) -> Star
     async def embeddings(request: Request) -> Response:
         started = time.monotonic()
         state.count("embeddings")
-        if (answer := refused(request, protected=True)) is not None:
+        if (answer := refused(request)) is not None:
             return answer
         body = await body_of(request)
         if isinstance(body, Response):
@@ -348,7 +396,7 @@ def create_app(config: RuntimeConfig, state: RuntimeState | None = None) -> Star
     async def rerank(request: Request) -> Response:
         started = time.monotonic()
         state.count("rerank")
-        if (answer := refused(request, protected=True)) is not None:
+        if (answer := refused(request)) is not None:
             return answer
         body = await body_of(request)
         if isinstance(body, Response):
@@ -375,6 +423,50 @@ def create_app(config: RuntimeConfig, state: RuntimeState | None = None) -> Star
                     for score, index, text in scored
                 ],
             }
+        )
+
+    async def score(request: Request) -> Response:
+        """vLLM's score API: ``text_1`` against each of ``text_2`` (a string or a list)."""
+        started = time.monotonic()
+        state.count("score")
+        if (answer := refused(request)) is not None:
+            return answer
+        body = await body_of(request)
+        if isinstance(body, Response):
+            return body
+        first, second = body.get("text_1"), body.get("text_2")
+        if isinstance(second, str):
+            second = [second]
+        if not isinstance(first, str) or not isinstance(second, list) or not second:
+            return _error(400, "text_1 must be a string and text_2 a string or a non-empty list", "BadRequestError")
+        texts = [str(text) for text in second]
+        data = [{"index": i, "object": "score", "score": relevance(first, text)} for i, text in enumerate(texts)]
+        tokens = _tokens(first) * len(texts) + sum(_tokens(text) for text in texts)
+        state.served(started, tokens, 0)
+        return JSONResponse(
+            {
+                "id": "score-" + _digest("score", first, texts)[:24],
+                "object": "list",
+                "created": 0,
+                "model": config.model,
+                "data": data,
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            }
+        )
+
+    async def tokenize(request: Request) -> Response:
+        state.count("tokenize")
+        if (answer := refused(request)) is not None:
+            return answer
+        body = await body_of(request)
+        if isinstance(body, Response):
+            return body
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str):
+            return _error(400, "prompt must be a string", "BadRequestError")
+        ids = token_ids(prompt)
+        return JSONResponse(
+            {"count": len(ids), "max_model_len": config.max_model_len, "tokens": ids, "token_strs": None}
         )
 
     async def admin_fail(request: Request) -> Response:
@@ -415,19 +507,24 @@ def create_app(config: RuntimeConfig, state: RuntimeState | None = None) -> Star
 
     routes = [
         Route("/health", health, methods=["GET"]),
+        Route("/ping", health, methods=["GET", "POST"]),
         Route("/version", version, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/embeddings", embeddings, methods=["POST"]),
         Route("/v1/rerank", rerank, methods=["POST"]),
+        Route("/v2/rerank", rerank, methods=["POST"]),
         Route("/rerank", rerank, methods=["POST"]),
+        Route("/v1/score", score, methods=["POST"]),
+        Route("/score", score, methods=["POST"]),
+        Route("/tokenize", tokenize, methods=["POST"]),
         Route("/admin/fail", admin_fail, methods=["POST"]),
         Route("/admin/recover", admin_recover, methods=["POST"]),
         Route("/admin/stats", admin_stats, methods=["GET"]),
         Route("/admin/load", admin_load, methods=["POST"]),
     ]
-    app = Starlette(routes=routes)
+    app = Starlette(routes=routes, middleware=[Middleware(_ApiKeyGuard, token=config.token)])
     app.state.runtime = state
     return app
 

@@ -29,8 +29,17 @@ from tests.builders import factories as f
 GOLDEN_DIR = Path(__file__).parent
 REGENERATE = ".venv/bin/python -m tests.builders.golden --update"
 
-# A fixed stand-in for an administrator's certificate Secret (base64 of "CERT" and "KEY").
-CUSTOM_CERTIFICATE: dict[str, Any] = {"type": "kubernetes.io/tls", "data": {"tls.crt": "Q0VSVA==", "tls.key": "S0VZ"}}
+# A fixed stand-in for an administrator's certificate Secret (base64 of "CERT" and "KEY"), marked
+# for copying as the admin guide says.
+CUSTOM_CERTIFICATE: dict[str, Any] = {
+    "metadata": {
+        "name": "wildcard",
+        "namespace": "d8-ai-inference",
+        "labels": {"ai.deckhouse.io/custom-certificate": "true"},
+    },
+    "type": "kubernetes.io/tls",
+    "data": {"tls.crt": "Q0VSVA==", "tls.key": "S0VZ"},
+}
 
 
 @dataclass(frozen=True)

@@ -94,6 +94,15 @@ Module settings as environment variables: AI_INFERENCE_<FIELD> with "__" between
 - name: AI_INFERENCE_EXPOSURE__INGRESSCLASSNAME
   value: {{ $v.exposure.ingressClassName | quote }}
 {{- end }}
+{{- /* Unset: the worker's defaults, d8-ingress-nginx and d8-monitoring. */}}
+{{- if $v.exposure.ingressControllerNamespace }}
+- name: AI_INFERENCE_EXPOSURE__INGRESSCONTROLLERNAMESPACE
+  value: {{ $v.exposure.ingressControllerNamespace | quote }}
+{{- end }}
+{{- if $v.exposure.monitoringNamespace }}
+- name: AI_INFERENCE_EXPOSURE__MONITORINGNAMESPACE
+  value: {{ $v.exposure.monitoringNamespace | quote }}
+{{- end }}
 {{- end -}}
 
 {{/* Temporal TLS: volume and mount (worker, watcher). */}}
