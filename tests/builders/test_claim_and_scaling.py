@@ -16,7 +16,7 @@ from activities.builders import (
     replica_bounds,
 )
 from inference_api.types import ModelScope
-from tests.builders import factories as f
+from tests import factories as f
 
 
 def _exactly(rct: dict[str, Any]) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from activities.builders import (
 from activities.builders.exposure import CUSTOM_CERTIFICATE_LABEL
 from inference_api.settings import ExposureSettings, ModuleSettings
 from inference_api.types import ExposureType
-from tests.builders import factories as f
+from tests import factories as f
 
 
 def test_service_is_cluster_ip_port_80_to_the_runtime_port_by_name() -> None:

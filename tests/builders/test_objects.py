@@ -24,7 +24,7 @@ from activities.builders import (
 )
 from activities.builders.common import parse_catalog_source, parse_quantity
 from inference_api.types import EndpointType
-from tests.builders import factories as f
+from tests import factories as f
 
 OWNER = {
     "apiVersion": "ai.deckhouse.io/v1alpha1",

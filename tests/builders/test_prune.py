@@ -7,7 +7,7 @@ from typing import Any
 from activities.builders import desired_objects
 from activities.builders.common import LABEL_MANAGED_BY, LABEL_ORDER, MANAGED_BY
 from activities.builders.objects import unwanted_objects, wanted_names
-from tests.builders import factories as f
+from tests import factories as f
 
 
 def standing(

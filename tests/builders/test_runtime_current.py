@@ -14,7 +14,7 @@ from activities.builders import (
 )
 from inference_api.reasons import Reason
 from inference_api.types import ConditionStatus
-from tests.builders import factories as f
+from tests import factories as f
 
 OLD, NEW = "0.10.1", "0.11.0"
 

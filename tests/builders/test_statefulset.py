@@ -19,7 +19,7 @@ from activities.builders.statefulset import (
 )
 from inference_api.payloads import ModelResolution
 from inference_api.types import EndpointType
-from tests.builders import factories as f
+from tests import factories as f
 
 MODEL = "Qwen/Qwen2.5-32B-Instruct-AWQ"
 

@@ -27,7 +27,7 @@ from devstack.standins.catalog_service import CatalogServiceProcess, free_port
 from inference_api.catalog_types import CATALOG_GROUP, CATALOG_VERSION, ModelFacts
 from inference_api.reasons import Reason
 from inference_api.types import ModelKind, ModelRef, ModelScope
-from tests.catalog.conftest import E5_FACTS, QWEN_FACTS, QWEN_SOURCE, make_settings
+from tests.factories import E5_FACTS, QWEN_FACTS, QWEN_SOURCE, make_settings
 
 pytestmark = pytest.mark.cluster
 

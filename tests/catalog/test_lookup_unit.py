@@ -14,7 +14,8 @@ import activities.catalog as catalog
 from activities.catalog import CatalogPath, CatalogUnavailableError, lookup_model
 from inference_api.reasons import Reason
 from inference_api.types import ModelKind, ModelRef, ModelScope
-from tests.catalog.conftest import QWEN_FACTS, ExplodingReader, FakeReader, make_settings
+from tests.catalog.fakes import ExplodingReader, FakeReader
+from tests.factories import QWEN_FACTS, make_settings
 
 QWEN = ModelRef(kind=ModelKind.CLUSTER_MODEL, name="qwen2-5-32b-instruct-awq")
 E5 = ModelRef(kind=ModelKind.MODEL, name="e5-large")
@@ -238,20 +239,61 @@ async def test_enabled_catalog_needs_a_reader() -> None:
         await lookup_model(QWEN, "support", make_settings(), None)
 
 
-async def test_in_a_pod_the_service_account_token_is_sent_but_never_logged(
+async def test_the_projected_catalog_token_is_sent_never_the_pods_own_nor_logged(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_reader: FakeReader
 ) -> None:
-    sa = tmp_path
-    (sa / "token").write_text("sekret-token-value\n")
+    sa = tmp_path / "serviceaccount"
+    sa.mkdir()
+    (sa / "token").write_text("the-pods-own-token\n")  # full power at the API server: never sent
     monkeypatch.setattr(catalog, "SERVICE_ACCOUNT_DIR", sa)
-    client = catalog.default_http_client(make_settings(timeout=3))
+    projected = tmp_path / "catalog"
+    projected.write_text("sekret-token-value\n")
+    settings = make_settings(timeout=3)
+    settings.aiModels.catalogLookup.tokenFile = str(projected)
+    client = catalog.default_http_client(settings)
     async with client:
         assert client.headers["Authorization"] == "Bearer sekret-token-value"
         assert client.timeout.read == 3
+    settings.aiModels.catalogLookup.tokenFile = str(tmp_path / "absent")  # outside a pod: no header at all
+    async with catalog.default_http_client(settings) as bare:
+        assert "Authorization" not in bare.headers
     # A lookup that fails (nothing listens on the default test port) logs no header, no token.
+    failing = make_settings(timeout=1)
+    failing.aiModels.catalogLookup.tokenFile = str(projected)
     with capture_logs() as logs:
-        await lookup_model(QWEN, "support", make_settings(timeout=1), fake_reader)
+        outcome = await lookup_model(QWEN, "support", failing, fake_reader)
+    assert outcome.restUnavailable is not None and "ConnectError" in outcome.restUnavailable
     assert logs and "sekret-token-value" not in repr(logs)
+
+
+async def test_a_token_for_another_audience_is_not_sent_and_the_objects_answer(
+    tmp_path: Path, fake_reader: FakeReader
+) -> None:
+    import base64
+    import json
+
+    claims = base64.urlsafe_b64encode(json.dumps({"aud": ["https://kubernetes.default.svc"]}).encode()).decode()
+    token = f"eyJhbGciOiJSUzI1NiJ9.{claims.rstrip('=')}.c2ln"
+    (tmp_path / "catalog").write_text(token)
+    settings = make_settings()
+    settings.aiModels.catalogLookup.tokenFile = str(tmp_path / "catalog")
+    with capture_logs() as logs:
+        outcome = await lookup_model(QWEN, "support", settings, fake_reader)
+    assert outcome.ok and outcome.answeredBy is CatalogPath.KUBERNETES
+    assert outcome.restUnavailable is not None and "not 'ai-models'" in outcome.restUnavailable
+    assert token not in repr(logs) + outcome.model_dump_json()
+
+
+async def test_plain_http_is_refused_unless_allowed_and_the_objects_answer(fake_reader: FakeReader) -> None:
+    rest = Recorder(lookup_body)
+    settings = make_settings(base_url="http://catalog.test:8080/")
+    settings.aiModels.catalogLookup.allowInsecureHttp = False  # what the module does outside tests
+    async with rest.client() as client:
+        outcome = await lookup_model(QWEN, "support", settings, fake_reader, http_client=client)
+    assert rest.requests == []
+    assert outcome.ok and outcome.answeredBy is CatalogPath.KUBERNETES
+    assert outcome.restUnavailable is not None and "plain http is refused" in outcome.restUnavailable
+    assert "allowInsecureHttp" in outcome.restUnavailable
 
 
 async def test_an_unusable_ca_bundle_counts_as_rest_unavailable(

@@ -18,7 +18,7 @@ from activities.catalog import (
 from inference_api.catalog_types import CatalogLookupResult, ModelFacts
 from inference_api.reasons import CAPACITY_REFUSALS, Reason
 from inference_api.types import ModelKind, ModelRef, ModelScope, ModelSource, ModelSpec
-from tests.catalog.conftest import E5_FACTS, QWEN_FACTS, QWEN_SOURCE, catalog_object, make_settings
+from tests.factories import E5_FACTS, QWEN_FACTS, QWEN_SOURCE, catalog_object, make_settings
 
 
 def test_scope_follows_the_kind() -> None:

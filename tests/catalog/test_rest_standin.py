@@ -15,15 +15,8 @@ from devstack.standins.catalog_service import CatalogServiceProcess, StandInMode
 from inference_api.reasons import Reason
 from inference_api.settings import ModuleSettings
 from inference_api.types import ModelKind, ModelRef, ModelScope
-from tests.catalog.conftest import (
-    E5_FACTS,
-    QWEN_FACTS,
-    QWEN_SOURCE,
-    ExplodingReader,
-    FakeReader,
-    catalog_object,
-    make_settings,
-)
+from tests.catalog.fakes import ExplodingReader, FakeReader
+from tests.factories import E5_FACTS, QWEN_FACTS, QWEN_SOURCE, catalog_object, make_settings
 
 QWEN = ModelRef(kind=ModelKind.CLUSTER_MODEL, name="qwen2-5-32b-instruct-awq")
 E5 = ModelRef(kind=ModelKind.MODEL, name="e5-large")

@@ -1,8 +1,10 @@
 """Helm as a subprocess: render the chart, lint it, install it into the local control plane.
 
-The helm binary is the pinned one ``devstack.cluster.build`` builds from Go modules (built here when
-missing, never skipped). Such a helm carries no version stamps, so ``template``/``lint`` default to
-Kubernetes v1.20; the chart needs >= 1.34, hence ``--kube-version``.
+Tests take the ``helm`` fixture (tests/fixtures/binaries.py): a ``Helm`` over the pinned binary that
+``devstack.cluster.build`` builds from Go modules. The fixture marks the test ``binaries`` and the
+binary is built once before the first test (never skipped, never inside a test's timeout). Such a
+helm carries no version stamps, so ``template``/``lint`` default to Kubernetes v1.20; the chart needs
+>= 1.34, hence ``--kube-version``.
 """
 
 from __future__ import annotations
@@ -12,18 +14,17 @@ import subprocess
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from functools import cache
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from devstack.cluster.build import ensure_binaries
+from devstack.cluster.build import Binaries, missing_binaries
 from devstack.cluster.launcher import LocalCluster
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART_DIR = REPO_ROOT / "deploy" / "charts" / "ai-inference"
-EXAMPLES_DIR = REPO_ROOT / "deploy" / "examples"
 RELEASE = "ai-inference"
 NAMESPACE = "d8-ai-inference"
 KUBE_VERSION = "1.34.0"
@@ -32,18 +33,6 @@ MONITORING_APIS = ("monitoring.coreos.com/v1/PrometheusRule", "monitoring.coreos
 Doc = dict[str, Any]
 # Values files of this process's helm calls; removed when the interpreter exits.
 _VALUES_DIR = tempfile.TemporaryDirectory(prefix="ai-inference-chart-values-")
-
-
-@cache
-def helm_binary() -> Path:
-    return ensure_binaries(("helm",)).helm
-
-
-def helm(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run([str(helm_binary()), *args], capture_output=True, text=True, timeout=timeout)
-    if check and result.returncode != 0:
-        raise AssertionError(f"helm {' '.join(args)} failed ({result.returncode}):\n{result.stderr}{result.stdout}")
-    return result
 
 
 def nested(values: dict[str, Any] | None) -> dict[str, Any]:
@@ -75,12 +64,6 @@ def template_args(values: dict[str, Any] | None = None, api_versions: Iterable[s
     return args + set_args(values)
 
 
-def render(values: dict[str, Any] | None = None, api_versions: Iterable[str] = ()) -> list[Doc]:
-    """The chart's objects as helm renders them (CRDs of crds/ are not templates and not included)."""
-    out = helm(*template_args(values, api_versions)).stdout
-    return [d for d in yaml.safe_load_all(out) if d]
-
-
 def find(docs: list[Doc], kind: str, name: str) -> Doc:
     matches = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
     assert len(matches) == 1, f"{kind}/{name}: {len(matches)} rendered"
@@ -96,53 +79,74 @@ def container_env(deployment: Doc) -> dict[str, str]:
     return {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
 
 
-def example(name: str) -> Doc:
-    doc: Doc = yaml.safe_load((EXAMPLES_DIR / name).read_text())
-    return doc
+@dataclass(frozen=True)
+class Helm:
+    """The pinned helm binary: ``helm(*args)`` runs it; render, install, uninstall, installed."""
+
+    binary: Path
+
+    @classmethod
+    def pinned(cls) -> Helm:
+        """The pinned helm if it is built already (this never builds it): for code that cannot take
+        the ``helm`` fixture."""
+        if missing_binaries(("helm",)):
+            raise AssertionError("helm is not built: take the `helm` fixture, which builds it before the first test")
+        return cls(Binaries.pinned().helm)
+
+    def __call__(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run([str(self.binary), *args], capture_output=True, text=True, timeout=timeout)
+        if check and result.returncode != 0:
+            raise AssertionError(f"helm {' '.join(args)} failed ({result.returncode}):\n{result.stderr}{result.stdout}")
+        return result
+
+    def render(self, values: dict[str, Any] | None = None, api_versions: Iterable[str] = ()) -> list[Doc]:
+        """The chart's objects as helm renders them (CRDs of crds/ are not templates and not included)."""
+        out = self(*template_args(values, api_versions)).stdout
+        return [d for d in yaml.safe_load_all(out) if d]
+
+    def install(self, cluster: LocalCluster, values: dict[str, Any] | None = None) -> None:
+        """``helm upgrade --install`` as the cluster admin (idempotent; takes over objects a previous
+        run left behind in a reused cluster)."""
+        self(
+            "upgrade",
+            "--install",
+            RELEASE,
+            str(CHART_DIR),
+            "--kubeconfig",
+            str(cluster.kubeconfig("admin")),
+            "--namespace",
+            NAMESPACE,
+            "--create-namespace",
+            "--take-ownership",
+            # Without values helm would reuse the previous release's, not the chart's defaults.
+            "--reset-values",
+            *set_args(values),
+            timeout=180,
+        )
+
+    def uninstall(self, cluster: LocalCluster) -> None:
+        self(
+            "uninstall",
+            RELEASE,
+            "--kubeconfig",
+            str(cluster.kubeconfig("admin")),
+            "--namespace",
+            NAMESPACE,
+            "--ignore-not-found",
+            timeout=180,
+        )
+
+    @contextmanager
+    def installed(self, cluster: LocalCluster, values: dict[str, Any] | None = None) -> Iterator[None]:
+        """The chart installed for the duration; uninstalled afterwards (the CRDs stay, as with helm)."""
+        self.install(cluster, values)
+        try:
+            yield
+        finally:
+            self.uninstall(cluster)
 
 
-# -- install ----------------------------------------------------------------------------------
-
-
-def install(cluster: LocalCluster, values: dict[str, Any] | None = None) -> None:
-    """``helm upgrade --install`` as the cluster admin (idempotent; takes over objects a previous
-    run left behind in a reused cluster)."""
-    helm(
-        "upgrade",
-        "--install",
-        RELEASE,
-        str(CHART_DIR),
-        "--kubeconfig",
-        str(cluster.kubeconfig("admin")),
-        "--namespace",
-        NAMESPACE,
-        "--create-namespace",
-        "--take-ownership",
-        # Without values helm would reuse the previous release's, not the chart's defaults.
-        "--reset-values",
-        *set_args(values),
-        timeout=180,
-    )
-
-
-def uninstall(cluster: LocalCluster) -> None:
-    helm(
-        "uninstall",
-        RELEASE,
-        "--kubeconfig",
-        str(cluster.kubeconfig("admin")),
-        "--namespace",
-        NAMESPACE,
-        "--ignore-not-found",
-        timeout=180,
-    )
-
-
-@contextmanager
-def installed(cluster: LocalCluster, values: dict[str, Any] | None = None) -> Iterator[None]:
-    """The chart installed for the duration; uninstalled afterwards (the CRDs stay, as with helm)."""
-    install(cluster, values)
-    try:
-        yield
-    finally:
-        uninstall(cluster)
+def render(values: dict[str, Any] | None = None, api_versions: Iterable[str] = ()) -> list[Doc]:
+    """``Helm.pinned().render(...)``: for a test that cannot take the ``helm`` fixture (prefer the
+    fixture: it marks the test ``binaries`` and builds helm when missing)."""
+    return Helm.pinned().render(values, api_versions)

@@ -23,7 +23,8 @@ from kubernetes.client import (
 from kubernetes.client.rest import ApiException
 
 from devstack.cluster.launcher import LocalCluster
-from tests.chart.helm import NAMESPACE, RELEASE, example, find, helm, install, installed, render
+from tests.chart.helm import NAMESPACE, RELEASE, Helm, find
+from tests.examples import EXAMPLE_CLASSES, EXAMPLE_PRIORITY_CLASSES, example
 
 pytestmark = pytest.mark.cluster
 
@@ -31,8 +32,8 @@ GROUP, VERSION, CLASSES = "ai.deckhouse.io", "v1alpha1", "inferenceserviceclasse
 
 
 @pytest.fixture(scope="module")
-def chart(local_cluster: LocalCluster) -> Iterator[LocalCluster]:
-    with installed(local_cluster):
+def chart(local_cluster: LocalCluster, helm: Helm) -> Iterator[LocalCluster]:
+    with helm.installed(local_cluster):
         yield local_cluster
 
 
@@ -43,7 +44,7 @@ def _create_class_dry_run(api: ApiClient, body: dict[str, Any]) -> dict[str, Any
     return created
 
 
-def test_release_is_deployed(chart: LocalCluster) -> None:
+def test_release_is_deployed(chart: LocalCluster, helm: Helm) -> None:
     status = json.loads(
         helm("status", RELEASE, "--kubeconfig", str(chart.kubeconfig("admin")), "-n", NAMESPACE, "-o", "json").stdout
     )
@@ -51,9 +52,9 @@ def test_release_is_deployed(chart: LocalCluster) -> None:
 
 
 def test_default_llm_exists_as_rendered_and_validates_against_the_crd(
-    chart: LocalCluster, kube_admin: ApiClient
+    chart: LocalCluster, kube_admin: ApiClient, helm: Helm
 ) -> None:
-    rendered = find(render(), "InferenceServiceClass", "default-llm")
+    rendered = find(helm.render(), "InferenceServiceClass", "default-llm")
     stored = CustomObjectsApi(kube_admin).get_cluster_custom_object(GROUP, VERSION, CLASSES, "default-llm")
     assert stored["metadata"]["labels"]["module"] == "ai-inference"
     # Nothing pruned, nothing defaulted in: the server kept exactly the admin guide's class.
@@ -91,11 +92,13 @@ def test_processes_run_under_their_service_accounts(chart: LocalCluster, kube_ad
     assert [(p.name, p.port) for p in service.spec.ports] == [("http", 8080)]
 
 
-def test_catalog_none_removes_the_catalog_rbac_from_the_release(chart: LocalCluster, kube_admin: ApiClient) -> None:
+def test_catalog_none_removes_the_catalog_rbac_from_the_release(
+    chart: LocalCluster, kube_admin: ApiClient, helm: Helm
+) -> None:
     rbac = RbacAuthorizationV1Api(kube_admin)
     rbac.read_cluster_role("d8:ai-inference:catalog-reader")
     try:
-        install(chart, {"catalog.mode": "None"})
+        helm.install(chart, {"catalog.mode": "None"})
         for read in (rbac.read_cluster_role, rbac.read_cluster_role_binding):
             with pytest.raises(ApiException) as gone:
                 read("d8:ai-inference:catalog-reader")
@@ -109,19 +112,11 @@ def test_catalog_none_removes_the_catalog_rbac_from_the_release(chart: LocalClus
         }
         assert env["AI_INFERENCE_CATALOG__MODE"] == "None"
     finally:
-        install(chart)
+        helm.install(chart)
     rbac.read_cluster_role_binding("d8:ai-inference:catalog-reader")
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "class-llm-internal.yaml",
-        "class-llm-chat-external.yaml",
-        "class-llm-strict.yaml",
-        "class-embeddings-only.yaml",
-    ],
-)
+@pytest.mark.parametrize("name", list(EXAMPLE_CLASSES))
 def test_example_classes_validate_against_the_crd(
     local_cluster: LocalCluster, kube_admin: ApiClient, name: str
 ) -> None:
@@ -130,10 +125,7 @@ def test_example_classes_validate_against_the_crd(
     assert created["spec"] == body["spec"]
 
 
-@pytest.mark.parametrize(
-    "name",
-    ["priorityclass-inference-low.yaml", "priorityclass-inference-normal.yaml", "priorityclass-inference-high.yaml"],
-)
+@pytest.mark.parametrize("name", list(EXAMPLE_PRIORITY_CLASSES))
 def test_example_priority_classes_are_accepted(local_cluster: LocalCluster, kube_admin: ApiClient, name: str) -> None:
     body = example(name)
     created = SchedulingV1Api(kube_admin).create_priority_class(body, dry_run="All", field_validation="Strict")

@@ -25,19 +25,17 @@ from inference_api.types import (
 )
 from tests.chart.helm import (
     CHART_DIR,
-    EXAMPLES_DIR,
     KUBE_VERSION,
     MONITORING_APIS,
     NAMESPACE,
     Doc,
+    Helm,
     container_env,
-    example,
     find,
-    helm,
     of_kind,
-    render,
     template_args,
 )
+from tests.examples import EXAMPLE_CLASSES, EXAMPLE_PRIORITY_CLASSES, EXAMPLES_DIR, example
 
 COMPONENTS = ("worker", "watcher", "planner")
 HUMAN_ROLES = {
@@ -67,8 +65,8 @@ VLLM_METRICS = (
 
 
 @pytest.fixture(scope="module")
-def docs() -> list[Doc]:
-    return render(api_versions=MONITORING_APIS)
+def docs(helm: Helm) -> list[Doc]:
+    return helm.render(api_versions=MONITORING_APIS)
 
 
 def _rules(role: Doc) -> list[dict[str, Any]]:
@@ -88,7 +86,7 @@ def _grants(role: Doc, group: str, resource: str, verb: str) -> bool:
 
 
 @pytest.mark.parametrize("catalog_mode", ["Enabled", "None"])
-def test_helm_lint_passes(catalog_mode: str) -> None:
+def test_helm_lint_passes(helm: Helm, catalog_mode: str) -> None:
     result = helm(
         "lint", str(CHART_DIR), "--strict", "--kube-version", KUBE_VERSION, "--set", f"catalog.mode={catalog_mode}"
     )
@@ -135,13 +133,13 @@ def test_the_chart_carries_the_generated_module_crds() -> None:
         ({"defaultClass.clusterIssuerName": ""}, "clusterIssuerName"),
     ],
 )
-def test_invalid_values_are_refused(values: dict[str, Any], error: str) -> None:
+def test_invalid_values_are_refused(helm: Helm, values: dict[str, Any], error: str) -> None:
     result = helm(*template_args(values), check=False)
     assert result.returncode != 0
     assert error in result.stderr
 
 
-def test_the_chart_requires_kubernetes_1_34() -> None:
+def test_the_chart_requires_kubernetes_1_34(helm: Helm) -> None:
     args = template_args()
     args[args.index("--kube-version") + 1] = "1.33.0"
     result = helm(*args, check=False)
@@ -196,11 +194,11 @@ def test_default_llm_is_the_admin_guides_bundled_class(docs: list[Doc]) -> None:
     assert cls.spec.updatePolicy.strategy == UpdateStrategy.ROLLING_UPDATE
 
 
-def test_default_llm_cluster_issuer_comes_from_values_and_the_class_can_be_left_out() -> None:
-    docs = render({"defaultClass.clusterIssuerName": "letsencrypt"})
+def test_default_llm_cluster_issuer_comes_from_values_and_the_class_can_be_left_out(helm: Helm) -> None:
+    docs = helm.render({"defaultClass.clusterIssuerName": "letsencrypt"})
     cls = find(docs, "InferenceServiceClass", "default-llm")
     assert cls["spec"]["exposurePolicy"]["https"]["certManager"] == {"clusterIssuerName": "letsencrypt"}
-    assert of_kind(render({"defaultClass.enabled": False}), "InferenceServiceClass") == []
+    assert of_kind(helm.render({"defaultClass.enabled": False}), "InferenceServiceClass") == []
 
 
 # -- settings reach the processes -------------------------------------------------------------
@@ -236,8 +234,8 @@ def test_default_values_reach_each_process_as_settings(
     assert settings.moduleNamespace == NAMESPACE
 
 
-def test_internal_values_override_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    docs = render(
+def test_internal_values_override_the_settings(helm: Helm, monkeypatch: pytest.MonkeyPatch) -> None:
+    docs = helm.render(
         {
             "aiInference.aiModels.catalogTransport": "Kubernetes",
             "aiInference.aiModels.catalogLookup.baseURL": "https://catalog.example:9443",
@@ -300,8 +298,10 @@ def test_catalog_enabled_grants_the_worker_and_planner_catalog_reads(docs: list[
     }
 
 
-def test_catalog_none_drops_the_catalog_rbac_and_tells_every_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    docs = render({"catalog.mode": "None"}, api_versions=MONITORING_APIS)
+def test_catalog_none_drops_the_catalog_rbac_and_tells_every_process(
+    helm: Helm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    docs = helm.render({"catalog.mode": "None"}, api_versions=MONITORING_APIS)
     text = yaml.safe_dump_all(docs)
     assert "catalog-reader" not in text
     assert "ai-models.deckhouse.io" not in text  # no other role reaches the catalog either
@@ -310,7 +310,7 @@ def test_catalog_none_drops_the_catalog_rbac_and_tells_every_process(monkeypatch
         assert container_env(deployment)["AI_INFERENCE_CATALOG__MODE"] == "None"
         assert _settings_of(deployment, monkeypatch).catalog.mode == CatalogMode.NONE
     # Everything else is still there.
-    assert len(docs) == len(render(api_versions=MONITORING_APIS)) - 2
+    assert len(docs) == len(helm.render(api_versions=MONITORING_APIS)) - 2
 
 
 # -- Deployments ------------------------------------------------------------------------------
@@ -364,8 +364,8 @@ def test_planner_service_selects_the_planner_pods(docs: list[Doc]) -> None:
         assert not service["spec"]["selector"].items() <= labels.items()
 
 
-def test_image_and_temporal_tls_come_from_values() -> None:
-    docs = render(
+def test_image_and_temporal_tls_come_from_values(helm: Helm) -> None:
+    docs = helm.render(
         {
             "image.repository": "registry.example/ai-inference",
             "image.tag": "1.2.3",
@@ -451,9 +451,10 @@ def test_role_ladder(docs: list[Doc]) -> None:
         assert find(docs, "ClusterRole", name)["metadata"]["labels"]["rbac.deckhouse.io/kind"] == "manage"
 
 
-def test_human_roles_can_be_left_out() -> None:
+def test_human_roles_can_be_left_out(helm: Helm) -> None:
     names = {
-        d["metadata"]["name"] for d in of_kind(render({"rbac.userAuthz": False, "rbac.rbacv2": False}), "ClusterRole")
+        d["metadata"]["name"]
+        for d in of_kind(helm.render({"rbac.userAuthz": False, "rbac.rbacv2": False}), "ClusterRole")
     }
     assert names == {
         "d8:ai-inference:worker",
@@ -561,10 +562,10 @@ def test_prometheus_rule_alerts(docs: list[Doc]) -> None:
         assert alert["annotations"]["description"].strip()
 
 
-def test_prometheus_operator_objects_render_only_where_the_api_is_served() -> None:
-    docs = render()
+def test_prometheus_operator_objects_render_only_where_the_api_is_served(helm: Helm) -> None:
+    docs = helm.render()
     assert of_kind(docs, "PrometheusRule") == [] and of_kind(docs, "PodMonitor") == []
-    docs = render({"monitoring.prometheusRule.enabled": False}, api_versions=MONITORING_APIS)
+    docs = helm.render({"monitoring.prometheusRule.enabled": False}, api_versions=MONITORING_APIS)
     assert of_kind(docs, "PrometheusRule") == [] and len(of_kind(docs, "PodMonitor")) == 2
 
 
@@ -597,7 +598,7 @@ def test_readme_documents_the_metrics_and_the_values() -> None:
         assert f"`{key}`" in readme, key
 
 
-def test_grafana_dashboards_cover_the_runtime_metrics(docs: list[Doc]) -> None:
+def test_grafana_dashboards_cover_the_runtime_metrics(helm: Helm, docs: list[Doc]) -> None:
     maps = [d for d in of_kind(docs, "ConfigMap") if d["metadata"]["labels"].get("grafana_dashboard") == "1"]
     assert {m["metadata"]["name"] for m in maps} == {
         "ai-inference-dashboard-performance",
@@ -619,22 +620,10 @@ def test_grafana_dashboards_cover_the_runtime_metrics(docs: list[Doc]) -> None:
         assert metric in queries
     for metric in VLLM_METRICS:
         assert metric in performance + queries
-    assert of_kind(render({"monitoring.grafanaDashboards.enabled": False}), "ConfigMap") == []
+    assert of_kind(helm.render({"monitoring.grafanaDashboards.enabled": False}), "ConfigMap") == []
 
 
 # -- examples ---------------------------------------------------------------------------------
-
-EXAMPLE_CLASSES = {
-    "class-llm-internal.yaml": "llm-internal",
-    "class-llm-chat-external.yaml": "llm-chat-external",
-    "class-llm-strict.yaml": "llm-strict",
-    "class-embeddings-only.yaml": "embeddings-only",
-}
-EXAMPLE_PRIORITY_CLASSES = {
-    "priorityclass-inference-low.yaml": ("inference-low", 100),
-    "priorityclass-inference-normal.yaml": ("inference-normal", 500),
-    "priorityclass-inference-high.yaml": ("inference-high", 1000),
-}
 
 
 def test_examples_are_one_manifest_a_file() -> None:

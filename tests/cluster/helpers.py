@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from kubernetes.client import ApiClient
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError
 
 from devstack.cluster import kube
-
-T = TypeVar("T")
 
 
 def dynamic(api: ApiClient) -> DynamicClient:
@@ -44,18 +40,6 @@ def delete(
     resource = dyn.resources.get(api_version=api_version, kind=kind)
     body = {"propagationPolicy": propagation} if propagation else None
     dyn.delete(resource, name=name, namespace=namespace, body=body)
-
-
-def eventually(check: Callable[[], T | None], timeout: float = 60, what: str = "condition") -> T:
-    return kube.wait_until(check, timeout=timeout, what=what, interval=0.3)
-
-
-def stays(check: Callable[[], bool], seconds: float, what: str) -> None:
-    """Assert ``check`` holds for the whole period (for "this must NOT happen" checks)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        assert check(), what
-        time.sleep(0.3)
 
 
 def kwok_pod(name: str, namespace: str, **spec: Any) -> dict[str, Any]:

@@ -9,7 +9,8 @@ from kubernetes.client import ApiClient
 
 from devstack.cluster import kube
 from devstack.cluster.launcher import LocalCluster
-from tests.cluster.helpers import delete, dynamic, eventually, exists, get, kwok_pod
+from tests.cluster.helpers import delete, dynamic, exists, get, kwok_pod
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -55,7 +56,7 @@ def test_garbage_collection_of_owned_objects(
         ]
     )
     delete(dyn, "v1", "ConfigMap", "owner", namespace)
-    eventually(lambda: not exists(dyn, "v1", "ConfigMap", "dependent", namespace), what="dependent ConfigMap collected")
+    wait_until(lambda: not exists(dyn, "v1", "ConfigMap", "dependent", namespace), what="dependent ConfigMap collected")
 
     # Foreground propagation from an order (a custom resource) to what it owns, a pod included:
     # the pod goes through kwok's pod-delete stage, since no kubelet would ever confirm it.
@@ -69,11 +70,11 @@ def test_garbage_collection_of_owned_objects(
     pod = kwok_pod("gc-order-0", namespace)
     pod["metadata"]["ownerReferences"] = [_owner_ref(order)]
     local_cluster.apply([cm, pod])
-    eventually(
+    wait_until(
         lambda: get(dyn, "v1", "Pod", "gc-order-0", namespace)["status"].get("phase") == "Running", what="pod up"
     )
     delete(dyn, ISVC, "InferenceService", "gc-order", namespace, propagation="Foreground")
-    eventually(
+    wait_until(
         lambda: (
             not any(
                 exists(dyn, *ref, namespace)

@@ -10,7 +10,8 @@ from kubernetes.client import ApiClient
 
 from devstack.cluster.inventory import MEMORY_CAPACITY, SHARE_CAPACITY, load_inventory
 from devstack.cluster.launcher import LocalCluster
-from tests.cluster.helpers import delete, dynamic, eventually, exists, get, kwok_pod, pod_running, stays
+from tests.cluster.helpers import delete, dynamic, exists, get, kwok_pod, pod_running
+from tests.polling import stays, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -95,7 +96,7 @@ def test_each_device_class_allocates_a_device_it_selects(
     dyn = dynamic(kube_admin)
     for dc in inv.device_classes:
         pod_name = f"pod-{dc.name}"
-        pod = eventually(partial(pod_running, dyn, pod_name, namespace), what=f"{pod_name} Running")
+        pod = wait_until(partial(pod_running, dyn, pod_name, namespace), what=f"{pod_name} Running")
         claim_name = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
         allocation = _allocation(dyn, claim_name, namespace)
         assert allocation is not None
@@ -121,7 +122,7 @@ def test_shared_device_by_consumable_capacity(
     dyn = dynamic(kube_admin)
     results = []
     for pod in ("pod-a", "pod-b"):
-        eventually(partial(pod_running, dyn, pod, namespace), what=f"{pod} Running")
+        wait_until(partial(pod_running, dyn, pod, namespace), what=f"{pod} Running")
     for claim in ("share-a", "share-b"):
         allocation = _allocation(dyn, claim, namespace)
         assert allocation is not None
@@ -146,15 +147,19 @@ def test_shared_device_by_consumable_capacity(
         conds = {c["type"]: c for c in pod.get("status", {}).get("conditions", [])}
         return conds.get("PodScheduled", {}).get("status") == "False"
 
-    eventually(unschedulable, what="pod-c reported unschedulable")
-    stays(lambda: not get(dyn, "v1", "Pod", "pod-c", namespace)["spec"].get("nodeName"), 3, "pod-c must stay unbound")
+    wait_until(unschedulable, what="pod-c reported unschedulable")
+    stays(
+        lambda: not get(dyn, "v1", "Pod", "pod-c", namespace)["spec"].get("nodeName"),
+        seconds=3,
+        what="pod-c must stay unbound",
+    )
     assert _allocation(dyn, "share-c", namespace) is None
 
     # Freeing one share makes room: the scheduler retries and places the third claim.
     delete(dyn, "v1", "Pod", "pod-a", namespace)
-    eventually(lambda: not exists(dyn, "v1", "Pod", "pod-a", namespace), what="pod-a gone")
+    wait_until(lambda: not exists(dyn, "v1", "Pod", "pod-a", namespace), what="pod-a gone")
     delete(dyn, RESOURCE, "ResourceClaim", "share-a", namespace)
-    eventually(lambda: pod_running(dyn, "pod-c", namespace), timeout=90, what="pod-c Running after share-a freed")
+    wait_until(lambda: pod_running(dyn, "pod-c", namespace), timeout=90, what="pod-c Running after share-a freed")
     allocation = _allocation(dyn, "share-c", namespace)
     assert allocation is not None
     assert allocation["devices"]["results"][0]["device"] == "gpu-0"

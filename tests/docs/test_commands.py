@@ -25,7 +25,6 @@ from kubernetes.client.rest import ApiException
 from temporalio.testing import WorkflowEnvironment
 from typer.testing import CliRunner
 
-from devstack.cluster.build import ensure_binaries
 from devstack.cluster.launcher import LocalCluster
 from devstack.temporal_dev import temporal_binary
 from inference_api.types import GROUP, VERSION
@@ -380,7 +379,7 @@ def _kubectl_gets() -> list[tuple[str, list[str]]]:
 def test_kubectl_get_commands_of_the_docs_work(
     stand: Stand, local_cluster: LocalCluster, page: str, argv: list[str]
 ) -> None:
-    kubectl = ensure_binaries(("k8s",), progress=None).kubectl
+    kubectl = local_cluster.binaries.kubectl  # built with the cluster, before the first test
     user = READER[page]
     command = [str(kubectl), "--kubeconfig", str(local_cluster.kubeconfig(user)), *_substitute(argv, stand)[1:]]
     result = subprocess.run(command, capture_output=True, text=True, timeout=60)

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -20,10 +18,8 @@ import yaml
 from devstack.cluster.launcher import LocalCluster
 from inference_api.settings import CatalogMode
 from inference_api.types import InferenceService, InferenceServiceClass
-from tests.chart.test_render import EXAMPLE_CLASSES, EXAMPLE_PRIORITY_CLASSES
+from tests.examples import EXAMPLE_CLASSES, EXAMPLE_PRIORITY_CLASSES, EXAMPLES_DIR, REPO_ROOT, example_docs
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES_DIR = REPO_ROOT / "deploy" / "examples"
 EXAMPLES_DOC = REPO_ROOT / "docs" / "examples.md"
 
 ALL_FILES = sorted(p.relative_to(EXAMPLES_DIR).as_posix() for p in EXAMPLES_DIR.rglob("*.yaml"))
@@ -32,12 +28,8 @@ CHART_TESTED_KINDS = {"InferenceServiceClass", "PriorityClass"}
 DECKHOUSE_KINDS = {"ModuleConfig"}
 
 
-def _docs(name: str) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all((EXAMPLES_DIR / name).read_text()) if d]
-
-
 def _kinds(name: str) -> set[str]:
-    return {d["kind"] for d in _docs(name)}
+    return {d["kind"] for d in example_docs(name)}
 
 
 APPLIED_HERE = [n for n in ALL_FILES if _kinds(n) - CHART_TESTED_KINDS - DECKHOUSE_KINDS]
@@ -84,7 +76,7 @@ def test_every_example_is_applied_by_some_test() -> None:
 
 @pytest.mark.parametrize("name", APPLIED_HERE)
 def test_orders_match_the_api_types(name: str) -> None:
-    for doc in _docs(name):
+    for doc in example_docs(name):
         if doc["kind"] == "InferenceService":
             order = InferenceService.model_validate(doc)
             assert order.metadata.namespace, f"{name}: an order names its namespace"
@@ -94,7 +86,7 @@ def test_orders_match_the_api_types(name: str) -> None:
 
 
 def test_the_gated_order_names_its_secret_in_its_own_namespace() -> None:
-    secret, order = _docs("order-gated-huggingface.yaml")
+    secret, order = example_docs("order-gated-huggingface.yaml")
     assert secret["kind"] == "Secret" and order["kind"] == "InferenceService"
     assert secret["metadata"]["namespace"] == order["metadata"]["namespace"]
     ref = order["spec"]["model"]["authSecretRef"]
@@ -106,7 +98,7 @@ def test_the_gated_order_names_its_secret_in_its_own_namespace() -> None:
 
 @pytest.mark.parametrize("name", MODULE_CONFIGS)
 def test_module_configs_carry_only_the_public_setting(name: str) -> None:
-    (doc,) = _docs(name)
+    (doc,) = example_docs(name)
     assert doc["apiVersion"] == "deckhouse.io/v1alpha1" and doc["kind"] == "ModuleConfig"
     assert doc["metadata"] == {"name": "ai-inference"}
     spec = doc["spec"]
@@ -125,7 +117,7 @@ def test_module_configs_carry_only_the_public_setting(name: str) -> None:
 @pytest.mark.cluster
 @pytest.mark.parametrize("name", APPLIED_HERE)
 def test_example_is_accepted_by_the_api_server(local_cluster: LocalCluster, name: str) -> None:
-    docs = _docs(name)
+    docs = example_docs(name)
     for namespace in sorted({d["metadata"]["namespace"] for d in docs if d["metadata"].get("namespace")}):
         # The examples' own namespaces; the namespace user edits there, as in the user guide.
         local_cluster.create_namespace(namespace, users=("ns-user",))
@@ -155,7 +147,7 @@ def test_example_is_accepted_by_the_api_server(local_cluster: LocalCluster, name
 @pytest.mark.cluster
 def test_an_order_with_a_runtime_block_is_refused_under_strict_validation(local_cluster: LocalCluster) -> None:
     """The user guide: a runtime block is rejected by strict field validation, pruned without it."""
-    (order,) = _docs("order-minimal.yaml")
+    (order,) = example_docs("order-minimal.yaml")
     local_cluster.create_namespace(order["metadata"]["namespace"], users=("ns-user",))
     order["spec"]["runtime"] = {"image": "vllm/vllm-openai:latest"}
     args = ("create", "--dry-run=server", "-f", "-", "-o", "json")

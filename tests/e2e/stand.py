@@ -13,7 +13,6 @@ import asyncio
 import base64
 import contextlib
 import json
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from devstack.standins.fleet import PROBE_URL_ANNOTATION, StandInFleet
 from inference_api.payloads import order_workflow_id
 from inference_api.settings import ModuleSettings
 from inference_api.types import GROUP, VERSION
+from tests.polling import until
 from worker.processes import order_worker, run_watcher
 
 ORDERS = "inferenceservices"
@@ -175,12 +175,8 @@ class Stand:
         return list(runs.values())
 
     async def until(self, check: Callable[[], bool], timeout: float = 90, what: str | Callable[[], str] = "") -> None:
-        deadline = time.monotonic() + timeout
-        while not await asyncio.to_thread(check):
-            if time.monotonic() > deadline:
-                detail = what() if callable(what) else what
-                raise AssertionError(f"timed out after {timeout:g}s waiting for {detail or check}")
-            await asyncio.sleep(0.3)
+        """Poll ``check`` (blocking API reads: run in a thread) until it holds."""
+        await until(check, timeout=timeout, what=what, interval=0.3, in_thread=True)
 
     def phase(self, name: str) -> tuple[str | None, str | None]:
         status = self.status(name)

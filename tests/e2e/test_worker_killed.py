@@ -18,7 +18,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -37,6 +36,7 @@ from devstack.cluster.launcher import LocalCluster
 from devstack.standins.fleet import PROBE_URL_ANNOTATION, StandInFleet
 from inference_api.types import GROUP, VERSION
 from tests.e2e.stand import DEFAULT_LLM, Stand, e2e_settings
+from tests.polling import until
 from worker.processes import run_watcher
 
 pytestmark = [pytest.mark.cluster, pytest.mark.temporal]
@@ -194,14 +194,16 @@ async def test_worker_sigkilled_mid_apply_leaves_one_of_each_object_and_the_same
     stand.create_order(name, {"src": "HuggingFace", "ref": {"name": "Qwen/Qwen2.5-0.5B-Instruct"}})
 
     # The apply has begun: its claim template or StatefulSet exists (the Secret comes first).
-    deadline = time.monotonic() + 120
-    while True:
-        objects = await asyncio.to_thread(owned, stand, name)
-        if objects["StatefulSet"] or objects["ResourceClaimTemplate"]:
-            break
+    def apply_begun() -> dict[str, list[str]] | None:
+        found = owned(stand, name)
+        if found["StatefulSet"] or found["ResourceClaimTemplate"]:
+            return found
         assert first.poll() is None, f"the worker exited early:\n{processes.log_text()[-3000:]}"
-        assert time.monotonic() < deadline, f"no apply within 120 s: {stand.describe(name)}"
-        await asyncio.sleep(0.02)
+        return None
+
+    objects = await until(
+        apply_begun, timeout=120, interval=0.02, in_thread=True, what=lambda: f"an apply ({stand.describe(name)})"
+    )
     processes.kill(first)
     assert stand.phase(name)[0] != "Ready", "the order was Ready before the kill"
     assert first.returncode == -signal.SIGKILL

@@ -36,8 +36,9 @@ from planner.cel_selectors import select_devices
 from planner.inventory import DeviceAllocation
 from planner.quantity import Quantity
 from planner.service import KubernetesAccessReviewer, create_app
-from tests.cluster.helpers import dynamic, eventually, get, kwok_pod, pod_running
+from tests.cluster.helpers import dynamic, get, kwok_pod, pod_running
 from tests.planner_service import running_service
+from tests.polling import wait_until as eventually
 
 pytestmark = pytest.mark.cluster
 

@@ -13,7 +13,6 @@ order's bound comes back.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -27,6 +26,7 @@ from devstack.cluster.launcher import LocalCluster
 from inference_api.preemption import preemption_workflow_id
 from inference_api.types import GROUP, VERSION
 from tests.e2e.stand import Stand, open_stand
+from tests.polling import until
 from workflows.preemption import PreemptionState, PreemptionWorkflow
 
 pytestmark = [pytest.mark.cluster, pytest.mark.temporal]
@@ -128,10 +128,14 @@ async def test_a_high_order_takes_a_replica_of_a_low_one_through_real_hpas(stand
             return {}
         return {r.ref.name: r.priority for r in state.reports.values() if not r.leaving}
 
-    deadline = asyncio.get_running_loop().time() + 60
-    while await members() != {"low": 100, "high": 1000}:
-        assert asyncio.get_running_loop().time() < deadline, f"members: {await members()}"
-        await asyncio.sleep(0.5)
+    seen: dict[str, int] = {}
+
+    async def both_members() -> bool:
+        seen.clear()
+        seen.update(await members())
+        return seen == {"low": 100, "high": 1000}
+
+    await until(both_members, timeout=60, interval=0.5, what=lambda: f"both members (members: {seen})")
 
     # The high order's autoscaler wants a second replica; the device class is full.
     scale(stand, "high", 2)

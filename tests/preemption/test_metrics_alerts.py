@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from activities.metrics import HELD, PREEMPTION_METRICS, PREEMPTIONS, PreemptionMetricsCollector
 from activities.preemption import PreemptionActivities
 from inference_api.preemption import PreemptionMetrics, ReplicaCount
-from tests.chart.helm import MONITORING_APIS, render
+from tests.chart.helm import MONITORING_APIS, Helm
 from worker.processes import serve_health
 
 from .promql import Labels, Timeline, Unsupported, alert_states, evaluate, seconds
@@ -34,8 +34,8 @@ MINUTE = 60.0
 
 
 @pytest.fixture(scope="module")
-def rules() -> dict[str, dict[str, Any]]:
-    docs = render(api_versions=MONITORING_APIS)
+def rules(helm: Helm) -> dict[str, dict[str, Any]]:
+    docs = helm.render(api_versions=MONITORING_APIS)
     rule = next(d for d in docs if d["kind"] == "PrometheusRule" and d["metadata"]["name"] == "ai-inference")
     return {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"] if "alert" in r}
 

@@ -1,6 +1,6 @@
 """The preemption workflow with real order workflows on the real Temporal dev server.
 
-The order workflows' activities run against a simulated device class (tests/preemption/world.py);
+The order workflows' activities run against a simulated device class (tests/workflows/world.py);
 the preemption activities (signal-with-start, metrics) are the real ones.
 """
 
@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import Awaitable
 from typing import Any, TypeVar
 
-import pytest
-import pytest_asyncio
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.worker import Replayer
 
 from activities.metrics import PreemptionMetricsCollector
@@ -23,36 +21,31 @@ from inference_api.payloads import OrderRef, order_workflow_id
 from inference_api.preemption import PreemptionMetrics
 from inference_api.reasons import EventReason, Reason
 from inference_api.types import ConditionStatus, Phase
-from tests.workflows.test_order_workflow import make_order
+from tests.factories import make_order
+from tests.polling import WaitTimeout, until
+from tests.workflows.world import TIMINGS, Stand, new_world, running_worker
 from workflows import activity_names as act
 from workflows.order import OrderState, OrderWorkflow
 from workflows.preemption import PreemptionWorkflow
 from workflows.search_attributes import ORDER_DEVICE_CLASS, PREEMPTION_STATUS
 
-from .world import TIMINGS, Stand, new_world, running_worker
-
-pytestmark = pytest.mark.temporal
 T = TypeVar("T")
 
 
-@pytest_asyncio.fixture
-async def stand(temporal_client: Client) -> AsyncIterator[Stand]:
-    world = new_world(capacity=400)
-    metrics = PreemptionMetricsCollector()
-    task_queue = f"preemption-{uuid.uuid4().hex[:8]}"
-    async with running_worker(temporal_client, task_queue, world, metrics):
-        yield Stand(temporal_client, world, task_queue, metrics)
-
-
 async def replay_settled(handle: WorkflowHandle[Any, Any], client: Client) -> None:
-    """Replay the history once the workflow is between tasks (a history cut mid-task is no test)."""
-    history = None
-    for _ in range(100):
-        history = await asyncio.wait_for(handle.fetch_history(), 30)
-        if history.events[-1].event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
-            break
-        await asyncio.sleep(0.1)
-    assert history is not None
+    """Replay the history once the workflow is between tasks (a history cut mid-task is no test); one
+    that never is within ~10 s (its last task leaves commands after it) is replayed as it stands."""
+    fetched: list[WorkflowHistory] = []
+
+    async def between_tasks() -> WorkflowHistory | None:
+        fetched.append(await asyncio.wait_for(handle.fetch_history(), 30))
+        last = fetched[-1].events[-1].event_type
+        return fetched[-1] if last == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED else None
+
+    try:
+        history = await until(between_tasks, timeout=10, interval=0.1, what="the workflow between tasks")
+    except WaitTimeout:
+        history = fetched[-1] if fetched else await asyncio.wait_for(handle.fetch_history(), 30)
     replayer = Replayer(workflows=[PreemptionWorkflow, OrderWorkflow], data_converter=client.data_converter)
     await asyncio.wait_for(replayer.replay_workflow(history), 60)
 
@@ -72,7 +65,7 @@ async def fill(stand: Stand, low_load: int = 3, high_load: int = 1) -> None:
             return False
         return len([r for r in state.reports.values() if not r.leaving]) == 2
 
-    await stand.until_async(both_members, what="both orders reported to the preemption workflow")
+    await stand.until(both_members, what="both orders reported to the preemption workflow")
 
 
 async def test_a_high_order_grows_at_a_low_ones_expense_and_gives_back_when_demand_falls(stand: Stand) -> None:
@@ -86,7 +79,7 @@ async def test_a_high_order_grows_at_a_low_ones_expense_and_gives_back_when_dema
     assert stand.sim("low").ceiling == 2 and stand.sim("low").placed == 2
     low_state = await stand.order_state("low")
     assert low_state.replicaCeiling == 2
-    assert stand.world.applies["support/low"][-1].replicaCeiling == 2
+    assert stand.world.applies_of("low")[-1].replicaCeiling == 2
     await stand.until(lambda: stand.metrics.held(dc, "support", "low") == 1, what="held gauge")
     assert stand.metrics.preemptions(dc, "support", "high") == 1
     # The donor's status shows the lowered bound; neither order is degraded.
@@ -111,7 +104,7 @@ async def test_a_high_order_grows_at_a_low_ones_expense_and_gives_back_when_dema
         # Blocked (the held donor wants more) wins over Holding.
         return attributes.get(ORDER_DEVICE_CLASS) == dc and attributes.get(PREEMPTION_STATUS) == "Blocked"
 
-    await stand.until_async(blocked_while_holding, what="preemption Blocked")
+    await stand.until(blocked_while_holding, what="preemption Blocked")
     # The donor's load falls to its ceiling: not blocked any more, only held.
     stand.sim("low").load = 2
     await stand.until(stand.phase_is("low", Phase.READY, None), what="low Ready while held")
@@ -120,7 +113,7 @@ async def test_a_high_order_grows_at_a_low_ones_expense_and_gives_back_when_dema
         described = await stand.preemption().describe()
         return described.typed_search_attributes.get(PREEMPTION_STATUS) == "Holding"
 
-    await stand.until_async(holding, what="preemption Holding")
+    await stand.until(holding, what="preemption Holding")
     stand.sim("low").load = 3
     state = await stand.preemption_state()
     assert any("took 1 from support/low for support/high" in line for line in state.log)
@@ -142,7 +135,7 @@ async def test_a_high_order_grows_at_a_low_ones_expense_and_gives_back_when_dema
         described = await stand.preemption().describe()
         return described.typed_search_attributes.get(PREEMPTION_STATUS) == "Idle"
 
-    await stand.until_async(idle, what="preemption Idle")
+    await stand.until(idle, what="preemption Idle")
     await replay_settled(stand.preemption(), stand.client)
 
 
@@ -162,7 +155,7 @@ async def test_with_no_donor_left_the_recipient_serves_degraded_then_recovers(st
         described = await stand.preemption().describe()
         return described.typed_search_attributes.get(PREEMPTION_STATUS) == "Blocked"
 
-    await stand.until_async(blocked, what="preemption Blocked")
+    await stand.until(blocked, what="preemption Blocked")
 
     # Demand falls to what could be freed: Ready again, the donor still held.
     stand.sim("high").load = 3
@@ -246,7 +239,7 @@ async def test_a_deleted_blocked_recipient_leaves_the_preemption_workflow_workin
         state = await stand.preemption_state()
         return not state.blocked and not state.ledger.holds and not state.dirty
 
-    await stand.until_async(settled, what="no hold, no block")
+    await stand.until(settled, what="no hold, no block")
     # Still deciding: a new order joins and is counted.
     await stand.start("newcomer", "normal-class", load=1)
 
@@ -254,7 +247,7 @@ async def test_a_deleted_blocked_recipient_leaves_the_preemption_workflow_workin
         state = await stand.preemption_state()
         return any(r.ref.name == "newcomer" and not r.leaving for r in state.reports.values())
 
-    await stand.until_async(joined, what="newcomer reported")
+    await stand.until(joined, what="newcomer reported")
 
 
 async def test_a_ceiling_set_before_the_first_apply_is_used_and_survives_continue_as_new(
@@ -291,7 +284,7 @@ async def test_a_ceiling_set_before_the_first_apply_is_used_and_survives_continu
         await step("spec_changed", handle.signal(OrderWorkflow.spec_changed, 1))
         stand.handles["held"] = handle
         await stand.until(stand.phase_is("held", Phase.READY), what="Ready")
-        assert world.applies["support/held"][0].replicaCeiling == 2
+        assert world.applies_of("held")[0].replicaCeiling == 2
         last = world.last("held")
         assert last is not None and last.constraints is not None and last.constraints.maxReplicas == 2
         first_run = (await step("describe", handle.describe())).run_id
@@ -300,15 +293,15 @@ async def test_a_ceiling_set_before_the_first_apply_is_used_and_survives_continu
         async def continued() -> bool:
             return (await step("describe", current.describe())).run_id != first_run
 
-        await stand.until_async(continued, what="continue-as-new")
+        await stand.until(continued, what="continue-as-new")
         state = await step("query", current.query(OrderWorkflow.query_state))
         assert state.replicaCeiling == 2 and state.lastReport is not None
-        applies, replans = len(world.applies["support/held"]), state.replanCount
+        applies, replans = len(world.applies_of("held")), state.replanCount
         await step("lift", current.signal(OrderWorkflow.set_replica_ceiling, None))
-        await stand.until(lambda: world.applies["support/held"][-1].replicaCeiling is None, what="lifted")
+        await stand.until(lambda: world.applies_of("held")[-1].replicaCeiling is None, what="lifted")
         await asyncio.sleep(0.5)
         # Lifting the ceiling is one re-apply, not a replan.
-        assert len(world.applies["support/held"]) == applies + 1
+        assert len(world.applies_of("held")) == applies + 1
         assert (await step("query", current.query(OrderWorkflow.query_state))).replanCount == replans
         # The first run, closed by continue-as-new: a complete history (a busy running one may end mid-task).
         first = temporal_client.get_workflow_handle(handle.id, run_id=first_run)

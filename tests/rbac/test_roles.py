@@ -19,7 +19,6 @@ is virtual), a human may not (403).
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -50,7 +49,9 @@ from kubernetes.client.rest import ApiException
 
 from devstack.cluster.launcher import LocalCluster
 from tests.chart.helm import NAMESPACE as MODULE_NAMESPACE
-from tests.chart.helm import example, installed
+from tests.chart.helm import Helm
+from tests.examples import example
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -181,23 +182,14 @@ def _binding(kind: str, name: str, role: str, groups: list[str], namespace: str 
     }
 
 
-def _wait_allowed(check: Any, what: str, timeout: float = 15) -> None:
-    # The RBAC authorizer learns of new bindings through an informer: a moment, not a promise.
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} never became allowed")
-        time.sleep(0.2)
-
-
 @pytest.fixture(scope="module")
-def bound(local_cluster: LocalCluster, kube_admin: ApiClient) -> Iterator[Bound]:
+def bound(local_cluster: LocalCluster, kube_admin: ApiClient, helm: Helm) -> Iterator[Bound]:
     suffix = uuid.uuid4().hex[:6]
     own = local_cluster.create_namespace(f"rbac-orders-{suffix}", users=())
     other = local_cluster.create_namespace(f"rbac-other-{suffix}", users=())
     rbac, core = RbacAuthorizationV1Api(kube_admin), CoreV1Api(kube_admin)
     b = Bound(local_cluster, own, other)
-    with installed(local_cluster):
+    with helm.installed(local_cluster):
         for level in ("user", "editor"):
             rbac.create_namespaced_role_binding(
                 own,
@@ -218,13 +210,20 @@ def bound(local_cluster: LocalCluster, kube_admin: ApiClient) -> Iterator[Bound]
             )
         )
         try:
-            _wait_allowed(
+            # The RBAC authorizer learns of new bindings through an informer: a moment, not a promise.
+            wait_until(
                 lambda: subject_can(kube_admin, "probe-user", [PROBE_USERS_GROUP], NS_USER_ALLOWED[-1], b),
-                "the user/editor RoleBindings",
+                timeout=15,
+                interval=0.2,
+                ignore=(),
+                what="the user/editor RoleBindings to allow",
             )
-            _wait_allowed(
+            wait_until(
                 lambda: subject_can(kube_admin, "probe-admin", [PROBE_ADMINS_GROUP], MODULE_ADMIN_ALLOWED[-1], b),
-                "the cluster-editor ClusterRoleBinding",
+                timeout=15,
+                interval=0.2,
+                ignore=(),
+                what="the cluster-editor ClusterRoleBinding to allow",
             )
             yield b
         finally:
@@ -487,11 +486,11 @@ SA_MATRIX: list[tuple[str, Access, bool]] = [
     ("worker", Access("update", "inferenceservices", scope="cluster"), True),  # finalizers
     ("worker", Access("patch", "statefulsets", group="apps", scope="other"), True),
     ("worker", Access("create", "secrets", group="", scope="other"), True),
+    ("worker", Access("patch", "ingresses", group="networking.k8s.io", scope="other"), True),
     *[
         ("worker", Access(verb, "networkpolicies", group="networking.k8s.io", scope="other"), True)
         for verb in ("get", "list", "watch", "create", "update", "patch", "delete")
     ],
-    ("worker", Access("patch", "ingresses", group="networking.k8s.io", scope="other"), True),
     ("worker", Access("patch", "horizontalpodautoscalers", group="autoscaling", scope="other"), True),
     ("worker", Access("patch", "resourceclaimtemplates", group="resource.k8s.io", scope="other"), True),
     ("worker", Access("create", "events", group="", scope="other"), True),

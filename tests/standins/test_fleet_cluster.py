@@ -16,8 +16,8 @@ from kubernetes.client import ApiClient, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
 from activities.builders.common import LABEL_MANAGED_BY, MANAGED_BY
-from devstack.cluster.kube import wait_until
 from devstack.standins.fleet import StandInFleet
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.cluster
 

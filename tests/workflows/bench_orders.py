@@ -1,6 +1,6 @@
 """Benchmark: how many orders one worker takes from signal-with-start to Ready, on the real dev server.
 
-Activities are the in-memory fakes of tests/workflows (no cluster): this measures the workflow
+Activities are the in-memory fakes of tests/workflows/world.py (no cluster): this measures the workflow
 engine's side of an order — history, signals, timers, status publication — not Kubernetes.
 
     python -m tests.workflows.bench_orders [--orders 50]
@@ -24,7 +24,8 @@ from temporalio.worker import Worker
 
 from devstack.temporal_dev import temporal_binary
 from inference_api.types import Phase
-from tests.workflows.test_order_workflow import FAST, Harness, World, make_class, make_order
+from tests.factories import make_class, make_order
+from tests.workflows.world import FAST, Harness, World
 from workflows.order import OrderWorkflow
 from workflows.search_attributes import ALL_KEYS
 

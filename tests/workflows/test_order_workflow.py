@@ -1,249 +1,26 @@
 """The order workflow on a real Temporal dev server, with its activities standing in for the cluster.
 
-The activities here are fakes over an in-memory world (a unit test of the workflow's decisions);
-the end-to-end path with the real activities runs in tests/e2e against the local control plane.
+The activities are fakes over an in-memory world (tests/workflows/world.py: a unit test of the
+workflow's decisions); the end-to-end path with the real activities runs in tests/e2e against the
+local control plane.
 """
 
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
-import pytest_asyncio
-from temporalio import activity, workflow
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
-from temporalio.worker import Replayer, Worker
+from temporalio.client import WorkflowUpdateFailedError
+from temporalio.worker import Replayer
 
-from activities.health import watch_health_loop
-from inference_api.payloads import (
-    ApplyInput,
-    ApplyResult,
-    HealthChange,
-    HealthWatchInput,
-    ModelResolution,
-    OrderEvent,
-    OrderRef,
-    OrderSnapshot,
-    PlanInput,
-    ProbeInput,
-    ProbeResult,
-    StatusUpdate,
-    order_workflow_id,
-)
-from inference_api.plan import LaunchPlan, PlanOutcome, PlanRefusal, Recipe, RecipeSource
+from inference_api.payloads import PlanInput, StatusUpdate
+from inference_api.plan import PlanOutcome, PlanRefusal
 from inference_api.reasons import Reason
-from inference_api.types import (
-    Condition,
-    ConditionStatus,
-    ConstraintsStatus,
-    EndpointStatus,
-    ExposureType,
-    InferenceService,
-    InferenceServiceClass,
-    Phase,
-)
-from workflows import activity_names as act
-from workflows.order import OrderState, OrderTimings, OrderWorkflow, ReplanOutcome
+from inference_api.types import Condition, ConditionStatus, Phase
+from tests.factories import make_class, make_order, make_plan
+from tests.workflows.world import FAST, Harness
+from workflows.order import OrderTimings, OrderWorkflow, ReplanOutcome
 from workflows.search_attributes import ORDER_PHASE
-
-pytestmark = pytest.mark.temporal
-
-READY = Condition(
-    type="Ready", status=ConditionStatus.TRUE, reason="ClassValid", lastTransitionTime="2026-01-01T00:00:00Z"
-)
-
-
-def make_plan(device_class: str = "nvidia-hopper-s3-shared", share: int = 30) -> LaunchPlan:
-    return LaunchPlan(
-        deviceClass=device_class,
-        acceleratorProductName="NVIDIA H100 80GB HBM3",
-        acceleratorMemoryGiB=80,
-        placementMode="WholeDevice",
-        sharingMode="Shared",
-        deviceCount=1,
-        sharePercent=share,
-        memoryRequestMiB=24576,
-        cpu="4",
-        memory="32Gi",
-        modelVolumeGiB=40,
-        recipe=Recipe(
-            source=RecipeSource.COMPILED,
-            runtimeVersion="v0.11.0",
-            image="vllm/vllm-openai:v0.11.0",
-            hardwareFamily="hopper",
-            vramMinimumGiB=20,
-        ),
-    )
-
-
-@dataclass
-class World:
-    orders: dict[str, InferenceService] = field(default_factory=dict)
-    classes: dict[str, InferenceServiceClass] = field(default_factory=dict)
-    plan: Callable[[PlanInput], PlanOutcome] = lambda _: PlanOutcome(plan=make_plan())
-    healthy: bool = True
-    statuses: list[StatusUpdate] = field(default_factory=list)
-    applies: list[ApplyInput] = field(default_factory=list)
-    finalizers: set[str] = field(default_factory=set)
-    events: list[OrderEvent] = field(default_factory=list)
-    probe_interval_scale: float = 1.0
-
-    def last(self) -> StatusUpdate:
-        return self.statuses[-1]
-
-    def activities(self) -> list[Callable[..., Any]]:
-        world = self
-
-        @activity.defn(name=act.READ_ORDER)
-        async def read_order(ref: OrderRef) -> OrderSnapshot:
-            order = world.orders.get(ref.key)
-            cls = world.classes.get(order.spec.inferenceServiceClassName) if order else None
-            return OrderSnapshot(order=order, cls=cls)
-
-        @activity.defn(name=act.ENSURE_FINALIZER)
-        async def ensure_finalizer(ref: OrderRef) -> None:
-            world.finalizers.add(ref.key)
-
-        @activity.defn(name=act.RESOLVE_MODEL)
-        async def resolve_model(order: InferenceService) -> ModelResolution:
-            return ModelResolution(servedName=order.spec.model.ref.name, source=order.spec.model.ref.name)
-
-        @activity.defn(name=act.PLAN_LAUNCH)
-        async def plan_launch(request: PlanInput) -> PlanOutcome:
-            return world.plan(request)
-
-        @activity.defn(name=act.APPLY_WORKLOAD)
-        async def apply_workload(request: ApplyInput) -> ApplyResult:
-            world.applies.append(request)
-            return ApplyResult(
-                endpoint=EndpointStatus(url=f"https://{request.ref.name}.example", type=ExposureType.EXTERNAL),
-                authSecretName=f"{request.ref.name}-auth",
-                constraints=ConstraintsStatus(minReplicas=1, maxReplicas=2),
-                readyReplicas=1,
-            )
-
-        @activity.defn(name=act.AWAIT_SERVING)
-        async def await_serving(request: ProbeInput) -> ProbeResult:
-            return ProbeResult(ok=world.healthy, detail="200 /v1/models" if world.healthy else "503")
-
-        @activity.defn(name=act.WATCH_HEALTH)
-        async def watch_health(request: HealthWatchInput) -> HealthChange:
-            async def probe() -> ProbeResult:
-                return ProbeResult(ok=world.healthy, detail="200" if world.healthy else "503")
-
-            return await watch_health_loop(request, probe, asyncio.sleep, activity.heartbeat)
-
-        @activity.defn(name=act.PUBLISH_STATUS)
-        async def publish_status(update: StatusUpdate) -> None:
-            world.statuses.append(update)
-
-        @activity.defn(name=act.RECORD_EVENT)
-        async def record_event(event: OrderEvent) -> None:
-            world.events.append(event)
-
-        @activity.defn(name=act.FINALIZE_ORDER)
-        async def finalize_order(ref: OrderRef) -> None:
-            world.finalizers.discard(ref.key)
-            world.orders.pop(ref.key, None)
-
-        return [
-            read_order,
-            ensure_finalizer,
-            resolve_model,
-            plan_launch,
-            apply_workload,
-            await_serving,
-            watch_health,
-            publish_status,
-            record_event,
-            finalize_order,
-        ]
-
-
-def make_class(name: str = "default-llm", ready: bool = True, **spec: Any) -> InferenceServiceClass:
-    body: dict[str, Any] = {"modelPolicy": {"allowedEndpointTypes": ["Chat", "Embeddings", "Rerank"]}}
-    body.update(spec)
-    cls = InferenceServiceClass.model_validate({"metadata": {"name": name}, "spec": body})
-    if ready:
-        cls.status.conditions.append(READY)
-    return cls
-
-
-def make_order(name: str, class_name: str = "default-llm", generation: int = 1) -> InferenceService:
-    return InferenceService.model_validate(
-        {
-            "metadata": {"name": name, "namespace": "support", "uid": str(uuid.uuid4()), "generation": generation},
-            "spec": {
-                "inferenceServiceClassName": class_name,
-                "model": {"src": "HuggingFace", "ref": {"name": "Qwen/Qwen2.5-32B-Instruct-AWQ"}},
-            },
-        }
-    )
-
-
-FAST = OrderTimings(
-    healthIntervalSeconds=0.2,
-    failureThreshold=2,
-    healthWatchMaxSeconds=5,
-    retryBaseSeconds=0.5,
-    retryMaxSeconds=1,
-)
-
-
-@dataclass
-class Harness:
-    client: Client
-    world: World
-    task_queue: str
-
-    async def start(self, order: InferenceService, timings: OrderTimings = FAST) -> WorkflowHandle[Any, Any]:
-        self.world.orders[f"support/{order.metadata.name}"] = order
-        ref = OrderRef(namespace="support", name=order.metadata.name, uid=order.metadata.uid or "")
-        state = OrderState(ref=ref, timings=timings)
-        return await self.client.start_workflow(
-            OrderWorkflow.run,
-            state,
-            id=order_workflow_id(ref.namespace, ref.name, ref.uid),
-            task_queue=self.task_queue,
-            start_signal="spec_changed",
-            start_signal_args=[order.metadata.generation or 1],
-        )
-
-    async def until(self, predicate: Callable[[], bool], timeout: float = 20) -> None:
-        async def poll() -> None:
-            while not predicate():
-                await asyncio.sleep(0.05)
-
-        await asyncio.wait_for(poll(), timeout)
-
-    def phase_is(self, phase: Phase, reason: str | None = "any") -> Callable[[], bool]:
-        def check() -> bool:
-            if not self.world.statuses:
-                return False
-            last = self.world.last()
-            return last.phase == phase and (reason == "any" or last.reason == reason)
-
-        return check
-
-
-@pytest_asyncio.fixture
-async def harness(temporal_client: Client) -> AsyncIterator[Harness]:
-    world = World()
-    task_queue = f"orders-{uuid.uuid4()}"
-    async with Worker(
-        temporal_client,
-        task_queue=task_queue,
-        workflows=[OrderWorkflow],
-        activities=world.activities(),
-        max_cached_workflows=0,
-        workflow_failure_exception_types=[workflow.NondeterminismError],
-    ):
-        world.classes["default-llm"] = make_class()
-        yield Harness(temporal_client, world, task_queue)
 
 
 def share_of(update: StatusUpdate) -> int | None:
@@ -396,11 +173,7 @@ async def test_continue_as_new_carries_the_state(harness: Harness) -> None:
     async def continued() -> bool:
         return (await harness.client.get_workflow_handle(handle.id).describe()).run_id != first_run
 
-    for _ in range(200):
-        if await continued():
-            break
-        await asyncio.sleep(0.1)
-    assert await continued()
+    await harness.until(continued, timeout=30, what="continue-as-new")
     state = await harness.client.get_workflow_handle(handle.id).query(OrderWorkflow.query_state)
     assert state.everReady and state.plan is not None and state.phase == Phase.READY
 

@@ -1,7 +1,7 @@
 """Replay: the worker's workflows, rerun over recorded histories, make the same decisions.
 
-Each workflow type is run against the real dev server (the fake-activity harnesses of
-tests/workflows and tests/preemption), its history fetched and replayed with the module's
+Each workflow type is run against the real dev server (over the fake activity world of
+tests/workflows/world.py), its history fetched and replayed with the module's
 workflow list and data converter. Histories captured from an earlier revision are committed under
 ``histories/`` and replayed here too, so a change that breaks determinism for workflows already
 running in a cluster fails CI. Refresh them (after a deliberate, patched change) with
@@ -12,23 +12,18 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import WorkflowHandle
 from temporalio.client import WorkflowHistory as History
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, WorkflowReplayResult
 
-from activities.metrics import PreemptionMetricsCollector
 from inference_api.types import Phase
-from tests.preemption.world import Stand as PreemptionStand
-from tests.preemption.world import new_world, running_worker
-from tests.workflows.test_order_workflow import Harness, make_order
-from tests.workflows.test_order_workflow import harness as harness  # the fixture
+from tests.factories import make_order
+from tests.workflows.world import Harness, Stand
 from worker.worker import WORKFLOWS
 from workflows.order import OrderWorkflow, ReplanOutcome
 
@@ -52,7 +47,6 @@ async def record(handle: WorkflowHandle[Any, Any], name: str) -> History:
     return history
 
 
-@pytest.mark.temporal
 async def test_order_workflow_history_replays(harness: Harness) -> None:
     handle = await harness.start(make_order("replayed"))
     await harness.until(harness.phase_is(Phase.READY))
@@ -63,17 +57,7 @@ async def test_order_workflow_history_replays(harness: Harness) -> None:
     await replay(await record(handle, "order-ready-replan-delete"))
 
 
-@pytest_asyncio.fixture
-async def preemption_stand(temporal_client: Client) -> AsyncIterator[PreemptionStand]:
-    world = new_world(capacity=400)
-    metrics = PreemptionMetricsCollector()
-    task_queue = f"replay-preemption-{os.urandom(4).hex()}"
-    async with running_worker(temporal_client, task_queue, world, metrics):
-        yield PreemptionStand(temporal_client, world, task_queue, metrics)
-
-
-@pytest.mark.temporal
-async def test_preemption_workflow_history_replays(preemption_stand: PreemptionStand) -> None:
+async def test_preemption_workflow_history_replays(preemption_stand: Stand) -> None:
     stand = preemption_stand
     await stand.start("low", "low-class", load=3)
     await stand.start("high", "high-class", load=1)
@@ -88,7 +72,7 @@ async def test_preemption_workflow_history_replays(preemption_stand: PreemptionS
             return False
         return len([r for r in state.reports.values() if not r.leaving]) == 2
 
-    await stand.until_async(both_members, what="both orders reported to the preemption workflow")
+    await stand.until(both_members, what="both orders reported to the preemption workflow")
     stand.sim("high").load = 2
     await stand.until(lambda: stand.sim("high").placed == 2, what="high grows at low's expense")
     await stand.until(lambda: stand.sim("low").ceiling == 2, what="low held at 2")

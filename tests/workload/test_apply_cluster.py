@@ -15,7 +15,6 @@ a class, a LaunchPlan and a ModelResolution. What it must guarantee:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -25,13 +24,13 @@ from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from activities.builders.objects import settled_region_kept_message
 from activities.builders.statefulset import API_KEY_ENV
 from activities.order import OrderActivities
-from devstack.cluster.kube import wait_until
 from inference_api.payloads import ApplyInput, ApplyResult, ModelResolution, OrderEvent, OrderRef
 from inference_api.plan import LaunchPlan
 from inference_api.reasons import EventReason
 from inference_api.settings import ModuleSettings
 from inference_api.types import GROUP, VERSION, EndpointType, InferenceService, InferenceServiceClass
-from tests.builders.factories import plan as make_plan
+from tests import factories as f
+from tests.polling import settled, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -45,8 +44,8 @@ OWNED: list[tuple[str, str, str]] = [
     ("v1", "Service", ""),
     ("apps/v1", "StatefulSet", ""),
     ("autoscaling/v2", "HorizontalPodAutoscaler", ""),
-    ("networking.k8s.io/v1", "NetworkPolicy", ""),
     ("networking.k8s.io/v1", "Ingress", ""),
+    ("networking.k8s.io/v1", "NetworkPolicy", ""),
 ]
 
 
@@ -162,16 +161,7 @@ class Bench:
             )
 
         wait_until(controllers_done, timeout=timeout, what=f"controllers to observe {order}")
-        deadline = time.monotonic() + timeout
-        last = self.versions(order)
-        quiet_since = time.monotonic()
-        while time.monotonic() - quiet_since < quiet_seconds:
-            assert time.monotonic() < deadline, f"objects of {order} never stopped changing: {last}"
-            time.sleep(0.5)
-            now = self.versions(order)
-            if now != last:
-                last, quiet_since = now, time.monotonic()
-        return last
+        return settled(lambda: self.versions(order), quiet=quiet_seconds, timeout=timeout, what=f"objects of {order}")
 
     def events(self, order: str, reason: str) -> list[Any]:
         listing = self.core.list_namespaced_event(
@@ -193,7 +183,7 @@ def model_volume_storage_class(sts: dict[str, Any]) -> str | None:
 
 def test_a_second_apply_of_the_same_input_changes_nothing(bench: Bench) -> None:
     order = bench.create_order("steady", "apply-external")
-    request = bench.apply_input(order, external_class(), make_plan(share=50, device_class=DEVICE_CLASS))
+    request = bench.apply_input(order, external_class(), f.plan(share=50, device_class=DEVICE_CLASS))
 
     first = bench.apply(request)
     assert not first.settledRegionKept
@@ -217,7 +207,7 @@ def test_a_second_apply_of_the_same_input_changes_nothing(bench: Bench) -> None:
 
 def test_every_object_is_owned_by_the_order(bench: Bench) -> None:
     order = bench.create_order("owned", "apply-external")
-    bench.apply(bench.apply_input(order, external_class(), make_plan(share=50, device_class=DEVICE_CLASS)))
+    bench.apply(bench.apply_input(order, external_class(), f.plan(share=50, device_class=DEVICE_CLASS)))
     objects = bench.owned("owned")
     assert set(objects) == {kind for _, kind, _ in OWNED}
     for kind, obj in objects.items():
@@ -230,7 +220,7 @@ def test_every_object_is_owned_by_the_order(bench: Bench) -> None:
 
 def test_a_new_storage_class_keeps_the_standing_volume_and_is_recorded(bench: Bench) -> None:
     order = bench.create_order("settled", "apply-external")
-    the_plan = make_plan(share=50, device_class=DEVICE_CLASS)
+    the_plan = f.plan(share=50, device_class=DEVICE_CLASS)
     first = bench.apply(bench.apply_input(order, external_class("region-a"), the_plan))
     assert not first.settledRegionKept
     sts = bench.get("apps/v1", "StatefulSet", "settled")
@@ -258,13 +248,11 @@ def test_a_new_storage_class_keeps_the_standing_volume_and_is_recorded(bench: Be
 
 def test_a_new_share_replaces_the_claim_template(bench: Bench) -> None:
     order = bench.create_order("reshare", "apply-external")
-    bench.apply(bench.apply_input(order, external_class(), make_plan(share=50, device_class=DEVICE_CLASS)))
+    bench.apply(bench.apply_input(order, external_class(), f.plan(share=50, device_class=DEVICE_CLASS)))
     before = bench.get("resource.k8s.io/v1", "ResourceClaimTemplate", "reshare-claim")
     assert before is not None
 
-    bench.apply(
-        bench.apply_input(order, external_class(), make_plan(share=25, device_class=DEVICE_CLASS, volume_gib=40))
-    )
+    bench.apply(bench.apply_input(order, external_class(), f.plan(share=25, device_class=DEVICE_CLASS, volume_gib=40)))
     after = bench.get("resource.k8s.io/v1", "ResourceClaimTemplate", "reshare-claim")
     assert after is not None
     assert after["metadata"]["uid"] != before["metadata"]["uid"], "the template was not replaced"
@@ -275,7 +263,7 @@ def test_a_new_share_replaces_the_claim_template(bench: Bench) -> None:
 
 def test_cluster_local_without_authentication_has_no_secret_and_no_ingress(bench: Bench) -> None:
     order = bench.create_order("internal", "apply-internal")
-    result = bench.apply(bench.apply_input(order, cluster_local_class(), make_plan(share=100)))
+    result = bench.apply(bench.apply_input(order, cluster_local_class(), f.plan(share=100)))
     assert result.authSecretName is None
     assert result.endpoint.type == "ClusterLocal"
     objects = bench.owned("internal")

@@ -24,7 +24,7 @@ from activities.builders import WorkloadInputs, artifact_from_resolution, desire
 from inference_api.payloads import ModelResolution
 from inference_api.plan import LaunchPlan, Recipe, RecipeSource
 from inference_api.types import EndpointType, PlacementType, SharingMode
-from tests.builders import factories as f
+from tests import factories as f
 
 GOLDEN_DIR = Path(__file__).parent
 REGENERATE = ".venv/bin/python -m tests.builders.golden --update"

@@ -1,24 +1,36 @@
-"""A simulated device class for the preemption workflow tests: autoscalers, a scheduler, fake activities.
+"""The fake activity world of the workflow tests (tests/workflows, tests/preemption, the benchmark).
 
-``DeviceClassSim`` stands in for the cluster: each order has a *load* (the replicas its HPA
-would want without bounds); its HPA wants that, clamped to the class's bounds and the ceiling of
-its last apply; the scheduler scales down at once and places pending replicas on free capacity,
-highest priority first. The order workflow's activities read and write this simulation; the
-preemption activities are the real ones (signal-with-start with ``activity.client()``, metrics
+``World`` holds what the order workflow's activities read (orders, classes, the plan the planner
+gives, whether the endpoint answers) and records what they write (statuses, applies, events,
+finalizers), every order's in one list, in order. Its activities are fakes over that state: the
+workflows' decisions are under test here; the real activities run end to end in tests/e2e.
+
+With a simulated device class (``sim``, a ``DeviceClassSim``) the world also stands in for the
+autoscalers and the scheduler: each order has a *load* (the replicas its HPA would want without
+bounds); its HPA wants that, clamped to the class's bounds and the ceiling of its last apply; the
+scheduler scales down at once and places pending replicas on free capacity, highest priority first.
+The preemption activities stay the real ones (signal-with-start with ``activity.client()``, metrics
 into a collector of the test).
+
+Drivers:
+  Harness  one order at a time on the order workflow alone (fixture ``harness``, tests/workflows/conftest.py)
+  Stand    orders of a simulated device class with the preemption workflow (fixture ``stand``,
+           tests/preemption/conftest.py; ``open_stand`` for tests that run their own worker)
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 from temporalio import activity, workflow
 from temporalio.client import Client, WorkflowHandle
+from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from activities.builders.autoscaling import constraints_status
@@ -45,34 +57,35 @@ from inference_api.plan import PlanOutcome
 from inference_api.preemption import HpaCondition, ScalingObservation, ScalingWatchInput, preemption_workflow_id
 from inference_api.types import (
     ConditionStatus,
+    ConstraintsStatus,
     EndpointStatus,
     ExposureType,
     InferenceService,
     InferenceServiceClass,
     Phase,
 )
-from tests.workflows.test_order_workflow import make_class, make_order, make_plan
+from tests.factories import make_class, make_order, make_plan
+from tests.polling import until
 from workflows import activity_names as act
 from workflows.order import OrderState, OrderTimings, OrderWorkflow
 from workflows.preemption import PreemptionState, PreemptionTimings, PreemptionWorkflow
 
-PRIORITIES = {"inference-low": 100, "inference-normal": 500, "inference-high": 1000}
-
-TIMINGS = OrderTimings(
-    healthIntervalSeconds=0.5,
-    failureThreshold=2,
-    healthWatchMaxSeconds=30,
-    retryBaseSeconds=0.5,
-    retryMaxSeconds=1,
-    scalingIntervalSeconds=0.1,
-)
+# The order workflow alone: quick probes, a quick give-up, quick retries.
+FAST = OrderTimings(healthIntervalSeconds=0.2, failureThreshold=2, retryBaseSeconds=0.5, retryMaxSeconds=1)
+# Orders of a simulated device class.
+TIMINGS = OrderTimings(healthIntervalSeconds=0.5, failureThreshold=2, retryBaseSeconds=0.5, retryMaxSeconds=1)
 PREEMPTION_TIMINGS = PreemptionTimings(idleSeconds=600, metricsRefreshSeconds=600, activityTimeoutSeconds=3)
+
+PRIORITIES = {"inference-low": 100, "inference-normal": 500, "inference-high": 1000}
 
 
 def scaling_class(name: str, priority_class: str, low: int = 1, high: int = 4) -> InferenceServiceClass:
     return make_class(
         name, scalingPolicy={"minReplicas": low, "maxReplicas": high, "allowedPriorityClassNames": [priority_class]}
     )
+
+
+# ------------------------------------------------------------------------ simulated device class
 
 
 @dataclass
@@ -139,20 +152,40 @@ class DeviceClassSim:
         )
 
 
+# ------------------------------------------------------------------------------------ the world
+
+
+def _key(name: str) -> str:
+    return f"support/{name}"
+
+
 @dataclass
-class PreemptionWorld:
-    device_class: str
-    sim: DeviceClassSim
+class World:
     orders: dict[str, InferenceService] = field(default_factory=dict)
     classes: dict[str, InferenceServiceClass] = field(default_factory=dict)
-    statuses: dict[str, list[StatusUpdate]] = field(default_factory=dict)
-    applies: dict[str, list[ApplyInput]] = field(default_factory=dict)
+    # What planning answers; None: a plan of device_class at share percent.
+    plan: Callable[[PlanInput], PlanOutcome] | None = None
+    device_class: str = "nvidia-hopper-s3-shared"
+    share: int = 30
+    healthy: bool = True
+    sim: DeviceClassSim | None = None
+    statuses: list[StatusUpdate] = field(default_factory=list)
+    applies: list[ApplyInput] = field(default_factory=list)
+    finalizers: set[str] = field(default_factory=set)
     events: list[OrderEvent] = field(default_factory=list)
-    share: int = 100
 
-    def last(self, name: str) -> StatusUpdate | None:
-        updates = self.statuses.get(f"support/{name}")
-        return updates[-1] if updates else None
+    @overload
+    def last(self) -> StatusUpdate: ...
+    @overload
+    def last(self, name: str) -> StatusUpdate | None: ...
+    def last(self, name: str | None = None) -> StatusUpdate | None:
+        """The latest status written (of any order), or the latest of order ``name`` (None: none yet)."""
+        if name is None:
+            return self.statuses[-1]
+        return next((s for s in reversed(self.statuses) if s.ref.key == _key(name)), None)
+
+    def applies_of(self, name: str) -> list[ApplyInput]:
+        return [a for a in self.applies if a.ref.key == _key(name)]
 
     def phase(self, name: str) -> tuple[Phase | None, str | None]:
         last = self.last(name)
@@ -174,7 +207,7 @@ class PreemptionWorld:
 
         @activity.defn(name=act.ENSURE_FINALIZER)
         async def ensure_finalizer(ref: OrderRef) -> None:
-            return None
+            world.finalizers.add(ref.key)
 
         @activity.defn(name=act.RESOLVE_MODEL)
         async def resolve_model(order: InferenceService) -> ModelResolution:
@@ -182,11 +215,22 @@ class PreemptionWorld:
 
         @activity.defn(name=act.PLAN_LAUNCH)
         async def plan_launch(request: PlanInput) -> PlanOutcome:
+            if world.plan is not None:
+                return world.plan(request)
             return PlanOutcome(plan=make_plan(device_class=world.device_class, share=world.share))
 
         @activity.defn(name=act.APPLY_WORKLOAD)
         async def apply_workload(request: ApplyInput) -> ApplyResult:
-            world.applies.setdefault(request.ref.key, []).append(request)
+            world.applies.append(request)
+            endpoint = EndpointStatus(url=f"https://{request.ref.name}.example", type=ExposureType.EXTERNAL)
+            if world.sim is None:
+                # No simulated device class: one replica of a class bounded at one to two.
+                return ApplyResult(
+                    endpoint=endpoint,
+                    authSecretName=f"{request.ref.name}-auth",
+                    constraints=ConstraintsStatus(minReplicas=1, maxReplicas=2),
+                    readyReplicas=1,
+                )
             policy = request.cls.spec.scalingPolicy
             assert policy is not None
             sim = world.sim.orders.setdefault(
@@ -197,34 +241,39 @@ class PreemptionWorld:
             sim.applied = True
             world.sim.settle()
             return ApplyResult(
-                endpoint=EndpointStatus(url=f"https://{request.ref.name}.example", type=ExposureType.EXTERNAL),
+                endpoint=endpoint,
                 constraints=constraints_status(request.cls, None, request.replicaCeiling),
                 readyReplicas=max(1, sim.placed),
             )
 
         @activity.defn(name=act.AWAIT_SERVING)
         async def await_serving(request: ProbeInput) -> ProbeResult:
-            return ProbeResult(ok=True, detail="200 /v1/models")
+            return ProbeResult(ok=world.healthy, detail="200 /v1/models" if world.healthy else "503")
 
         @activity.defn(name=act.WATCH_HEALTH)
         async def watch_health(request: HealthWatchInput) -> HealthChange:
             async def probe() -> ProbeResult:
-                return ProbeResult(ok=True, detail="200")
+                return ProbeResult(ok=world.healthy, detail="200" if world.healthy else "503")
 
             return await watch_health_loop(request, probe, asyncio.sleep, activity.heartbeat)
 
         @activity.defn(name=act.WATCH_SCALING)
         async def watch_scaling(request: ScalingWatchInput) -> ScalingObservation:
+            sim = world.sim
+            if sim is None:
+                raise ApplicationError(
+                    "an autoscaled order needs a World with a simulated device class", non_retryable=True
+                )
             priority = PRIORITIES.get(request.priorityClassName or "", 0)
 
             async def read() -> ScalingObservation:
-                return world.sim.observe(request.ref.key, priority)
+                return sim.observe(request.ref.key, priority)
 
             return await watch_scaling_loop(request, read, asyncio.sleep, activity.heartbeat)
 
         @activity.defn(name=act.PUBLISH_STATUS)
         async def publish_status(update: StatusUpdate) -> None:
-            world.statuses.setdefault(update.ref.key, []).append(update)
+            world.statuses.append(update)
 
         @activity.defn(name=act.RECORD_EVENT)
         async def record_event(event: OrderEvent) -> None:
@@ -232,8 +281,10 @@ class PreemptionWorld:
 
         @activity.defn(name=act.FINALIZE_ORDER)
         async def finalize_order(ref: OrderRef) -> None:
+            world.finalizers.discard(ref.key)
             world.orders.pop(ref.key, None)
-            world.sim.orders.pop(ref.key, None)
+            if world.sim is not None:
+                world.sim.orders.pop(ref.key, None)
 
         return [
             read_order,
@@ -250,31 +301,108 @@ class PreemptionWorld:
         ]
 
 
+def new_world(capacity: int) -> World:
+    """A world with a simulated device class of ``capacity`` share percent (400: four whole devices),
+    whole-device plans and a low, a normal and a high priority class."""
+    world = World(device_class=f"dc-{uuid.uuid4().hex[:8]}", share=100, sim=DeviceClassSim(capacity=capacity))
+    world.classes["low-class"] = scaling_class("low-class", "inference-low")
+    world.classes["high-class"] = scaling_class("high-class", "inference-high")
+    world.classes["normal-class"] = scaling_class("normal-class", "inference-normal")
+    return world
+
+
+async def start_order(
+    client: Client,
+    task_queue: str,
+    world: World,
+    order: InferenceService,
+    timings: OrderTimings,
+    *,
+    start_signal: str = "spec_changed",
+    start_signal_args: list[Any] | None = None,
+) -> WorkflowHandle[Any, Any]:
+    """The order in the world and its workflow started as the watcher starts it (signal-with-start)."""
+    world.orders[_key(order.metadata.name)] = order
+    ref = OrderRef(namespace="support", name=order.metadata.name, uid=order.metadata.uid or "")
+    return await client.start_workflow(
+        OrderWorkflow.run,
+        OrderState(ref=ref, timings=timings),
+        id=order_workflow_id(ref.namespace, ref.name, ref.uid),
+        task_queue=task_queue,
+        start_signal=start_signal,
+        start_signal_args=[order.metadata.generation or 1] if start_signal_args is None else start_signal_args,
+    )
+
+
+# ---------------------------------------------------------------------------------------- drivers
+
+
+@dataclass
+class Harness:
+    """One order at a time on the order workflow alone."""
+
+    client: Client
+    world: World
+    task_queue: str
+
+    async def start(self, order: InferenceService, timings: OrderTimings = FAST) -> WorkflowHandle[Any, Any]:
+        return await start_order(self.client, self.task_queue, self.world, order, timings)
+
+    async def until(
+        self, predicate: Callable[[], object] | Callable[[], Awaitable[object]], timeout: float = 20, what: str = ""
+    ) -> None:
+        await until(predicate, timeout=timeout, what=what)
+
+    def phase_is(self, phase: Phase, reason: str | None = "any") -> Callable[[], bool]:
+        def check() -> bool:
+            if not self.world.statuses:
+                return False
+            last = self.world.last()
+            return last.phase == phase and (reason == "any" or last.reason == reason)
+
+        return check
+
+
+@asynccontextmanager
+async def open_harness(client: Client) -> AsyncIterator[Harness]:
+    """A worker of the order workflow over a new world (with the bundled default-llm class); every
+    workflow task replays the history from the start (no cache), so nondeterminism fails the test."""
+    world = World()
+    task_queue = f"orders-{uuid.uuid4()}"
+    async with Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[OrderWorkflow],
+        activities=world.activities(),
+        max_cached_workflows=0,
+        workflow_failure_exception_types=[workflow.NondeterminismError],
+    ):
+        world.classes["default-llm"] = make_class()
+        yield Harness(client, world, task_queue)
+
+
 @dataclass
 class Stand:
+    """Orders of a simulated device class, with the preemption workflow."""
+
     client: Client
-    world: PreemptionWorld
+    world: World
     task_queue: str
     metrics: PreemptionMetricsCollector
     handles: dict[str, WorkflowHandle[Any, Any]] = field(default_factory=dict)
 
     def sim(self, name: str) -> SimOrder:
-        return self.world.sim.orders[f"support/{name}"]
+        return self._sim_orders()[_key(name)]
+
+    def _sim_orders(self) -> dict[str, SimOrder]:
+        assert self.world.sim is not None, "a Stand's world simulates a device class (new_world)"
+        return self.world.sim.orders
 
     async def start(self, name: str, class_name: str, load: int = 1) -> WorkflowHandle[Any, Any]:
         order = make_order(name, class_name=class_name)
-        self.world.orders[f"support/{name}"] = order
-        ref = OrderRef(namespace="support", name=name, uid=order.metadata.uid or "")
-        handle = await self.client.start_workflow(
-            OrderWorkflow.run,
-            OrderState(ref=ref, timings=TIMINGS),
-            id=order_workflow_id(ref.namespace, ref.name, ref.uid),
-            task_queue=self.task_queue,
-            start_signal="spec_changed",
-            start_signal_args=[1],
-        )
+        handle = await start_order(self.client, self.task_queue, self.world, order, TIMINGS, start_signal_args=[1])
         self.handles[name] = handle
-        await self.until(lambda: f"support/{name}" in self.world.sim.orders, what=f"{name} applied")
+        await self.until(lambda: _key(name) in self._sim_orders(), what=f"{name} applied")
         self.sim(name).load = load
         return handle
 
@@ -287,25 +415,10 @@ class Stand:
     async def order_state(self, name: str) -> OrderState:
         return await self.handles[name].query(OrderWorkflow.query_state)
 
-    async def until(self, predicate: Callable[[], bool], timeout: float = 30, what: str = "") -> None:
-        async def poll() -> None:
-            while not predicate():
-                await asyncio.sleep(0.05)
-
-        try:
-            await asyncio.wait_for(poll(), timeout)
-        except TimeoutError:
-            raise AssertionError(f"timed out waiting for {what or predicate}") from None
-
-    async def until_async(self, predicate: Callable[[], Any], timeout: float = 30, what: str = "") -> None:
-        async def poll() -> None:
-            while not await predicate():
-                await asyncio.sleep(0.1)
-
-        try:
-            await asyncio.wait_for(poll(), timeout)
-        except TimeoutError:
-            raise AssertionError(f"timed out waiting for {what or predicate}") from None
+    async def until(
+        self, predicate: Callable[[], object] | Callable[[], Awaitable[object]], timeout: float = 30, what: str = ""
+    ) -> None:
+        await until(predicate, timeout=timeout, what=what)
 
     def phase_is(self, name: str, phase: Phase, reason: str | None = "any") -> Callable[[], bool]:
         def check() -> bool:
@@ -315,19 +428,11 @@ class Stand:
         return check
 
 
-def new_world(capacity: int) -> PreemptionWorld:
-    world = PreemptionWorld(device_class=f"dc-{uuid.uuid4().hex[:8]}", sim=DeviceClassSim(capacity=capacity))
-    world.classes["low-class"] = scaling_class("low-class", "inference-low")
-    world.classes["high-class"] = scaling_class("high-class", "inference-high")
-    world.classes["normal-class"] = scaling_class("normal-class", "inference-normal")
-    return world
-
-
 @asynccontextmanager
 async def running_worker(
     client: Client,
     task_queue: str,
-    world: PreemptionWorld,
+    world: World,
     metrics: PreemptionMetricsCollector,
     extra: list[Callable[..., Any]] | None = None,
 ) -> AsyncIterator[Worker]:
@@ -356,9 +461,17 @@ async def running_worker(
             await asyncio.wait_for(worker.shutdown(), 60)
             await asyncio.wait_for(running, 10)
         except TimeoutError:
-            import sys
-
             for task in asyncio.all_tasks():
                 print("TASK", task.get_name(), file=sys.stderr)
                 task.print_stack(file=sys.stderr, limit=15)
             raise AssertionError("the worker did not shut down in 60 s") from None
+
+
+@asynccontextmanager
+async def open_stand(client: Client, capacity: int = 400, prefix: str = "preemption") -> AsyncIterator[Stand]:
+    """A stand over ``new_world(capacity)`` with its worker running on a task queue of its own."""
+    world = new_world(capacity=capacity)
+    metrics = PreemptionMetricsCollector()
+    task_queue = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    async with running_worker(client, task_queue, world, metrics):
+        yield Stand(client, world, task_queue, metrics)

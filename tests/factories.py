@@ -1,19 +1,36 @@
-"""Orders, classes and plans shaped like the examples of the spec, for the builder tests."""
+"""Object and payload factories of the tests: one place for the orders, classes, plans and settings
+the tests build.
+
+* Spec-shaped (``order``, ``service_class``, ``plan``, ``inputs``, ...): the examples of the spec,
+  with a fixed UID; the builder tests and their golden files depend on these exact values.
+* Workflow-shaped (``make_order``, ``make_class``, ``make_plan``): an order of the bundled
+  default-llm class with a fresh UID each (workflow ids stay unique on a shared dev server), a
+  class Ready as the watcher would mark it, a shared-device plan.
+* Catalog (``make_settings``, ``catalog_object``, sample facts): the catalog lookup's settings and
+  Model / ClusterModel objects as the API server returns them.
+"""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from activities.builders import ModelArtifact, WorkloadInputs, artifact_for_order
+from inference_api.catalog_types import CATALOG_GROUP, CATALOG_VERSION, ModelFacts
 from inference_api.plan import LaunchPlan, Recipe, RecipeSource
 from inference_api.settings import ModuleSettings
 from inference_api.types import (
+    Condition,
+    ConditionStatus,
     EndpointType,
     InferenceService,
     InferenceServiceClass,
+    ModelKind,
     PlacementType,
     SharingMode,
 )
+
+# ---------------------------------------------------------------------------------- spec-shaped
 
 UID = "0b6a7f5e-1111-4c3a-9d2e-5f0c1a2b3c4d"
 TOKEN = "tok-Zm9vYmFyLXNlY3JldC12YWx1ZS1kby1ub3QtbGVhaw"
@@ -165,3 +182,114 @@ def fetcher_container(sts: dict[str, Any]) -> dict[str, Any]:
 
 def env_map(container: dict[str, Any]) -> dict[str, Any]:
     return {item["name"]: item.get("value", item.get("valueFrom")) for item in container.get("env", [])}
+
+
+# ------------------------------------------------------------------------------ workflow-shaped
+
+READY = Condition(
+    type="Ready", status=ConditionStatus.TRUE, reason="ClassValid", lastTransitionTime="2026-01-01T00:00:00Z"
+)
+
+
+def make_plan(device_class: str = "nvidia-hopper-s3-shared", share: int = 30) -> LaunchPlan:
+    return LaunchPlan(
+        deviceClass=device_class,
+        acceleratorProductName="NVIDIA H100 80GB HBM3",
+        acceleratorMemoryGiB=80,
+        placementMode="WholeDevice",
+        sharingMode="Shared",
+        deviceCount=1,
+        sharePercent=share,
+        memoryRequestMiB=24576,
+        cpu="4",
+        memory="32Gi",
+        modelVolumeGiB=40,
+        recipe=Recipe(
+            source=RecipeSource.COMPILED,
+            runtimeVersion="v0.11.0",
+            image="vllm/vllm-openai:v0.11.0",
+            hardwareFamily="hopper",
+            vramMinimumGiB=20,
+        ),
+    )
+
+
+def make_class(name: str = "default-llm", ready: bool = True, **spec: Any) -> InferenceServiceClass:
+    body: dict[str, Any] = {"modelPolicy": {"allowedEndpointTypes": ["Chat", "Embeddings", "Rerank"]}}
+    body.update(spec)
+    cls = InferenceServiceClass.model_validate({"metadata": {"name": name}, "spec": body})
+    if ready:
+        cls.status.conditions.append(READY)
+    return cls
+
+
+def make_order(name: str, class_name: str = "default-llm", generation: int = 1) -> InferenceService:
+    return InferenceService.model_validate(
+        {
+            "metadata": {"name": name, "namespace": "support", "uid": str(uuid.uuid4()), "generation": generation},
+            "spec": {
+                "inferenceServiceClassName": class_name,
+                "model": {"src": "HuggingFace", "ref": {"name": "Qwen/Qwen2.5-32B-Instruct-AWQ"}},
+            },
+        }
+    )
+
+
+# -------------------------------------------------------------------------------------- catalog
+
+
+def make_settings(
+    *,
+    mode: str = "Enabled",
+    transport: str = "Rest",
+    base_url: str = "http://127.0.0.1:9",
+    timeout: float = 2.0,
+    requeue: float = 30.0,
+) -> ModuleSettings:
+    return ModuleSettings(
+        catalog={"mode": mode},
+        aiModels={
+            "catalogTransport": transport,
+            "catalogLookup": {
+                "baseURL": base_url,
+                "timeoutSeconds": timeout,
+                "notReadyRequeueSeconds": requeue,
+            },
+        },
+    )
+
+
+QWEN_FACTS = ModelFacts(
+    parameterCount="32B",
+    quantization="awq",
+    format="safetensors",
+    endpointTypes=[EndpointType.CHAT],
+    servedName="Qwen/Qwen2.5-32B-Instruct-AWQ",
+)
+QWEN_SOURCE = "hf://Qwen/Qwen2.5-32B-Instruct-AWQ"
+E5_FACTS = ModelFacts(parameterCount="560M", format="safetensors", endpointTypes=[EndpointType.EMBEDDINGS])
+
+
+def catalog_object(
+    kind: ModelKind,
+    name: str,
+    namespace: str | None = None,
+    *,
+    phase: str = "Ready",
+    facts: ModelFacts | None = None,
+    source: str | None = None,
+) -> dict[str, Any]:
+    """A Model / ClusterModel as the API server returns it."""
+    metadata: dict[str, Any] = {"name": name, "uid": f"uid-{name}"}
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    status: dict[str, Any] = {"phase": phase}
+    if facts is not None:
+        status["facts"] = facts.model_dump(mode="json", exclude_none=True)
+    return {
+        "apiVersion": f"{CATALOG_GROUP}/{CATALOG_VERSION}",
+        "kind": kind.value,
+        "metadata": metadata,
+        "spec": {"source": source} if source else {},
+        "status": status,
+    }
