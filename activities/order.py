@@ -8,6 +8,7 @@ returned, or put in an exception message.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -19,7 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.builders.auth import new_token, requires_token
+from activities.builders.auth import build_auth_secret, new_token, requires_token
 from activities.builders.autoscaling import constraints_status
 from activities.builders.claim import claim_template_spec_differs
 from activities.builders.common import WorkloadInputs, artifact_from_resolution, selector_labels
@@ -242,16 +243,24 @@ class OrderActivities:
             hold_running_replicas=decide_runtime_hold(order, plan, standing, versions),
             replica_ceiling=request.replicaCeiling,
         )
-        token = None
-        if requires_token(cls) and self.applier.get("v1", "Secret", inputs.names.auth_secret, ns) is None:
-            token = new_token()
+        if requires_token(cls):
+            # The token Secret first: the pods name its uid, so a rotated token (the Secret deleted and
+            # made anew) rolls the replicas onto the new key.
+            secret = self.applier.get("v1", "Secret", inputs.names.auth_secret, ns)
+            if secret is None:
+                auth = build_auth_secret(inputs, new_token())
+                if auth is not None:
+                    with refusals_are_final():
+                        self._create_once(auth)
+                secret = self.applier.get("v1", "Secret", inputs.names.auth_secret, ns)
+            inputs = dataclasses.replace(inputs, auth_secret_uid=((secret or {}).get("metadata") or {}).get("uid"))
         certificate = None
         source = custom_certificate_source(cls, self.settings)
         if source is not None:
             certificate = self.applier.get("v1", "Secret", source[1], source[0])
             if (refusal := certificate_copy_allowed(certificate)) is not None:
                 raise ApplicationError(refusal, type=str(Reason.WORKLOAD_REFUSED), non_retryable=True)
-        desired = desired_objects(inputs, auth_token=token, custom_certificate=certificate)
+        desired = desired_objects(inputs, auth_token=None, custom_certificate=certificate)
         with refusals_are_final():
             for wanted in desired:
                 if wanted.create_only:

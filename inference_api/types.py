@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 GROUP = "ai.deckhouse.io"
 VERSION = "v1alpha1"
+# The class the module ships (Helm creates it); background preemption leaves its orders alone.
+BUNDLED_CLASS_NAME = "default-llm"
 # Resource (plural) names of the module's two kinds: the one home every client call reads.
 ORDERS = "inferenceservices"
 CLASSES = "inferenceserviceclasses"

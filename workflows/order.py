@@ -504,7 +504,9 @@ class OrderWorkflow(PreemptionMembership):
         if applied is None:
             return
         state.applied = applied
-        if applied.settledRegionKept:
+        # Once per divergence: the event says it when the class and the standing volume part ways.
+        noted, state.settledRegionNoted = state.settledRegionNoted, applied.settledRegionKept
+        if applied.settledRegionKept and not noted:
             await workflow.execute_activity(
                 act.RECORD_EVENT,
                 OrderEvent(
@@ -517,8 +519,15 @@ class OrderWorkflow(PreemptionMembership):
                 start_to_close_timeout=SHORT,
                 retry_policy=K8S_RETRY,
             )
-        serving = state.everReady and state.healthy and applied.readyReplicas >= 1
-        if not serving:
+        rebuilding = applied.runtimeReason == Reason.WORKLOAD_REBUILDING
+        serving = not rebuilding and state.everReady and state.healthy and applied.readyReplicas >= 1
+        if rebuilding:
+            # A new placement: the replicas are made again, so the order does not serve until one loads.
+            state.healthy = False
+            message = f"the workload moves to its new placement; {resolution.servedName} loads again"
+            self._cond(ConditionType.WORKLOAD_READY, False, Reason.WORKLOAD_REBUILDING, message)
+            self._cond(ConditionType.READY, False, Reason.WORKLOAD_REBUILDING, message)
+        elif not serving:
             self._cond(
                 ConditionType.WORKLOAD_READY,
                 False,

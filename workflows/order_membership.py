@@ -18,7 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from inference_api.payloads import ApplyInput, ApplyResult, OrderEvent, OrderSnapshot
     from inference_api.preemption import MemberReport, ScalingObservation
     from inference_api.reasons import EventReason
-    from inference_api.types import ConditionType
+    from inference_api.types import BUNDLED_CLASS_NAME, ConditionType
     from planner.scaling import scaling_health
     from workflows import activity_names as act
     from workflows.order_state import OrderState
@@ -95,8 +95,8 @@ class PreemptionMembership:
     async def _report(self, observation: ScalingObservation) -> None:
         """Tell the preemption workflow of the device class where this order stands (signal-with-start)."""
         state = self._require_state()
-        if state.plan is None:
-            return
+        if state.plan is None or state.className == BUNDLED_CLASS_NAME:
+            return  # the bundled default-llm stays out of background preemption (phase 2.4, step 6)
         profile = state.scalingProfile
         report = MemberReport(
             ref=state.ref,

@@ -66,6 +66,8 @@ class OrderState(BaseModel):
     # Seconds each step of the last reconcile took (validation … probe): where time-to-Ready went.
     stepSeconds: dict[str, float] = Field(default_factory=dict)
     stepMark: float | None = None
+    # The class's modelStorageClassName and the standing volume differ (SettledRegionKept, told once).
+    settledRegionNoted: bool = False
     # What the observer said last, for the Temporal UI.
     lastObserved: str | None = None
     # From the observer, acted on by the main loop (each needs activities).

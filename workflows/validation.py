@@ -133,14 +133,10 @@ def check_model_policy(order: InferenceService, cls: InferenceServiceClass, fact
             f"{', '.join(policy.allowedEndpointTypes)}: they do not intersect. Use a class that allows a "
             "contract the model serves.",
         )
-    if policy.allowedFormats and facts is not None and facts.format:
-        allowed_formats = {f.lower() for f in policy.allowedFormats}
-        if facts.format.lower() not in allowed_formats:
-            return Refusal(
-                Reason.FORMAT_NOT_ALLOWED,
-                f"Model {model!r} is in format {facts.format!r}; class {class_name!r} admits "
-                f"{', '.join(policy.allowedFormats)}. Choose a model in an admitted format, or another class.",
-            )
+    if policy.allowedFormats:
+        refusal = _check_format(model, class_name, policy.allowedFormats, facts)
+        if refusal is not None:
+            return refusal
     limit = parse_parameter_count(policy.maxParameterCount)
     if limit is not None:
         count = judged_parameter_count(order, facts)
@@ -158,6 +154,54 @@ def check_model_policy(order: InferenceService, cls: InferenceServiceClass, fact
                 f"{policy.maxParameterCount}. Choose a smaller model, or another class.",
             )
     return None
+
+
+# Formats a repository name announces by its tokens. A GGUF repository holds GGUF files; an AWQ or
+# GPTQ repository holds safetensors quantized that way (a class may name either word).
+_FORMAT_TOKENS: dict[str, frozenset[str]] = {
+    "gguf": frozenset({"gguf"}),
+    "awq": frozenset({"awq", "safetensors"}),
+    "gptq": frozenset({"gptq", "safetensors"}),
+}
+
+
+def formats_from_name(model_name: str) -> frozenset[str]:
+    """The formats a model's name announces ("Qwen2.5-7B-Instruct-GGUF" → gguf); empty when it says none."""
+    tokens = {t for t in re.split(r"[-_/.]", model_name.lower()) if t}
+    found: set[str] = set()
+    for token, formats in _FORMAT_TOKENS.items():
+        if token in tokens:
+            found |= formats
+    return frozenset(found)
+
+
+def _check_format(model: str, class_name: str, allowed_formats: list[str], facts: ModelFacts | None) -> Refusal | None:
+    allowed = {f.lower() for f in allowed_formats}
+    admitted = ", ".join(allowed_formats)
+    if facts is not None and facts.format:
+        if facts.format.lower() in allowed:
+            return None
+        return Refusal(
+            Reason.FORMAT_NOT_ALLOWED,
+            f"Model {model!r} is in format {facts.format!r}; class {class_name!r} admits {admitted}. "
+            "Choose a model in an admitted format, or another class.",
+        )
+    # The direct path: no catalog fact, so the name's tokens are all there is to judge by.
+    announced = formats_from_name(model)
+    if not announced:
+        return Refusal(
+            Reason.FORMAT_NOT_ALLOWED,
+            f"Class {class_name!r} admits the formats {admitted}, and the format of {model!r} is unknown: the "
+            "catalog has no fact and the name carries no format token (GGUF, AWQ, GPTQ). Order it from the "
+            "catalog (src: ai-models), whose facts name its format, or use a class that admits any format.",
+        )
+    if announced & allowed:
+        return None
+    return Refusal(
+        Reason.FORMAT_NOT_ALLOWED,
+        f"Model {model!r} is, by its name, in format {' or '.join(sorted(announced))}; class {class_name!r} "
+        f"admits {admitted}. Choose a model in an admitted format, or another class.",
+    )
 
 
 def check_catalog_enabled(order: InferenceService, catalog_enabled: bool) -> Refusal | None:

@@ -42,6 +42,7 @@ ANNOTATION_RUNTIME_IMAGE = "ai.deckhouse.io/runtime-image"
 ANNOTATION_PLACEMENT = "ai.deckhouse.io/placement"
 ANNOTATION_ORDER_GENERATION = "ai.deckhouse.io/order-generation"
 ANNOTATION_RUNTIME_HOLD = "ai.deckhouse.io/runtime-hold"
+ANNOTATION_AUTH_SECRET_UID = "ai.deckhouse.io/auth-secret-uid"
 
 
 @dataclass(frozen=True)
@@ -188,6 +189,8 @@ class WorkloadInputs:
     standing_statefulset: Mapping[str, Any] | None = None
     hold_running_replicas: bool = False
     replica_ceiling: int | None = None
+    # The uid of the order's token Secret: in the pod template, so a rotated token rolls the replicas.
+    auth_secret_uid: str | None = None
 
     def __post_init__(self) -> None:
         if not self.order.metadata.namespace:

@@ -45,6 +45,7 @@ from typing import Any
 from activities.builders.auth import TOKEN_KEY, requires_token
 from activities.builders.autoscaling import priority_class_name, replica_bounds
 from activities.builders.common import (
+    ANNOTATION_AUTH_SECRET_UID,
     ANNOTATION_ORDER_GENERATION,
     ANNOTATION_PLACEMENT,
     ANNOTATION_RUNTIME_HOLD,
@@ -354,6 +355,8 @@ def build_statefulset(inputs: WorkloadInputs) -> dict[str, Any]:
         ANNOTATION_RUNTIME_IMAGE: plan.recipe.image,
         ANNOTATION_RUNTIME_VERSION: plan.recipe.runtimeVersion,
     }
+    if inputs.auth_secret_uid:
+        pod_annotations = {**pod_annotations, ANNOTATION_AUTH_SECRET_UID: inputs.auth_secret_uid}
     pod_spec: dict[str, Any] = {}
     priority = priority_class_name(inputs.service_class)
     if priority:

@@ -134,6 +134,44 @@ def test_format_in_allow_list_passes_case_insensitively() -> None:
     assert check_model_policy(make_order(), cls, EMBEDDING_FACTS) is None
 
 
+@pytest.mark.parametrize(
+    ("name", "allowed", "admitted"),
+    [
+        ("Qwen/Qwen2.5-7B-Instruct-GGUF", ["gguf"], True),
+        ("Qwen/Qwen2.5-7B-Instruct-GGUF", ["safetensors"], False),
+        ("Qwen/Qwen2.5-32B-Instruct-AWQ", ["safetensors"], True),
+        ("Qwen/Qwen2.5-32B-Instruct-AWQ", ["AWQ"], True),
+        ("Qwen/Qwen2.5-32B-Instruct-AWQ", ["gguf"], False),
+        ("TheBloke/Llama-2-7B-GPTQ", ["gptq"], True),
+    ],
+)
+def test_a_direct_order_is_judged_by_the_format_its_name_announces(
+    name: str, allowed: list[str], admitted: bool
+) -> None:
+    cls = make_class(modelPolicy={"allowedEndpointTypes": ["Chat"], "allowedFormats": allowed})
+    refusal = check_model_policy(make_order(name=name), cls, None)
+    if admitted:
+        assert refusal is None
+    else:
+        assert refusal is not None
+        assert refusal.reason is Reason.FORMAT_NOT_ALLOWED
+        assert "by its name" in refusal.message
+
+
+def test_a_direct_order_whose_name_announces_no_format_is_refused_with_advice() -> None:
+    cls = make_class(modelPolicy={"allowedEndpointTypes": ["Chat"], "allowedFormats": ["safetensors"]})
+    refusal = check_model_policy(make_order(name="Qwen/Qwen2.5-7B-Instruct"), cls, None)
+    assert refusal is not None
+    assert refusal.reason is Reason.FORMAT_NOT_ALLOWED
+    assert "format of 'Qwen/Qwen2.5-7B-Instruct' is unknown" in refusal.message
+    assert "src: ai-models" in refusal.message
+
+
+def test_a_class_without_formats_admits_a_direct_order_of_any_name() -> None:
+    cls = make_class(modelPolicy={"allowedEndpointTypes": ["Chat"]})
+    assert check_model_policy(make_order(name="Qwen/Qwen2.5-7B-Instruct"), cls, None) is None
+
+
 def test_catalog_fact_over_limit_is_parameter_count_not_allowed() -> None:
     cls = make_class(modelPolicy={"allowedEndpointTypes": ["Chat"], "maxParameterCount": "1B"})
     facts = ModelFacts(parameterCount="7B", endpointTypes=[EndpointType.CHAT])
