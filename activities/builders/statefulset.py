@@ -70,6 +70,8 @@ API_KEY_ENV = "VLLM_API_KEY"
 HF_TOKEN_ENV = "HF_TOKEN"
 SHM_VOLUME = "dshm"
 FETCH_MARKER = ".ai-inference-fetched"
+# Written before a download starts: an interrupted fetch of another model is still found and removed.
+FETCHING_MARKER = ".ai-inference-fetching"
 
 # Pod Security `restricted`: a fixed non-root uid, and what it may write.
 RUNTIME_UID = 1000
@@ -121,7 +123,17 @@ if [ -f "$marker" ] && [ "$(cat "$marker")" = "$want" ]; then
   echo "model ${want} already present in ${MODEL_DIR}"
   exit 0
 fi
+# The volume is sized for one model: what an earlier spec fetched (a folder with either mark) goes
+# before this one comes.
+find "$MODEL_ROOT" \( -name "__MARKER__" -o -name "__FETCHING__" \) -type f 2>/dev/null | while read -r mark; do
+  held="$(dirname "$mark")"
+  if [ "$held" != "$MODEL_DIR" ]; then
+    echo "removing ${held}: the order now serves ${want}"
+    rm -rf "$held"
+  fi
+done
 mkdir -p "$MODEL_DIR"
+printf '%s' "$want" > "${MODEL_DIR}/__FETCHING__"
 if command -v hf >/dev/null 2>&1; then
   set -- hf download
 else
@@ -133,7 +145,7 @@ if [ -n "${MODEL_REVISION:-}" ]; then
 fi
 "$@"
 printf '%s' "$want" > "$marker"
-""".replace("__MARKER__", FETCH_MARKER)
+""".replace("__MARKER__", FETCH_MARKER).replace("__FETCHING__", FETCHING_MARKER)
 
 # Readiness with a token: `/v1/*` answers 401 without the key, and an httpGet probe could only
 # send it by writing it into the object. An exec probe reads it from the container's own
@@ -292,6 +304,7 @@ def _fetcher_container(inputs: WorkloadInputs) -> dict[str, Any]:
         {"name": "HF_HOME", "value": f"{MODEL_MOUNT_PATH}/.hf-home"},
         {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
         {"name": "HOME", "value": _IDENTITY_ENV["HOME"]},
+        {"name": "MODEL_ROOT", "value": MODEL_MOUNT_PATH},
         {"name": "MODEL_DIR", "value": artifact.local_dir},
         {"name": "MODEL_REPOSITORY", "value": artifact.repository},
         {"name": "USER", "value": _IDENTITY_ENV["USER"]},
