@@ -33,6 +33,20 @@ def pod_is_unschedulable(pod: Mapping[str, Any]) -> bool:
     )
 
 
+def priority_value(name: str | None, priority_classes: Iterable[Mapping[str, Any]]) -> int:
+    """The value of the PriorityClass ``name`` among ``priority_classes`` (as the API server returns
+    them); without a name, the global default's value, else 0 — as Kubernetes resolves a pod's
+    priority. A name that is not there counts 0."""
+    classes = list(priority_classes)
+    if name:
+        found = next((c for c in classes if (c.get("metadata") or {}).get("name") == name), None)
+        return int((found or {}).get("value") or 0)
+    for item in classes:
+        if item.get("globalDefault"):
+            return int(item.get("value") or 0)
+    return 0
+
+
 def scaling_observation(
     hpa: Mapping[str, Any] | None, pods: Iterable[Mapping[str, Any]], priority: int
 ) -> ScalingObservation:

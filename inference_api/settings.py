@@ -13,7 +13,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -91,6 +91,30 @@ class HealthSettings(BaseModel):
     probeTargetAnnotation: str | None = None
 
 
+class ObserverSettings(BaseModel):
+    """The observer (``ai-inference watch``): resync period, probe concurrency and its shard.
+
+    Not part of what shapes an order: left out of ``model_dump`` (so out of the release
+    fingerprint), or every shard, whose ``shard`` differs, would compute another fingerprint.
+    """
+
+    # How often the listing of orders is compared with Temporal's running order workflows.
+    resyncSeconds: float = Field(default=300, gt=0)
+    # Health probes in flight at once.
+    probeConcurrency: int = Field(default=64, ge=1)
+    # Changes of one order seen within this window are coalesced into one signal.
+    debounceSeconds: float = Field(default=1.0, ge=0)
+    # Orders are split by uid: this observer handles int(sha256(uid)) % shards == shard.
+    shards: int = Field(default=1, ge=1)
+    shard: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _shard_in_range(self) -> ObserverSettings:
+        if self.shard >= self.shards:
+            raise ValueError(f"observer.shard {self.shard} is not below observer.shards {self.shards}")
+        return self
+
+
 class ModuleSettings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="AI_INFERENCE_", env_nested_delimiter="__", case_sensitive=False, extra="ignore"
@@ -102,6 +126,8 @@ class ModuleSettings(BaseSettings):
     temporal: TemporalSettings = Field(default_factory=TemporalSettings)
     exposure: ExposureSettings = Field(default_factory=ExposureSettings)
     health: HealthSettings = Field(default_factory=HealthSettings)
+    # exclude: per-process (a shard number), never part of the release fingerprint.
+    observer: ObserverSettings = Field(default_factory=ObserverSettings, exclude=True)
     moduleNamespace: str = "d8-ai-inference"
 
     @classmethod

@@ -1,0 +1,282 @@
+"""The observer's event handling, end to end inside the process: informer items in, deliveries queued
+in the outbox out (the outbox is not run: what it holds is what would be sent).
+
+A real Observer, a real Temporal client (never called here) and an ApiClient that is never reached;
+the items are what the informer threads deliver (dicts as the API server returns them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+import pytest
+from kubernetes.client import ApiClient
+from temporalio.client import Client
+
+from activities.builders.common import ANNOTATION_RUNTIME_IMAGE, LABEL_MANAGED_BY, LABEL_ORDER, MANAGED_BY
+from inference_api.observation import HealthReport, ObservedChange, OrderSignal
+from inference_api.payloads import order_workflow_id
+from inference_api.preemption import ScalingObservation
+from inference_api.settings import HealthSettings, ModuleSettings, ObserverSettings, TemporalSettings
+from worker.observer import Observer
+from worker.observer import decisions as d
+from worker.observer import informer as inf
+from worker.observer.informer import Listed, Watched
+
+pytestmark = pytest.mark.temporal
+
+DEBOUNCE = 0.05
+SERVING: dict[str, Any] = {
+    "phase": "Ready",
+    "constraints": {"priorityClassName": "high"},
+    "conditions": [{"type": "Ready", "status": "True", "reason": "ProbeSucceeded", "lastTransitionTime": "t"}],
+}
+
+
+def owner(uid: str) -> list[dict[str, Any]]:
+    return [{"apiVersion": "ai.deckhouse.io/v1alpha1", "kind": "InferenceService", "uid": uid, "controller": True}]
+
+
+def order(name: str, uid: str, generation: int = 1, rv: str = "1", **status: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "ai.deckhouse.io/v1alpha1",
+        "kind": "InferenceService",
+        "metadata": {"name": name, "namespace": "team", "uid": uid, "generation": generation, "resourceVersion": rv},
+        "spec": {"inferenceServiceClassName": "default-llm", "model": {"src": "HuggingFace", "ref": {"name": "a/b"}}},
+        "status": status,
+    }
+
+
+def hpa(uid: str, desired: int = 1, rv: str = "1", message: str = "ok") -> dict[str, Any]:
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {
+            "name": "chat",
+            "namespace": "team",
+            "resourceVersion": rv,
+            "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_ORDER: "chat"},
+            "ownerReferences": owner(uid),
+        },
+        "spec": {"minReplicas": 1, "maxReplicas": 3},
+        "status": {
+            "desiredReplicas": desired,
+            "currentReplicas": 1,
+            "conditions": [
+                {"type": "ScalingLimited", "status": "False", "reason": "DesiredWithinRange", "message": message}
+            ],
+        },
+    }
+
+
+def pod(name: str, ready: bool, rv: str = "1") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "team",
+            "resourceVersion": rv,
+            "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_ORDER: "chat"},
+            "annotations": {ANNOTATION_RUNTIME_IMAGE: "vllm:0.33.0"},
+        },
+        "spec": {"nodeName": "gpu-1", "priorityClassName": "high"},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
+
+
+def observer(client: Client, shards: int = 1, shard: int = 0, probe_annotation: str | None = None) -> Observer:
+    settings = ModuleSettings(
+        temporal=TemporalSettings(taskQueue="dispatch"),
+        health=HealthSettings(intervalSeconds=3600, probeTargetAnnotation=probe_annotation),
+        observer=ObserverSettings(debounceSeconds=DEBOUNCE, shards=shards, shard=shard),
+    )
+    return Observer(ApiClient(), client, settings, resources=[], fingerprint="fp")
+
+
+def sent(obs: Observer) -> dict[tuple[str, str], list[Any]]:
+    """What the outbox holds, by (order name, signal); taken out (as if sent)."""
+    out = {(key[0].split("/")[2], key[1]): delivery.args for key, delivery in obs.outbox.pending.items()}
+    obs.outbox.pending.clear()
+    return out
+
+
+async def settle() -> None:
+    await asyncio.sleep(DEBOUNCE * 4)
+
+
+async def test_orders_classes_owned_objects_and_scaling(temporal_client: Client) -> None:
+    obs = observer(temporal_client)
+    chat = order("chat", "u-chat", constraints={"priorityClassName": "high"})
+    obs.handle(Listed(inf.PRIORITY_CLASS, [{"metadata": {"name": "high"}, "value": 1000}]))
+    obs.handle(Listed(inf.HPA, [hpa("u-chat")]))
+    obs.handle(Listed(inf.POD, [pod("chat-0", ready=True)]))
+    obs.handle(Listed(inf.CLASS, [{"metadata": {"name": "default-llm", "generation": 1, "resourceVersion": "1"}}]))
+    obs.handle(Listed(inf.ORDER, [chat, order("other", "u-other")]))
+    assert obs.orders_synced.is_set()
+    await settle()
+    queued = obs.outbox.pending[(order_workflow_id("team", "chat", "u-chat"), OrderSignal.SPEC_CHANGED)]
+    assert queued.start is not None and queued.args == [1]
+    first = sent(obs)
+    assert first[("chat", OrderSignal.SPEC_CHANGED)] == [1]
+    assert first[("other", OrderSignal.SPEC_CHANGED)] == [1]
+    (observation,) = first[("chat", OrderSignal.SCALING_CHANGED)]
+    assert isinstance(observation, ScalingObservation)
+    assert (observation.priority, observation.placedReplicas, observation.maxReplicas) == (1000, 1, 3)
+    assert ("other", OrderSignal.SCALING_CHANGED) not in first  # not autoscaled
+
+    # A status write of the order: nothing. A spec edit: its generation.
+    obs.handle(
+        Watched(
+            inf.ORDER,
+            d.MODIFIED,
+            order("chat", "u-chat", rv="2", phase="Pending", constraints={"priorityClassName": "high"}),
+        )
+    )
+    await settle()
+    assert sent(obs) == {}
+    obs.handle(
+        Watched(
+            inf.ORDER,
+            d.MODIFIED,
+            order("chat", "u-chat", generation=2, rv="3", constraints={"priorityClassName": "high"}),
+        )
+    )
+    await settle()
+    assert sent(obs) == {("chat", OrderSignal.SPEC_CHANGED): [2]}
+
+    # The HPA rewrites its message only: nothing. It decides something new: scaling_changed.
+    obs.handle(Watched(inf.HPA, d.MODIFIED, hpa("u-chat", rv="2", message="recomputed at 10:01")))
+    await settle()
+    assert sent(obs) == {}
+    obs.handle(Watched(inf.HPA, d.MODIFIED, hpa("u-chat", desired=2, rv="3")))
+    await settle()
+    (observation,) = sent(obs)[("chat", OrderSignal.SCALING_CHANGED)]
+    assert observation.desiredReplicas == 2
+
+    # While the order is brought up (its status does not say it serves), the workflow waits for its
+    # replicas itself: a replica turning ready says nothing (the HPA's view still counts it).
+    obs.handle(Watched(inf.POD, d.ADDED, pod("chat-2", ready=True)))
+    await settle()
+    assert set(sent(obs)) == {("chat", OrderSignal.SCALING_CHANGED)}
+    obs.handle(Watched(inf.POD, d.DELETED, pod("chat-2", ready=True)))
+    await settle()
+    sent(obs)
+
+    # Serving: a replica turns not ready and another appears ready within one window: one observed signal.
+    obs.handle(Watched(inf.ORDER, d.MODIFIED, order("chat", "u-chat", generation=2, rv="4", **SERVING)))
+    await settle()
+    assert sent(obs) == {}
+    obs.handle(Watched(inf.POD, d.MODIFIED, pod("chat-0", ready=False, rv="2")))
+    obs.handle(Watched(inf.POD, d.ADDED, pod("chat-1", ready=True)))
+    await settle()
+    out = sent(obs)
+    assert out[("chat", OrderSignal.OBSERVED)] == [
+        ObservedChange(what="Pod team/chat-0 not ready; Pod team/chat-1 ready", kind="Pod")
+    ]
+    (observation,) = out[("chat", OrderSignal.SCALING_CHANGED)]
+    assert observation.placedReplicas == 2
+
+    # The class: a status write is nothing; a spec edit tells its orders (both).
+    obs.handle(
+        Watched(
+            inf.CLASS,
+            d.MODIFIED,
+            {
+                "metadata": {"name": "default-llm", "generation": 1, "resourceVersion": "2"},
+                "status": {"phase": "Ready"},
+            },
+        )
+    )
+    await settle()
+    assert sent(obs) == {}
+    obs.handle(
+        Watched(inf.CLASS, d.MODIFIED, {"metadata": {"name": "default-llm", "generation": 2, "resourceVersion": "3"}})
+    )
+    assert sent(obs) == {("chat", OrderSignal.CLASS_CHANGED): [2], ("other", OrderSignal.CLASS_CHANGED): [2]}
+
+    # The HPA deleted (the order no longer autoscaled, or someone deleted it): observed, and told once
+    # that the autoscaler is gone.
+    obs.handle(Watched(inf.HPA, d.DELETED, hpa("u-chat", desired=2, rv="4")))
+    await settle()
+    out = sent(obs)
+    assert out[("chat", OrderSignal.OBSERVED)] == [
+        ObservedChange(what="HorizontalPodAutoscaler team/chat deleted", kind="HorizontalPodAutoscaler")
+    ]
+    (observation,) = out[("chat", OrderSignal.SCALING_CHANGED)]
+    assert not observation.autoscalerFound
+    obs.handle(Watched(inf.POD, d.MODIFIED, pod("chat-0", ready=True, rv="3")))
+    await settle()
+    assert set(sent(obs)) == {("chat", OrderSignal.OBSERVED)}
+
+    # Deletion: delete with start, once; objects of a deleting order say nothing.
+    deleting = order("chat", "u-chat", generation=2, rv="9")
+    deleting["metadata"]["deletionTimestamp"] = "2026-11-30T10:00:00Z"
+    obs.handle(Watched(inf.ORDER, d.MODIFIED, deleting))
+    obs.handle(Watched(inf.POD, d.DELETED, pod("chat-1", ready=True, rv="2")))
+    await settle()
+    assert sent(obs) == {("chat", OrderSignal.DELETE): []}
+    obs.handle(Watched(inf.ORDER, d.DELETED, deleting))
+    await settle()
+    assert sent(obs) == {}
+    assert "u-chat" not in obs.memory and "u-chat" not in obs.uid_key
+
+
+async def test_health_flip_is_queued_for_the_order(temporal_client: Client) -> None:
+    obs = observer(temporal_client, probe_annotation="probe")
+    serving = order(
+        "chat",
+        "u-chat",
+        phase="Ready",
+        authSecretName="chat-auth",
+        conditions=[{"type": "Ready", "status": "True", "reason": "ServiceReady", "lastTransitionTime": "t"}],
+    )
+    secret = {
+        "metadata": {
+            "name": "chat-auth",
+            "namespace": "team",
+            "resourceVersion": "1",
+            "ownerReferences": owner("u-chat"),
+        },
+        "data": {"token": "czNjcjN0LXZhbHVl"},
+    }
+    service = {
+        "metadata": {
+            "name": "chat",
+            "namespace": "team",
+            "resourceVersion": "1",
+            "ownerReferences": owner("u-chat"),
+            "annotations": {"probe": "http://127.0.0.1:1"},
+        }
+    }
+    obs.handle(Listed(inf.SECRET, [secret]))
+    obs.handle(Listed(inf.SERVICE, [service]))
+    obs.handle(Listed(inf.ORDER, [serving]))
+    (candidate,) = list(obs.probe_candidates())
+    assert candidate[1] == d.Serving.HEALTHY
+    spec = obs.probe_spec(candidate[0])
+    assert (spec.target, spec.token, spec.served_name) == ("http://127.0.0.1:1", "s3cr3t-value", None)
+    assert "s3cr3t" not in repr(spec)
+    sent(obs)
+    obs.report_health(candidate[0], HealthReport(healthy=False, detail="GET /v1/models: HTTP 503", failures=3))
+    assert sent(obs) == {
+        ("chat", OrderSignal.HEALTH_CHANGED): [
+            HealthReport(healthy=False, detail="GET /v1/models: HTTP 503", failures=3)
+        ]
+    }
+
+
+async def test_an_observer_handles_only_its_shard(temporal_client: Client) -> None:
+    orders = [order(f"o{i}", f"uid-{i}") for i in range(30)]
+    seen: list[set[str]] = []
+    for shard in range(3):
+        obs = observer(temporal_client, shards=3, shard=shard)
+        obs.handle(Listed(inf.ORDER, copy.deepcopy(orders)))
+        seen.append({name for name, _ in sent(obs)})
+        assert {r.ref.uid for r in obs.listed_orders()} == {
+            f"uid-{i}" for i in range(30) if d.in_shard(f"uid-{i}", 3, shard)
+        }
+    assert set.union(*seen) == {f"o{i}" for i in range(30)}
+    assert sum(len(s) for s in seen) == 30

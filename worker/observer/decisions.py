@@ -1,0 +1,562 @@
+"""What the observer signals, decided without I/O.
+
+Every function here reads objects as the API server returns them (camelCase dicts) or plain
+values, and answers what the order's workflow must be told, if anything. The observer does the
+I/O around them (informers, probes, Temporal); these are tested exhaustively on their own.
+
+The rule throughout: a signal only for a change the workflow acts on. The module's own writes
+(its server-side applies, its status writes, the class status the observer writes itself) never
+come back as signals.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from activities.builders.common import (
+    ANNOTATION_RUNTIME_IMAGE,
+    FIELD_MANAGER,
+    LABEL_ORDER,
+    RUNTIME_CONTAINER,
+)
+from inference_api.observation import LEGACY_ORDER_WORKFLOW_TYPES, ORDER_WORKFLOW_TYPE, HealthReport, OrderSignal
+from inference_api.payloads import OrderRef, order_workflow_id
+from inference_api.reasons import Reason
+from inference_api.types import ConditionType, ModelKind, ModelSource, Phase
+
+Obj = Mapping[str, Any]
+
+# Event types as the informers deliver them. SYNC: an object of the first listing after a (re)start;
+# a later relist delivers what changed meanwhile as ADDED / MODIFIED / DELETED.
+SYNC = "SYNC"
+ADDED = "ADDED"
+MODIFIED = "MODIFIED"
+DELETED = "DELETED"
+
+# Field managers of Kubernetes' own controllers: their writes are the cluster doing its job (the HPA
+# scaling a StatefulSet through its scale subresource, the garbage collector), never drift.
+KUBERNETES_MANAGERS = frozenset({"kube-controller-manager", "kube-scheduler", "kubelet", "kube-apiserver"})
+# Metadata the API server maintains itself: a change there is no change of the object (a deletion is
+# told by its DELETED event).
+_SERVER_METADATA = (
+    "resourceVersion",
+    "managedFields",
+    "generation",
+    "uid",
+    "creationTimestamp",
+    "selfLink",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+)
+
+
+# ------------------------------------------------------------------------------------ helpers
+
+
+def meta(obj: Obj | None) -> Mapping[str, Any]:
+    return (obj or {}).get("metadata") or {}
+
+
+def object_key(obj: Obj) -> str:
+    """``namespace/name``, or ``name`` for a cluster-scoped object."""
+    m = meta(obj)
+    namespace = m.get("namespace")
+    return f"{namespace}/{m.get('name')}" if namespace else str(m.get("name"))
+
+
+def generation(obj: Obj | None) -> int:
+    return int(meta(obj).get("generation") or 0)
+
+
+def deleting(obj: Obj | None) -> bool:
+    return bool(meta(obj).get("deletionTimestamp"))
+
+
+def order_ref(obj: Obj) -> OrderRef:
+    m = meta(obj)
+    return OrderRef(namespace=str(m.get("namespace")), name=str(m.get("name")), uid=str(m.get("uid")))
+
+
+def shard_of(uid: str, shards: int) -> int:
+    """The shard of an order: its uid's sha256, as a number, modulo the shard count."""
+    return int(hashlib.sha256(uid.encode()).hexdigest(), 16) % shards
+
+
+def in_shard(uid: str, shards: int, shard: int) -> bool:
+    return shards <= 1 or shard_of(uid, shards) == shard
+
+
+def owner_order_uid(obj: Obj) -> str | None:
+    """The uid of the order an object names as its controller owner."""
+    for owner in meta(obj).get("ownerReferences") or []:
+        if owner.get("kind") == "InferenceService" and owner.get("controller"):
+            return str(owner.get("uid"))
+    return None
+
+
+def order_name_label(obj: Obj) -> str | None:
+    """The order an object (or a Pod of its StatefulSet) belongs to, by the module's order label."""
+    value = (meta(obj).get("labels") or {}).get(LABEL_ORDER)
+    return str(value) if value else None
+
+
+# ------------------------------------------------------------------------------------- orders
+
+
+@dataclass
+class OrderMemory:
+    """What this observer has told one order's workflow (by order uid), since it started."""
+
+    generation: int | None = None
+    delete_sent: bool = False
+
+
+@dataclass(frozen=True)
+class Intent:
+    """A signal to send: ``start`` is a signal-with-start (the workflow is made when it is missing)."""
+
+    signal: str
+    arg: Any = None
+    start: bool = False
+
+    @property
+    def args(self) -> list[Any]:
+        return [] if self.arg is None else [self.arg]
+
+
+def order_intent(event_type: str, new: Obj | None, memory: OrderMemory) -> Intent | None:
+    """An order event → its signal, or None.
+
+    - a deletionTimestamp: ``delete`` (with start: a deleting order with no workflow still gets its
+      finalizer removed), once;
+    - the order gone without one seen (it had no finalizer): ``delete`` to a running workflow, once;
+    - otherwise ``spec_changed(generation)`` with start when the generation is newer than the last one
+      sent (on the first listing after a start that is every order, once); a status write keeps the
+      generation and is nothing.
+    """
+    if event_type == DELETED:
+        return None if memory.delete_sent else Intent(OrderSignal.DELETE)
+    if deleting(new):
+        return None if memory.delete_sent else Intent(OrderSignal.DELETE, start=True)
+    current = generation(new)
+    if memory.generation is not None and current <= memory.generation:
+        return None
+    return Intent(OrderSignal.SPEC_CHANGED, current, start=True)
+
+
+def remember(memory: OrderMemory, intent: Intent) -> None:
+    if intent.signal == OrderSignal.DELETE:
+        memory.delete_sent = True
+    elif intent.signal == OrderSignal.SPEC_CHANGED:
+        memory.generation = int(intent.arg)
+
+
+# ------------------------------------------------------------------------------------ classes
+
+
+def class_changed_generation(event_type: str, old: Obj | None, new: Obj | None) -> int | None:
+    """The generation to send as ``class_changed`` to the class's orders, or None.
+
+    Only a spec edit counts: a new generation versus the cached object (a class created after the
+    first listing counts, its orders waited for it; a deleted one counts too). Never on the first
+    listing, never on a status write (the observer's own class status included).
+    """
+    if event_type == SYNC:
+        return None
+    if event_type == DELETED:
+        return generation(old or new)
+    if old is not None and generation(old) == generation(new):
+        return None
+    return generation(new)
+
+
+# ------------------------------------------------------------------------------ owned objects
+
+
+def _content(obj: Obj, ignored_annotations: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The object minus its status and the metadata the server keeps: what a writer changes."""
+    body = {k: v for k, v in obj.items() if k != "status"}
+    metadata = {k: v for k, v in meta(obj).items() if k not in _SERVER_METADATA}
+    annotations = {k: v for k, v in (metadata.pop("annotations", None) or {}).items() if k not in ignored_annotations}
+    if annotations:
+        metadata["annotations"] = annotations
+    body["metadata"] = metadata
+    return body
+
+
+def last_writer(obj: Obj) -> str | None:
+    """The manager of the newest managedFields entry that is not a status write.
+
+    Times have a one-second resolution: of entries written in the same second, one that is not the
+    module's wins (a change someone else made is never hidden by the module's own apply).
+    """
+    best: tuple[str, int, str] | None = None
+    for entry in meta(obj).get("managedFields") or []:
+        if entry.get("subresource") == "status":
+            continue
+        manager = str(entry.get("manager") or "")
+        rank = (str(entry.get("time") or ""), 0 if manager == FIELD_MANAGER else 1, manager)
+        if best is None or rank[:2] > best[:2]:
+            best = rank
+    return best[2] if best else None
+
+
+def drift_writer(old: Obj | None, new: Obj, ignored_annotations: frozenset[str] = frozenset()) -> str | None:
+    """Who changed an owned object, when it is someone to tell the workflow about: its spec, data or
+    metadata changed and the newest writer is neither the module nor a Kubernetes controller.
+    ``ignored_annotations``: annotations others may write (the local stack's probe target)."""
+    if old is None or _content(old, ignored_annotations) == _content(new, ignored_annotations):
+        return None
+    writer = last_writer(new)
+    if writer is None or writer == FIELD_MANAGER or writer in KUBERNETES_MANAGERS:
+        return None
+    return writer
+
+
+def ready_replicas(statefulset: Obj | None) -> int:
+    return int(((statefulset or {}).get("status") or {}).get("readyReplicas") or 0)
+
+
+def _condition(order: Obj | None, type_: ConditionType) -> Mapping[str, Any] | None:
+    for condition in ((order or {}).get("status") or {}).get("conditions") or []:
+        if condition.get("type") == type_.value:
+            return dict(condition)
+    return None
+
+
+def awaiting_replicas(order: Obj | None) -> bool:
+    """The order is being brought up (its status does not say it serves): the workflow waits for its
+    replicas itself, in the step after its apply, and news of them would only make it reconcile and
+    apply again. Except once that wait gave up (Ready=False/HealthCheckFailed): the workflow then
+    sleeps on a backoff timer, and a replica turning ready is worth a reconcile now."""
+    if serving(order) != Serving.NO:
+        return False
+    ready = _condition(order, ConditionType.READY)
+    return not (
+        ready is not None and ready.get("status") == "False" and ready.get("reason") == Reason.HEALTH_CHECK_FAILED.value
+    )
+
+
+def owned_change(
+    kind: str,
+    event_type: str,
+    old: Obj | None,
+    new: Obj | None,
+    ignored_annotations: frozenset[str] = frozenset(),
+    replicas: bool = True,
+) -> str | None:
+    """An event of an object the order owns (not a Pod) → what the workflow must hear, or None.
+
+    Deleted; changed by someone else (``drift_writer``); for a StatefulSet, its ready replicas (unless
+    ``replicas`` is False: the workflow waits for them itself, see ``awaiting_replicas``).
+    Additions are the module's own applies (or a relist) and say nothing.
+    """
+    if event_type == DELETED:
+        return f"{kind} {object_key(old or new or {})} deleted"
+    if event_type != MODIFIED or new is None:
+        return None
+    key = object_key(new)
+    writer = drift_writer(old, new, ignored_annotations)
+    if writer is not None:
+        return f"{kind} {key} changed by {writer}"
+    if replicas and kind == "StatefulSet" and old is not None and ready_replicas(old) != ready_replicas(new):
+        return f"StatefulSet {key} readyReplicas {ready_replicas(old)}→{ready_replicas(new)}"
+    return None
+
+
+def pod_ready(pod: Obj | None) -> bool:
+    conditions = ((pod or {}).get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def pod_image(pod: Obj | None) -> str | None:
+    value = (meta(pod).get("annotations") or {}).get(ANNOTATION_RUNTIME_IMAGE)
+    return str(value) if value else None
+
+
+def pod_change(event_type: str, old: Obj | None, new: Obj | None) -> str | None:
+    """A replica's readiness or runtime image changed (what WorkloadReady and RuntimeCurrent follow)."""
+    if event_type == SYNC:
+        return None
+    if event_type == DELETED:
+        return f"Pod {object_key(old or new or {})} gone" if pod_ready(old or new) else None
+    if new is None:
+        return None
+    key = object_key(new)
+    if old is None:
+        return f"Pod {key} ready" if pod_ready(new) else None
+    if pod_image(old) != pod_image(new):
+        return f"Pod {key} runtime image {pod_image(old) or '-'}→{pod_image(new) or '-'}"
+    if pod_ready(old) != pod_ready(new):
+        return f"Pod {key} {'ready' if pod_ready(new) else 'not ready'}"
+    return None
+
+
+def served_name(statefulset: Obj | None) -> str | None:
+    """The name the runtime serves its model as (``--served-model-name`` of the runtime container)."""
+    containers = ((((statefulset or {}).get("spec") or {}).get("template") or {}).get("spec") or {}).get(
+        "containers"
+    ) or []
+    for container in containers:
+        if container.get("name") != RUNTIME_CONTAINER:
+            continue
+        argv = [*(container.get("command") or []), *(container.get("args") or [])]
+        for i, arg in enumerate(argv):
+            if arg == "--served-model-name" and i + 1 < len(argv):
+                return str(argv[i + 1])
+            if isinstance(arg, str) and arg.startswith("--served-model-name="):
+                return arg.split("=", 1)[1]
+    return None
+
+
+@dataclass
+class Coalesced:
+    """Changes of one order gathered within the debounce window: one ``observed`` signal."""
+
+    changes: list[tuple[str, str]] = field(default_factory=list)  # (kind, what)
+
+    def add(self, kind: str, what: str) -> None:
+        if (kind, what) not in self.changes:
+            self.changes.append((kind, what))
+
+    def summary(self, most: int = 4) -> tuple[str, str]:
+        """(kind, what): the first change's kind; the changes joined, at most ``most`` named."""
+        shown = [what for _, what in self.changes[:most]]
+        rest = len(self.changes) - most
+        what = "; ".join(shown) + (f"; and {rest} more" if rest > 0 else "")
+        return (self.changes[0][0] if self.changes else ""), what
+
+
+# ------------------------------------------------------------------------------------- models
+
+
+def model_ref_key(order: Obj) -> tuple[str, str, str] | None:
+    """(kind, namespace, name) of the catalog model an order references; a Model's namespace
+    defaults to the order's, a ClusterModel has none. None on the direct (HuggingFace) path."""
+    model = ((order.get("spec") or {}).get("model")) or {}
+    if model.get("src") != ModelSource.AI_MODELS.value:
+        return None
+    ref = model.get("ref") or {}
+    kind = ref.get("kind")
+    if kind == ModelKind.CLUSTER_MODEL.value:
+        return (kind, "", str(ref.get("name")))
+    if kind == ModelKind.MODEL.value:
+        return (kind, str(ref.get("namespace") or meta(order).get("namespace")), str(ref.get("name")))
+    return None
+
+
+def catalog_key(kind: str, obj: Obj) -> tuple[str, str, str]:
+    m = meta(obj)
+    return (kind, str(m.get("namespace") or ""), str(m.get("name")))
+
+
+def model_phase(obj: Obj | None) -> str | None:
+    phase = ((obj or {}).get("status") or {}).get("phase")
+    return str(phase) if phase else None
+
+
+def model_change(kind: str, event_type: str, old: Obj | None, new: Obj | None) -> str | None:
+    """A catalog model appeared (after the first listing) or turned Ready → what to tell the orders
+    that reference it."""
+    if new is None or event_type in (SYNC, DELETED):
+        return None
+    name = object_key(new)
+    if event_type == ADDED and old is None:
+        return f"{kind} {name} appeared"
+    if model_phase(new) == "Ready" and model_phase(old) != "Ready":
+        return f"{kind} {name} is Ready"
+    return None
+
+
+# ------------------------------------------------------------------------------------- health
+
+
+class Serving(StrEnum):
+    """What an order's status says of its API."""
+
+    NO = "No"  # not serving (yet): not probed
+    HEALTHY = "Healthy"  # Ready=True
+    UNHEALTHY = "Unhealthy"  # Ready=False/ServiceUnhealthy
+
+
+_SERVING_PHASES = {Phase.READY.value, Phase.DEGRADED.value, Phase.FAILED.value}
+
+
+def serving(order: Obj | None) -> Serving:
+    """Probe an order whose status.phase is Ready, Degraded or Failed and whose Ready condition is
+    True (healthy) or False with ServiceUnhealthy (unhealthy); never one being deleted."""
+    if order is None or deleting(order):
+        return Serving.NO
+    status = order.get("status") or {}
+    if status.get("phase") not in _SERVING_PHASES:
+        return Serving.NO
+    for condition in status.get("conditions") or []:
+        if condition.get("type") != ConditionType.READY.value:
+            continue
+        if condition.get("status") == "True":
+            return Serving.HEALTHY
+        if condition.get("status") == "False" and condition.get("reason") == Reason.SERVICE_UNHEALTHY.value:
+            return Serving.UNHEALTHY
+    return Serving.NO
+
+
+@dataclass
+class HealthTrack:
+    """Probe results of one order (by uid) and whether its flip was already reported.
+
+    ``reported`` is the serving state under which a flip was signalled: while the status still says
+    it, the flip is not signalled again; once the status moves on (the workflow acted) it is cleared.
+    ``forget`` (each resync) clears it too, so a flip the workflow never acted on is told again.
+    """
+
+    failures: int = 0
+    reported: Serving | None = None
+
+    def observe(self, state: Serving, ok: bool, detail: str, threshold: int) -> HealthReport | None:
+        if self.reported is not None and self.reported != state:
+            self.reported = None
+        if ok:
+            self.failures = 0
+            if state == Serving.UNHEALTHY and self.reported is None:
+                self.reported = state
+                return HealthReport(healthy=True, detail=detail)
+            return None
+        self.failures += 1
+        if state == Serving.HEALTHY and self.failures >= threshold and self.reported is None:
+            self.reported = state
+            return HealthReport(healthy=False, detail=detail, failures=self.failures)
+        return None
+
+    def forget(self) -> None:
+        self.reported = None
+
+
+# ------------------------------------------------------------------------------------- resync
+
+
+@dataclass(frozen=True)
+class RunningWorkflow:
+    """A running order workflow as Temporal's visibility lists it."""
+
+    workflow_id: str
+    run_id: str
+    workflow_type: str
+    release: str | None = None
+
+
+@dataclass(frozen=True)
+class ListedOrder:
+    """An order as the observer's order cache holds it."""
+
+    ref: OrderRef
+    generation: int
+    deleting: bool = False
+
+
+def order_workflow_ref(workflow_id: str) -> OrderRef | None:
+    """The order an order workflow id (``order/<namespace>/<name>/<uid>``) names; None for any other id."""
+    parts = workflow_id.split("/")
+    if len(parts) != 4 or parts[0] != "order" or not all(parts[1:]):
+        return None
+    return OrderRef(namespace=parts[1], name=parts[2], uid=parts[3])
+
+
+def listed_order(obj: Obj) -> ListedOrder:
+    return ListedOrder(ref=order_ref(obj), generation=generation(obj), deleting=deleting(obj))
+
+
+@dataclass
+class ResyncPlan:
+    # signal-with-start the new type (the order has no running order workflow).
+    start: list[tuple[OrderRef, Intent]] = field(default_factory=list)
+    # terminate the legacy run, then signal-with-start the new type.
+    move: list[tuple[OrderRef, str, Intent]] = field(default_factory=list)
+    # a running workflow whose order is gone: signal delete (first resync) ...
+    delete: list[OrderRef] = field(default_factory=list)
+    # ... and terminate it when it still runs at the next one: (workflow id, run id).
+    terminate: list[tuple[str, str]] = field(default_factory=list)
+    # re-derived: a deleting order whose workflow runs hears delete again.
+    redelete: list[OrderRef] = field(default_factory=list)
+    # the workflow's OrderRelease is not the fingerprint in force (or unset): settings_changed.
+    settings: list[OrderRef] = field(default_factory=list)
+    # the orphans signalled this time, (workflow id, run id): the next resync terminates them.
+    orphans: set[tuple[str, str]] = field(default_factory=set)
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "start": len(self.start),
+            "move": len(self.move),
+            "delete": len(self.delete),
+            "terminate": len(self.terminate),
+            "redelete": len(self.redelete),
+            "settings": len(self.settings),
+        }
+
+
+def _start_intent(order: ListedOrder) -> Intent:
+    if order.deleting:
+        return Intent(OrderSignal.DELETE, start=True)
+    return Intent(OrderSignal.SPEC_CHANGED, order.generation, start=True)
+
+
+def plan_resync(
+    orders: Iterable[ListedOrder],
+    running: Iterable[RunningWorkflow],
+    fingerprint: str,
+    previous_orphans: set[tuple[str, str]] | frozenset[tuple[str, str]] = frozenset(),
+    told_release: Mapping[str, str] | None = None,
+    shards: int = 1,
+    shard: int = 0,
+    recently_started: set[str] | frozenset[str] = frozenset(),
+) -> ResyncPlan:
+    """Compare the listing of orders with the running order workflows (this shard's only).
+
+    ``previous_orphans``: what the last resync signalled ``delete`` as orphans; one still running now
+    is terminated. ``told_release``: workflow id → the fingerprint already signalled to it (a
+    workflow that heard it is not told again until the fingerprint changes). ``recently_started``:
+    workflow ids this observer started moments ago, which visibility may not list yet: not started
+    again.
+    """
+    told = told_release or {}
+    plan = ResyncPlan()
+    by_uid = {o.ref.uid: o for o in orders if in_shard(o.ref.uid, shards, shard)}
+    seen: set[str] = set()
+    for wf in running:
+        ref = order_workflow_ref(wf.workflow_id)
+        if ref is None or not in_shard(ref.uid, shards, shard):
+            continue
+        if wf.workflow_type != ORDER_WORKFLOW_TYPE and wf.workflow_type not in LEGACY_ORDER_WORKFLOW_TYPES:
+            continue
+        order = by_uid.get(ref.uid)
+        if order is None:
+            if (wf.workflow_id, wf.run_id) in previous_orphans:
+                plan.terminate.append((wf.workflow_id, wf.run_id))
+            else:
+                plan.delete.append(ref)
+                plan.orphans.add((wf.workflow_id, wf.run_id))
+            continue
+        seen.add(ref.uid)
+        if wf.workflow_type in LEGACY_ORDER_WORKFLOW_TYPES:
+            plan.move.append((order.ref, wf.run_id, _start_intent(order)))
+            continue
+        if order.deleting:
+            plan.redelete.append(order.ref)
+        elif wf.release != fingerprint and told.get(wf.workflow_id) != fingerprint:
+            plan.settings.append(order.ref)
+    for uid, order in by_uid.items():
+        if uid in seen:
+            continue
+        if order_workflow_id(order.ref.namespace, order.ref.name, order.ref.uid) in recently_started:
+            continue
+        plan.start.append((order.ref, _start_intent(order)))
+    return plan
+
+
+def running_order_query(task_queue: str) -> str:
+    """Visibility query of every running order workflow (new and legacy types) of one task queue."""
+    types = ", ".join(f"'{t}'" for t in (ORDER_WORKFLOW_TYPE, *LEGACY_ORDER_WORKFLOW_TYPES))
+    return f"ExecutionStatus = 'Running' AND WorkflowType IN ({types}) AND TaskQueue = '{task_queue}'"

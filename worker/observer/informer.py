@@ -1,0 +1,319 @@
+"""Informers: list+watch of one kind each, a cache of it by key, and what changed.
+
+A thread per kind lists (paged), then watches from the listing's resourceVersion with bookmarks;
+an expired resourceVersion (410 Gone) or a broken watch relists. The official client blocks, so the
+threads only fetch: they hand plain dicts (camelCase, as the API server sends them) to the event
+loop, where :class:`Informer` keeps the cache and turns a listing or a watch event into
+:class:`Change` s. The first listing is delivered as ``SYNC``; a relist delivers only what differs
+from the cache (``ADDED``, ``MODIFIED``, ``DELETED``), so nothing missed between two watches is lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
+from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
+
+from activities.builders.claim import RESOURCE_API_VERSION
+from activities.builders.common import LABEL_MANAGED_BY, MANAGED_BY
+from inference_api.catalog_types import CATALOG_GROUP, CATALOG_VERSION
+from inference_api.types import CLASSES, GROUP, ORDERS, VERSION
+from worker.observer.decisions import ADDED, DELETED, MODIFIED, SYNC, Obj, object_key
+
+log = structlog.get_logger(__name__)
+
+ListFunction = Callable[..., Any]
+
+ORDER = "InferenceService"
+CLASS = "InferenceServiceClass"
+STATEFULSET = "StatefulSet"
+POD = "Pod"
+SERVICE = "Service"
+INGRESS = "Ingress"
+SECRET = "Secret"
+HPA = "HorizontalPodAutoscaler"
+CLAIM_TEMPLATE = "ResourceClaimTemplate"
+PRIORITY_CLASS = "PriorityClass"
+MODEL = "Model"
+CLUSTER_MODEL = "ClusterModel"
+
+# The ``kind`` label of the event metric (the watcher's names for orders and classes kept).
+KIND_LABELS = {
+    ORDER: "order",
+    CLASS: "class",
+    STATEFULSET: "statefulset",
+    POD: "pod",
+    SERVICE: "service",
+    INGRESS: "ingress",
+    SECRET: "secret",
+    HPA: "hpa",
+    CLAIM_TEMPLATE: "resourceclaimtemplate",
+    PRIORITY_CLASS: "priorityclass",
+    MODEL: "model",
+    CLUSTER_MODEL: "clustermodel",
+}
+
+# Objects an order owns (or, for Pods, its StatefulSet does): every one carries the module's labels.
+OWNED_KINDS = (STATEFULSET, SERVICE, INGRESS, SECRET, HPA, CLAIM_TEMPLATE)
+CATALOG_KINDS = (MODEL, CLUSTER_MODEL)
+MODULE_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One kind to inform on: its list function (``watch=True`` makes it a watch), and a label selector."""
+
+    kind: str
+    list_fn: ListFunction
+    label_selector: str | None = None
+
+
+def _custom(custom: CustomObjectsApi, group: str, version: str, plural: str) -> ListFunction:
+    # /apis/<group>/<version>/<plural> lists a namespaced kind across namespaces, or a cluster-scoped one.
+    def list_fn(**kwargs: Any) -> Any:
+        return custom.list_cluster_custom_object(group, version, plural, **kwargs)
+
+    return list_fn
+
+
+def resources(api: ApiClient, catalog: bool) -> list[Resource]:
+    """Everything the observer informs on; Model and ClusterModel only with the catalog enabled."""
+    custom = CustomObjectsApi(api)
+    core = CoreV1Api(api)
+    resource_group, resource_version = RESOURCE_API_VERSION.split("/")
+    out = [
+        Resource(ORDER, _custom(custom, GROUP, VERSION, ORDERS)),
+        Resource(CLASS, _custom(custom, GROUP, VERSION, CLASSES)),
+        Resource(STATEFULSET, _custom(custom, "apps", "v1", "statefulsets"), MODULE_SELECTOR),
+        Resource(POD, core.list_pod_for_all_namespaces, MODULE_SELECTOR),
+        Resource(SERVICE, core.list_service_for_all_namespaces, MODULE_SELECTOR),
+        Resource(SECRET, core.list_secret_for_all_namespaces, MODULE_SELECTOR),
+        Resource(INGRESS, _custom(custom, "networking.k8s.io", "v1", "ingresses"), MODULE_SELECTOR),
+        Resource(HPA, _custom(custom, "autoscaling", "v2", "horizontalpodautoscalers"), MODULE_SELECTOR),
+        Resource(
+            CLAIM_TEMPLATE, _custom(custom, resource_group, resource_version, "resourceclaimtemplates"), MODULE_SELECTOR
+        ),
+        Resource(PRIORITY_CLASS, _custom(custom, "scheduling.k8s.io", "v1", "priorityclasses")),
+    ]
+    if catalog:
+        out += [
+            Resource(MODEL, _custom(custom, CATALOG_GROUP, CATALOG_VERSION, "models")),
+            Resource(CLUSTER_MODEL, _custom(custom, CATALOG_GROUP, CATALOG_VERSION, "clustermodels")),
+        ]
+    return out
+
+
+# ------------------------------------------------------------------ the threads (fetch only)
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A whole listing of one kind (the first one, or a relist)."""
+
+    kind: str
+    items: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Watched:
+    kind: str
+    type: str  # ADDED | MODIFIED | DELETED
+    obj: dict[str, Any]
+
+
+InformerItem = Listed | Watched
+
+
+def _selector(resource: Resource) -> dict[str, Any]:
+    return {"label_selector": resource.label_selector} if resource.label_selector else {}
+
+
+def list_all(resource: Resource, page: int = 500, request_timeout: float = 60) -> tuple[list[dict[str, Any]], str]:
+    """Every object (paged), each with its apiVersion and kind, and the listing's resourceVersion."""
+    items: list[dict[str, Any]] = []
+    token: str | None = None
+    while True:
+        response = resource.list_fn(
+            limit=page, _continue=token, _preload_content=False, _request_timeout=request_timeout, **_selector(resource)
+        )
+        try:
+            document = json.loads(response.data)
+        finally:
+            response.release_conn()
+        api_version = document.get("apiVersion")
+        kind = str(document.get("kind") or "").removesuffix("List") or resource.kind
+        for item in document.get("items") or []:
+            item.setdefault("apiVersion", api_version)
+            item.setdefault("kind", kind)
+            items.append(item)
+        metadata = document.get("metadata") or {}
+        token = metadata.get("continue") or None
+        if token is None:
+            return items, str(metadata.get("resourceVersion") or "")
+
+
+class ListWatch:
+    """The blocking list+watch loop of one kind, run in its own thread until ``stop()``."""
+
+    def __init__(
+        self,
+        resource: Resource,
+        deliver: Callable[[InformerItem], None],
+        timeout_seconds: int = 300,
+        max_backoff: float = 60,
+    ) -> None:
+        self.resource = resource
+        self.deliver = deliver
+        self.timeout_seconds = timeout_seconds
+        self.max_backoff = max_backoff
+        self._stop = threading.Event()
+        self._response: Any = None
+        self.thread = threading.Thread(target=self.run, daemon=True, name=f"informer-{resource.kind}")
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        response = self._response
+        if response is not None:
+            # Unblocks the read of a watch in progress (already closed: nothing to unblock).
+            with contextlib.suppress(Exception):
+                response.shutdown()
+
+    def _watch(self, resource_version: str) -> Iterator[dict[str, Any]]:
+        response = self.resource.list_fn(
+            watch=True,
+            resource_version=resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=self.timeout_seconds,
+            _preload_content=False,
+            _request_timeout=(30, self.timeout_seconds + 30),
+            **_selector(self.resource),
+        )
+        self._response = response
+        try:
+            for line in iter_resp_lines(response):
+                if self._stop.is_set():
+                    return
+                if line:
+                    yield json.loads(line)
+        finally:
+            self._response = None
+            response.close()
+            response.release_conn()
+
+    def run(self) -> None:
+        kind = self.resource.kind
+        resource_version: str | None = None
+        backoff = 1.0
+        while not self._stop.is_set():
+            try:
+                if resource_version is None:
+                    items, resource_version = list_all(self.resource)
+                    self.deliver(Listed(kind, items))
+                for event in self._watch(resource_version):
+                    obj = event.get("object") or {}
+                    if event.get("type") == "ERROR":
+                        raise ApiException(status=int(obj.get("code") or 500), reason=str(obj.get("reason") or ""))
+                    resource_version = str((obj.get("metadata") or {}).get("resourceVersion") or resource_version)
+                    if event.get("type") in (ADDED, MODIFIED, DELETED):
+                        self.deliver(Watched(kind, str(event["type"]), obj))
+                backoff = 1.0
+            except ApiException as err:
+                if self._stop.is_set():
+                    return
+                if err.status == 410:
+                    # The resourceVersion is too old: relist; the informer delivers what differs.
+                    log.info("watch expired, relisting", kind=kind)
+                    resource_version = None
+                    continue
+                log.warning("list or watch failed, retrying", kind=kind, status=err.status, retry_in=backoff)
+                resource_version = None
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, self.max_backoff)
+            except Exception as err:  # a network hiccup must not end the informer
+                if self._stop.is_set():
+                    return
+                log.warning("watch broke, retrying", kind=kind, error=type(err).__name__, retry_in=backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, self.max_backoff)
+
+
+# ----------------------------------------------------------------- the cache (event loop side)
+
+
+@dataclass(frozen=True)
+class Change:
+    type: str  # SYNC | ADDED | MODIFIED | DELETED
+    old: Obj | None
+    new: Obj | None
+
+    @property
+    def obj(self) -> Obj:
+        found = self.new if self.new is not None else self.old
+        assert found is not None
+        return found
+
+
+def _rv(obj: Obj | None) -> str | None:
+    return ((obj or {}).get("metadata") or {}).get("resourceVersion")
+
+
+def _uid(obj: Obj | None) -> str | None:
+    return ((obj or {}).get("metadata") or {}).get("uid")
+
+
+def _replaced(old: Obj, new: Obj) -> list[Change]:
+    """Same key: the same object changed, or (another uid) one deleted and another made in its place."""
+    if _uid(old) != _uid(new):
+        return [Change(DELETED, old, None), Change(ADDED, None, new)]
+    return [Change(MODIFIED, old, new)]
+
+
+class Informer:
+    """The cache of one kind, by ``namespace/name`` (or ``name``), and what each delivery changed."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.cache: dict[str, Obj] = {}
+        self.synced = False
+
+    def get(self, key: str) -> Obj | None:
+        return self.cache.get(key)
+
+    def listed(self, items: list[dict[str, Any]]) -> list[Change]:
+        fresh = {object_key(item): item for item in items}
+        if not self.synced:
+            self.synced = True
+            self.cache = dict(fresh)
+            return [Change(SYNC, None, item) for item in fresh.values()]
+        changes: list[Change] = []
+        for key, item in fresh.items():
+            old = self.cache.get(key)
+            if old is None:
+                changes.append(Change(ADDED, None, item))
+            elif _rv(old) != _rv(item):
+                changes += _replaced(old, item)
+        changes += [Change(DELETED, old, None) for key, old in self.cache.items() if key not in fresh]
+        self.cache = dict(fresh)
+        return changes
+
+    def watched(self, event_type: str, obj: dict[str, Any]) -> list[Change]:
+        key = object_key(obj)
+        old = self.cache.get(key)
+        if event_type == DELETED:
+            self.cache.pop(key, None)
+            return [Change(DELETED, old, obj)]
+        if old is not None and _rv(old) == _rv(obj):
+            return []
+        self.cache[key] = obj
+        return _replaced(old, obj) if old is not None else [Change(ADDED, None, obj)]

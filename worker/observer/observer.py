@@ -1,0 +1,462 @@
+"""The observer (``ai-inference watch``): Kubernetes changes and probe verdicts become order signals.
+
+Informers on orders, classes, what orders own (by the module's labels: StatefulSets and their Pods,
+Services, Ingresses, Secrets, HPAs, ResourceClaimTemplates), PriorityClasses and, with the catalog
+enabled, Model/ClusterModel. Each change goes through a pure decision (``decisions``); what the
+workflow acts on is queued in the outbox (retried, never dropped), changes of one order within
+``observer.debounceSeconds`` coalesced into one signal. Health is probed here (``prober``), and a
+periodic resync compares the listing with Temporal (``resync``). Stateless: what it remembers (the
+last generation sent, failures in a row) is rebuilt from a listing; two may run at once (signals are
+idempotent), and orders are split between shards by uid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+from kubernetes.client import ApiClient, CustomObjectsApi
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+from temporalio.client import Client
+
+from activities.health import probe_target, token_from_secret
+from activities.release import release_fingerprint
+from activities.scaling import priority_value, scaling_observation
+from inference_api.observation import HealthReport, ObservedChange, OrderSignal
+from inference_api.payloads import OrderRef
+from inference_api.preemption import ScalingObservation
+from inference_api.settings import CatalogMode, ModuleSettings
+from inference_api.types import CLASSES, GROUP, VERSION, InferenceServiceClass
+from worker.observer import decisions as d
+from worker.observer import informer as inf
+from worker.observer.informer import Change, Informer, InformerItem, Listed, ListWatch, Resource
+from worker.observer.metrics import EVENTS_HANDLED, ORDERS_KNOWN
+from worker.observer.outbox import Outbox, signal_to
+from worker.observer.prober import Prober, ProbeSpec
+from worker.observer.resync import Resync
+from workflows.class_status import class_status_patch
+
+log = structlog.get_logger(__name__)
+
+
+class Observer:
+    def __init__(
+        self,
+        api: ApiClient,
+        client: Client,
+        settings: ModuleSettings,
+        *,
+        resources: list[Resource] | None = None,
+        watch_timeout_seconds: int = 300,
+        senders: int = 16,
+        fingerprint: str | None = None,
+    ) -> None:
+        self.api = api
+        self.client = client
+        self.settings = settings
+        self.config = settings.observer
+        self.catalog = settings.catalog.mode == CatalogMode.ENABLED
+        self.resources = resources if resources is not None else inf.resources(api, self.catalog)
+        self.informers = {r.kind: Informer(r.kind) for r in self.resources}
+        for kind in (inf.ORDER, inf.CLASS, *inf.OWNED_KINDS, inf.POD, inf.PRIORITY_CLASS, *inf.CATALOG_KINDS):
+            self.informers.setdefault(kind, Informer(kind))
+        self.watch_timeout_seconds = watch_timeout_seconds
+        self.fingerprint = fingerprint or release_fingerprint(settings)
+        self.outbox = Outbox(client, settings.temporal.taskQueue, senders=senders)
+        self.resync = Resync(
+            client, settings.temporal.taskQueue, self.outbox, self.fingerprint, self.config.shards, self.config.shard
+        )
+        self.prober = Prober(
+            settings.health,
+            self.config.probeConcurrency,
+            self.probe_candidates,
+            self.probe_spec,
+            self.serving_of,
+            self.report_health,
+        )
+        self.custom = CustomObjectsApi(api)
+        # The local stack writes the probe target on the order's Service: not a drift.
+        annotation = settings.health.probeTargetAnnotation
+        self.ignored_annotations = frozenset({annotation} if annotation else ())
+        # By order uid: what was told, and changes waiting for the debounce window.
+        self.memory: dict[str, d.OrderMemory] = {}
+        self.uid_key: dict[str, str] = {}
+        self.my_orders: set[str] = set()
+        self.pending: dict[str, d.Coalesced] = {}
+        self.scaling_dirty: set[str] = set()
+        self.scaling_last: dict[str, tuple[object, ...]] = {}
+        self._flushes: dict[str, asyncio.TimerHandle] = {}
+        # Indexes by order key (namespace/name): its class, its catalog model, its Pods.
+        self.by_class: dict[str, set[str]] = {}
+        self.by_model: dict[tuple[str, str, str], set[str]] = {}
+        self.pods_of: dict[str, set[str]] = {}
+        self.orders_synced = asyncio.Event()
+        self._watches: list[ListWatch] = []
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._rng = random.Random()
+
+    # ------------------------------------------------------------------------- lookups
+
+    @property
+    def orders(self) -> Informer:
+        return self.informers[inf.ORDER]
+
+    def mine(self, uid: str) -> bool:
+        return d.in_shard(uid, self.config.shards, self.config.shard)
+
+    def order_by_uid(self, uid: str | None) -> d.Obj | None:
+        key = self.uid_key.get(uid or "")
+        return self.orders.get(key) if key else None
+
+    def order_of(self, obj: d.Obj) -> d.Obj | None:
+        """The order an owned object belongs to: its controller owner, else its order label."""
+        uid = d.owner_order_uid(obj)
+        if uid is not None:
+            return self.order_by_uid(uid)
+        name = d.order_name_label(obj)
+        namespace = d.meta(obj).get("namespace")
+        return self.orders.get(f"{namespace}/{name}") if name and namespace else None
+
+    def listed_orders(self) -> list[d.ListedOrder]:
+        return [d.listed_order(o) for o in self.orders.cache.values() if self.mine(str(d.meta(o).get("uid")))]
+
+    def _owned(self, kind: str, order: d.Obj, name: str | None = None) -> d.Obj | None:
+        m = d.meta(order)
+        obj = self.informers[kind].get(f"{m.get('namespace')}/{name or m.get('name')}")
+        if obj is None:
+            return None
+        owner = d.owner_order_uid(obj)
+        return obj if owner in (None, m.get("uid")) else None
+
+    # -------------------------------------------------------------------------- events
+
+    def handle(self, delivery: InformerItem) -> None:
+        informer = self.informers[delivery.kind]
+        if isinstance(delivery, Listed):
+            changes = informer.listed(delivery.items)
+        else:
+            changes = informer.watched(delivery.type, delivery.obj)
+        for change in changes:
+            try:
+                self.dispatch(delivery.kind, change)
+            except Exception as err:  # one bad object must not stop the observer
+                log.error(
+                    "change not handled",
+                    kind=delivery.kind,
+                    type=change.type,
+                    object=d.object_key(change.obj),
+                    error=type(err).__name__,
+                    # A Secret's traceback could show its data: name the error only.
+                    exc_info=delivery.kind != inf.SECRET,
+                )
+                continue
+            EVENTS_HANDLED.labels(inf.KIND_LABELS.get(delivery.kind, delivery.kind.lower()), change.type).inc()
+        if delivery.kind == inf.ORDER and informer.synced and not self.orders_synced.is_set():
+            self.orders_synced.set()
+
+    def dispatch(self, kind: str, change: Change) -> None:
+        if kind == inf.ORDER:
+            self.on_order(change)
+        elif kind == inf.CLASS:
+            self.on_class(change)
+        elif kind == inf.POD:
+            self.on_pod(change)
+        elif kind in inf.OWNED_KINDS:
+            self.on_owned(kind, change)
+        elif kind in inf.CATALOG_KINDS:
+            self.on_model(kind, change)
+        elif kind == inf.PRIORITY_CLASS and change.type != d.SYNC:
+            for order in list(self.orders.cache.values()):
+                self.mark_scaling(order)
+
+    def on_order(self, change: Change) -> None:
+        obj = change.obj
+        key = d.object_key(obj)
+        uid = str(d.meta(obj).get("uid"))
+        self._unindex_order(key, change.old)
+        if change.type == d.DELETED:
+            self.uid_key.pop(uid, None)
+            self.my_orders.discard(uid)
+        else:
+            self._index_order(key, obj)
+            self.uid_key[uid] = key
+            if self.mine(uid):
+                self.my_orders.add(uid)
+        if self.mine(uid):
+            memory = self.memory.setdefault(uid, d.OrderMemory())
+            intent = d.order_intent(change.type, change.new, memory)
+            if intent is not None:
+                self.outbox.put(signal_to(d.order_ref(obj), intent.signal, intent.args, start=intent.start))
+                d.remember(memory, intent)
+                # Every order is told once after a start: those lines at debug, the changes at info.
+                say = log.debug if change.type == d.SYNC else log.info
+                say("order signalled", order=key, signal=intent.signal, generation=intent.arg)
+            if change.type == d.DELETED:
+                self._forget(uid)
+            elif not d.deleting(obj):
+                self.mark_scaling(obj)
+        ORDERS_KNOWN.set(len(self.my_orders))
+
+    def _index_order(self, key: str, obj: d.Obj) -> None:
+        class_name = str((obj.get("spec") or {}).get("inferenceServiceClassName") or "")
+        self.by_class.setdefault(class_name, set()).add(key)
+        model = d.model_ref_key(obj)
+        if model is not None:
+            self.by_model.setdefault(model, set()).add(key)
+
+    def _unindex_order(self, key: str, old: d.Obj | None) -> None:
+        if old is None:
+            return
+        class_name = str((old.get("spec") or {}).get("inferenceServiceClassName") or "")
+        self.by_class.get(class_name, set()).discard(key)
+        model = d.model_ref_key(old)
+        if model is not None:
+            self.by_model.get(model, set()).discard(key)
+
+    def _forget(self, uid: str) -> None:
+        self.memory.pop(uid, None)
+        self.pending.pop(uid, None)
+        self.scaling_dirty.discard(uid)
+        self.scaling_last.pop(uid, None)
+        handle = self._flushes.pop(uid, None)
+        if handle is not None:
+            handle.cancel()
+
+    def on_class(self, change: Change) -> None:
+        name = str(d.meta(change.obj).get("name"))
+        if change.type != d.DELETED and change.new is not None:
+            self._write_class_status(change.new)
+        generation = d.class_changed_generation(change.type, change.old, change.new)
+        if generation is None:
+            return
+        for key in sorted(self.by_class.get(name, set())):
+            order = self.orders.get(key)
+            if order is None or d.deleting(order) or not self.mine(str(d.meta(order).get("uid"))):
+                continue
+            self.outbox.put(signal_to(d.order_ref(order), OrderSignal.CLASS_CHANGED, [generation]))
+        log.info("class changed", cls=name, generation=generation, orders=len(self.by_class.get(name, ())))
+
+    def _write_class_status(self, obj: d.Obj) -> None:
+        try:
+            cls = InferenceServiceClass.model_validate(obj)
+        except ValidationError:
+            log.warning("class not readable", cls=d.meta(obj).get("name"))
+            return
+        patch = class_status_patch(cls, datetime.now(UTC))
+        if patch is None:
+            return
+        self._spawn(asyncio.to_thread(self._patch_class_status, cls.metadata.name, patch), "class-status")
+
+    def _patch_class_status(self, name: str, status: dict[str, object]) -> None:
+        try:
+            self.custom.patch_cluster_custom_object_status(GROUP, VERSION, CLASSES, name, {"status": status})
+        except ApiException as err:
+            log.warning("class status not written", cls=name, status=err.status)
+        except Exception as err:  # the API server unreachable: the next event of the class writes it
+            log.warning("class status not written", cls=name, error=type(err).__name__)
+
+    def on_owned(self, kind: str, change: Change) -> None:
+        order = self.order_of(change.obj)
+        if order is None or d.deleting(order) or not self.mine(str(d.meta(order).get("uid"))):
+            return
+        replicas = not d.awaiting_replicas(order)
+        what = d.owned_change(kind, change.type, change.old, change.new, self.ignored_annotations, replicas)
+        if what is not None:
+            self.observe(order, kind, what)
+        if kind == inf.HPA:
+            self.mark_scaling(order, force=True)
+
+    def on_pod(self, change: Change) -> None:
+        obj = change.obj
+        name = d.order_name_label(obj)
+        namespace = d.meta(obj).get("namespace")
+        if not name or not namespace:
+            return
+        order_key = f"{namespace}/{name}"
+        pods = self.pods_of.setdefault(order_key, set())
+        if change.type == d.DELETED:
+            pods.discard(d.object_key(obj))
+            if not pods:
+                self.pods_of.pop(order_key, None)
+        else:
+            pods.add(d.object_key(obj))
+        order = self.orders.get(order_key)
+        if order is None or d.deleting(order) or not self.mine(str(d.meta(order).get("uid"))):
+            return
+        what = None if d.awaiting_replicas(order) else d.pod_change(change.type, change.old, change.new)
+        if what is not None:
+            self.observe(order, inf.POD, what)
+        self.mark_scaling(order)
+
+    def on_model(self, kind: str, change: Change) -> None:
+        what = d.model_change(kind, change.type, change.old, change.new)
+        if what is None:
+            return
+        for key in sorted(self.by_model.get(d.catalog_key(kind, change.obj), set())):
+            order = self.orders.get(key)
+            if order is not None and not d.deleting(order) and self.mine(str(d.meta(order).get("uid"))):
+                self.observe(order, kind, what)
+
+    # ---------------------------------------------------------------- debounced signals
+
+    def observe(self, order: d.Obj, kind: str, what: str) -> None:
+        uid = str(d.meta(order).get("uid"))
+        self.pending.setdefault(uid, d.Coalesced()).add(kind, what)
+        self._schedule_flush(uid)
+
+    def mark_scaling(self, order: d.Obj, force: bool = False) -> None:
+        """Recompute the order's scaling observation after the debounce window (when it has an HPA,
+        or had one)."""
+        uid = str(d.meta(order).get("uid"))
+        if not force and uid not in self.scaling_last and self._owned(inf.HPA, order) is None:
+            return
+        self.scaling_dirty.add(uid)
+        self._schedule_flush(uid)
+
+    def _schedule_flush(self, uid: str) -> None:
+        if uid in self._flushes:
+            return
+        loop = asyncio.get_running_loop()
+        self._flushes[uid] = loop.call_later(self.config.debounceSeconds, self.flush, uid)
+
+    def flush(self, uid: str) -> None:
+        self._flushes.pop(uid, None)
+        order = self.order_by_uid(uid)
+        coalesced = self.pending.pop(uid, None)
+        dirty = uid in self.scaling_dirty
+        self.scaling_dirty.discard(uid)
+        if order is None or d.deleting(order):
+            return
+        ref = d.order_ref(order)
+        if coalesced is not None and coalesced.changes:
+            kind, what = coalesced.summary()
+            self.outbox.put(signal_to(ref, OrderSignal.OBSERVED, [ObservedChange(what=what, kind=kind)]))
+            log.info("order observed", order=ref.key, kind=kind, what=what)
+        if dirty:
+            observation = self.scaling_of(order)
+            if observation is None:
+                return
+            signature = observation.signature()
+            if self.scaling_last.get(uid) == signature:
+                return
+            if observation.autoscalerFound:
+                self.scaling_last[uid] = signature
+            else:
+                self.scaling_last.pop(uid, None)  # told once that it went away
+            self.outbox.put(signal_to(ref, OrderSignal.SCALING_CHANGED, [observation]))
+
+    def scaling_of(self, order: d.Obj) -> ScalingObservation | None:
+        uid = str(d.meta(order).get("uid"))
+        hpa = self._owned(inf.HPA, order)
+        if hpa is None and uid not in self.scaling_last:
+            return None
+        pods = [p for p in (self.informers[inf.POD].get(k) for k in self.pods_of.get(d.object_key(order), ())) if p]
+        constraints = ((order.get("status") or {}).get("constraints")) or {}
+        priority = priority_value(
+            constraints.get("priorityClassName"), self.informers[inf.PRIORITY_CLASS].cache.values()
+        )
+        return scaling_observation(hpa, pods, priority)
+
+    # ---------------------------------------------------------------------------- health
+
+    def probe_candidates(self) -> Iterator[tuple[OrderRef, d.Serving]]:
+        for uid in list(self.my_orders):
+            order = self.order_by_uid(uid)
+            state = d.serving(order)
+            if order is not None and state != d.Serving.NO:
+                yield d.order_ref(order), state
+
+    def serving_of(self, uid: str) -> d.Serving:
+        return d.serving(self.order_by_uid(uid))
+
+    def probe_spec(self, ref: OrderRef) -> ProbeSpec:
+        order = self.order_by_uid(ref.uid) or {}
+        service = self._owned(inf.SERVICE, order) if order else None
+        target = probe_target(ref.name, ref.namespace, service, self.settings.health.probeTargetAnnotation)
+        secret_name = (order.get("status") or {}).get("authSecretName")
+        token = None
+        if secret_name:
+            token = token_from_secret(self.informers[inf.SECRET].get(f"{ref.namespace}/{secret_name}"))
+        served = d.served_name(self._owned(inf.STATEFULSET, order)) if order else None
+        return ProbeSpec(target=target, served_name=served, token=token)
+
+    def report_health(self, ref: OrderRef, report: HealthReport) -> None:
+        self.outbox.put(signal_to(ref, OrderSignal.HEALTH_CHANGED, [report]))
+
+    # ----------------------------------------------------------------------------- run
+
+    def _spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def resync_loop(self) -> None:
+        await self.orders_synced.wait()
+        period = self.config.resyncSeconds
+        while True:
+            try:
+                await self.resync.run_once(self.listed_orders)
+                self.prober.forget_reports()
+                delay = period * self._rng.uniform(0.9, 1.1)
+            except Exception as err:  # Temporal down: try again sooner, the outbox keeps the rest
+                status = getattr(getattr(err, "status", None), "name", None)
+                log.warning("resync failed", error=type(err).__name__, status=status)
+                delay = min(period, 30.0)
+            await asyncio.sleep(delay)
+
+    def start_informers(self) -> asyncio.Queue[InformerItem]:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[InformerItem] = asyncio.Queue()
+
+        def deliver(item: InformerItem) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+
+        self._watches = [ListWatch(r, deliver, self.watch_timeout_seconds) for r in self.resources]
+        for watch in self._watches:
+            watch.start()
+        return queue
+
+    async def run(self) -> None:
+        queue = self.start_informers()
+        self._spawn(self.outbox.run(), "outbox")
+        self._spawn(self.prober.run(), "prober")
+        self._spawn(self.resync_loop(), "resync")
+        log.info(
+            "observer started",
+            task_queue=self.settings.temporal.taskQueue,
+            shard=f"{self.config.shard}/{self.config.shards}",
+            kinds=[r.kind for r in self.resources],
+            release=self.fingerprint,
+        )
+        try:
+            while True:
+                self.handle(await queue.get())
+                # Let the outbox and the probes run between the items of a long burst.
+                if queue.empty():
+                    continue
+                await asyncio.sleep(0)
+        finally:
+            await self.stop()
+
+    async def stop(self) -> None:
+        for watch in self._watches:
+            watch.stop()
+        for handle in self._flushes.values():
+            handle.cancel()
+        self._flushes.clear()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def run_observer(client: Client, api: ApiClient, settings: ModuleSettings) -> None:
+    await Observer(api, client, settings).run()

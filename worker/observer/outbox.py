@@ -1,0 +1,320 @@
+"""The observer's outbox: every signal to an order workflow goes through here, and none is dropped
+while Temporal cannot take it.
+
+A delivery is keyed by (workflow id, signal): a newer one for the same key replaces the queued one
+(``spec_changed`` keeps the highest generation, ``observed`` joins what it says), so a burst costs one
+signal and a long outage does not grow the queue past one entry per order and signal. A delivery that
+fails for a reason time can fix (Temporal unreachable, a timeout, overload) is tried again with an
+exponential backoff, forever; the resync re-derives what matters meanwhile. One that cannot succeed
+is counted and left: a plain signal to a workflow that does not run (``no_workflow``: the resync
+starts it), a start refused because the order's workflow already completed (``closed``).
+
+Failures are logged at warning level with the order, the signal, the error's type and its gRPC
+status, never the error's text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import structlog
+from temporalio.client import Client
+from temporalio.common import WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from inference_api.observation import ORDER_WORKFLOW_TYPE, ObservedChange, OrderSignal
+from inference_api.payloads import OrderRef, order_workflow_id
+from worker.observer.metrics import PENDING_SIGNALS, SIGNALS
+from workflows.order_state import OrderState
+
+log = structlog.get_logger(__name__)
+
+TERMINATE = "terminate"
+MOVE_REASON = "moved to OrderWorkflowV2; its state is rebuilt from Kubernetes"
+ORPHAN_REASON = "its order is gone (by uid) and it did not end on the delete signal"
+# Errors retrying cannot fix: the request itself is wrong.
+_PERMANENT = frozenset({RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.ALREADY_EXISTS})
+
+
+@dataclass
+class Delivery:
+    """One signal (or termination) to one order workflow.
+
+    ``start``: a signal-with-start of the order workflow type (made when it is missing).
+    ``terminate_run``: terminate that run first (a legacy workflow being moved, or an orphan when no
+    signal follows: ``signal == "terminate"``).
+    """
+
+    workflow_id: str
+    signal: str
+    args: list[Any] = field(default_factory=list)
+    order: str = ""
+    start: OrderRef | None = None
+    terminate_run: str | None = None
+    terminate_reason: str = MOVE_REASON
+    attempts: int = 0
+    due: float = 0.0
+
+    @property
+    def key(self) -> tuple[str, str]:
+        if self.terminate_run is not None and self.signal != TERMINATE:
+            return (self.workflow_id, "move")
+        return (self.workflow_id, self.signal)
+
+    @property
+    def label(self) -> str:
+        return "move" if self.key[1] == "move" else self.signal
+
+
+def signal_to(ref: OrderRef, signal: str, args: list[Any] | None = None, start: bool = False) -> Delivery:
+    return Delivery(
+        workflow_id=order_workflow_id(ref.namespace, ref.name, ref.uid),
+        signal=signal,
+        args=list(args or []),
+        order=ref.key,
+        start=ref if start else None,
+    )
+
+
+def merge(queued: Delivery, newer: Delivery) -> None:
+    """Fold ``newer`` into the queued delivery of the same key."""
+    if queued.signal == OrderSignal.SPEC_CHANGED and queued.args and newer.args:
+        queued.args = [max(int(queued.args[0]), int(newer.args[0]))]
+    elif (
+        queued.signal == OrderSignal.OBSERVED
+        and queued.args
+        and newer.args
+        and isinstance(queued.args[0], ObservedChange)
+        and isinstance(newer.args[0], ObservedChange)
+    ):
+        first, second = queued.args[0], newer.args[0]
+        what = first.what if second.what in first.what else f"{first.what}; {second.what}"
+        queued.args = [ObservedChange(what=what[:1000], kind=first.kind or second.kind)]
+    else:
+        queued.args = newer.args
+    queued.start = queued.start or newer.start
+    if newer.terminate_run is not None:
+        queued.terminate_run = newer.terminate_run
+        queued.terminate_reason = newer.terminate_reason
+
+
+def backoff_seconds(attempts: int, base: float = 1.0, cap: float = 60.0) -> float:
+    return float(min(cap, base * (2 ** max(0, attempts - 1))))
+
+
+class Outbox:
+    def __init__(
+        self,
+        client: Client,
+        task_queue: str,
+        *,
+        senders: int = 16,
+        rpc_timeout_seconds: float = 10,
+        max_backoff_seconds: float = 60,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = client
+        self.task_queue = task_queue
+        self.senders = senders
+        self.rpc_timeout = timedelta(seconds=rpc_timeout_seconds)
+        self.max_backoff = max_backoff_seconds
+        self.clock = clock
+        self.pending: dict[tuple[str, str], Delivery] = {}
+        self.in_flight: set[tuple[str, str]] = set()
+        self._heap: list[tuple[float, int, tuple[str, str]]] = []
+        self._seq = itertools.count()
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._rng = random.Random()
+        # workflow id → when a signal-with-start of it was delivered (the resync leaves those alone
+        # while visibility may not list them yet).
+        self.started: dict[str, float] = {}
+
+    def recently_started(self, within_seconds: float) -> set[str]:
+        """Workflow ids started (signal-with-start delivered) in the last ``within_seconds``; older
+        records are dropped."""
+        horizon = self.clock() - within_seconds
+        self.started = {wid: t for wid, t in self.started.items() if t >= horizon}
+        return set(self.started)
+
+    # -------------------------------------------------------------------------- queueing
+
+    def put(self, delivery: Delivery) -> None:
+        key = delivery.key
+        queued = self.pending.get(key)
+        if queued is not None:
+            merge(queued, delivery)
+            return
+        delivery.due = self.clock()
+        self.pending[key] = delivery
+        self._schedule(key, delivery.due)
+
+    def _schedule(self, key: tuple[str, str], due: float) -> None:
+        heapq.heappush(self._heap, (due, next(self._seq), key))
+        self._idle.clear()
+        PENDING_SIGNALS.set(len(self.pending))
+        self._wake.set()
+
+    def idle(self) -> bool:
+        return not self.pending and not self.in_flight
+
+    async def wait_idle(self, timeout: float | None = None) -> None:
+        """Until every queued delivery was sent or given up (tests, and a clean stop)."""
+        await asyncio.wait_for(self._idle.wait(), timeout)
+
+    # -------------------------------------------------------------------------- sending
+
+    async def run(self) -> None:
+        async with asyncio.TaskGroup() as group:
+            for i in range(self.senders):
+                group.create_task(self._sender(), name=f"outbox-sender-{i}")
+
+    async def _next(self) -> Delivery:
+        while True:
+            now = self.clock()
+            while self._heap:
+                due, _, key = self._heap[0]
+                queued = self.pending.get(key)
+                if queued is None or queued.due != due:
+                    heapq.heappop(self._heap)  # stale: sent, merged or rescheduled since
+                    continue
+                if due > now:
+                    break
+                heapq.heappop(self._heap)
+                if key in self.in_flight:
+                    # The same key is on its way: send this one after it (keeps their order).
+                    queued.due = now + 0.05
+                    self._schedule(key, queued.due)
+                    continue
+                del self.pending[key]
+                self.in_flight.add(key)
+                return queued
+            timeout = (self._heap[0][0] - now) if self._heap else None
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+
+    async def _sender(self) -> None:
+        while True:
+            delivery = await self._next()
+            key = delivery.key
+            try:
+                outcome = await self._deliver(delivery)
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # the outbox must outlive any one failure
+                outcome = "retry"
+                self._log_failure(delivery, err)
+            finally:
+                self.in_flight.discard(key)
+            SIGNALS.labels(delivery.label, outcome).inc()
+            if outcome == "retry":
+                self._retry(delivery)
+            PENDING_SIGNALS.set(len(self.pending))
+            if self.idle():
+                self._idle.set()
+
+    def _retry(self, delivery: Delivery) -> None:
+        delivery.attempts += 1
+        wait = backoff_seconds(delivery.attempts, cap=self.max_backoff) * self._rng.uniform(0.8, 1.2)
+        newer = self.pending.get(delivery.key)
+        if newer is not None:
+            # A newer one for the same key arrived meanwhile: it carries the latest word.
+            merge(delivery, newer)
+        delivery.due = self.clock() + wait
+        self.pending[delivery.key] = delivery
+        self._schedule(delivery.key, delivery.due)
+
+    def _log_failure(self, delivery: Delivery, err: BaseException) -> None:
+        status = err.status.name if isinstance(err, RPCError) else None
+        log.warning(
+            "order workflow not signalled, retrying",
+            order=delivery.order,
+            signal=delivery.label,
+            error=type(err).__name__,
+            status=status,
+            attempt=delivery.attempts + 1,
+        )
+
+    async def _deliver(self, delivery: Delivery) -> str:
+        timeout = self.rpc_timeout.total_seconds() + 5
+        try:
+            if delivery.terminate_run is not None:
+                handle = self.client.get_workflow_handle(delivery.workflow_id, run_id=delivery.terminate_run)
+                try:
+                    await asyncio.wait_for(
+                        handle.terminate(reason=delivery.terminate_reason, rpc_timeout=self.rpc_timeout), timeout
+                    )
+                except RPCError as err:
+                    if err.status != RPCStatusCode.NOT_FOUND:  # NOT_FOUND: that run already ended
+                        raise
+                delivery.terminate_run = None  # done: a retry only (re)starts
+                log.info("order workflow terminated", order=delivery.order, reason=delivery.terminate_reason)
+                if delivery.signal == TERMINATE:
+                    return "sent"
+            if delivery.start is not None:
+                ref = delivery.start
+                await asyncio.wait_for(
+                    self.client.start_workflow(
+                        ORDER_WORKFLOW_TYPE,
+                        OrderState(ref=ref),
+                        id=delivery.workflow_id,
+                        task_queue=self.task_queue,
+                        start_signal=delivery.signal,
+                        start_signal_args=delivery.args,
+                        # A completed order workflow is not restarted (it removed its finalizer); a
+                        # failed or terminated one is, so a fix or a legacy move picks the order up.
+                        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
+                        static_summary=f"order {ref.namespace}/{ref.name}",
+                        rpc_timeout=self.rpc_timeout,
+                    ),
+                    timeout,
+                )
+            else:
+                handle = self.client.get_workflow_handle(delivery.workflow_id)
+                await asyncio.wait_for(
+                    handle.signal(delivery.signal, args=delivery.args, rpc_timeout=self.rpc_timeout), timeout
+                )
+        except WorkflowAlreadyStartedError:
+            log.info("order workflow completed, not restarted", order=delivery.order, signal=delivery.label)
+            return "closed"
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                log.info("no order workflow runs", order=delivery.order, signal=delivery.label)
+                return "no_workflow"
+            if err.status in _PERMANENT:
+                log.warning(
+                    "order workflow refused a signal",
+                    order=delivery.order,
+                    signal=delivery.label,
+                    status=err.status.name,
+                )
+                return "refused"
+            self._log_failure(delivery, err)
+            return "retry"
+        except (TimeoutError, RuntimeError, OSError) as err:
+            self._log_failure(delivery, err)
+            return "retry"
+        if delivery.start is not None:
+            self.started[delivery.workflow_id] = self.clock()
+        log.debug("order signalled", order=delivery.order, signal=delivery.label, args=_loggable(delivery))
+        return "sent"
+
+
+def _loggable(delivery: Delivery) -> Any:
+    """What a log line may say of a signal's argument: numbers and short strings (no secret travels in
+    one, but keep the lines short)."""
+    if delivery.args and isinstance(delivery.args[0], int | str):
+        return delivery.args[0]
+    return None
