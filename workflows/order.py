@@ -89,7 +89,8 @@ class OrderWorkflow(PreemptionMembership):
     @workflow.signal(name=OrderSignal.CLASS_CHANGED)
     def class_changed(self, generation: int) -> None:
         state = self._require_state()
-        if generation > state.classGeneration:
+        # Any other generation than the one held: an edit, a deletion (0), a class made again.
+        if generation != state.classGeneration:
             state.classGeneration = generation
             state.dirty = True
 
@@ -320,8 +321,7 @@ class OrderWorkflow(PreemptionMembership):
             )
         state.className = order.spec.inferenceServiceClassName
         cls = snapshot.cls
-        if cls is not None:
-            state.classGeneration = max(state.classGeneration, cls.metadata.generation or 0)
+        state.classGeneration = (cls.metadata.generation or 0) if cls is not None else 0
         refusal = check_class(order, cls)
         if refusal is not None or cls is None:
             self._refuse(ConditionType.CLASS_RESOLVED, refusal)

@@ -95,10 +95,10 @@ async def test_a_new_order_is_planned_and_applied_once(stand: Stand) -> None:
 
 
 async def test_an_order_stuck_before_ready_is_deleted_in_seconds(stand: Stand) -> None:
+    # The runtime answers 503 from its first request: the first probe waits (up to serveWaitSeconds).
+    stand.fleet.fail_from_start(stand.namespace, "stuck")
     stand.create_order("stuck", SMALL)
     await stand.until(lambda: stand.fleet.runtime(stand.namespace, "stuck") is not None, what="stand-in runtime")
-    # The runtime answers 503 from now on: the first probe waits (up to serveWaitSeconds).
-    stand.fleet.fail(stand.namespace, "stuck")
     await stand.until(
         lambda: (stand.condition("stuck", "WorkloadReady") or {}).get("reason") == "WorkloadProgressing",
         what="waiting for the first probe",

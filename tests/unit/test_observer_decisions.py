@@ -208,7 +208,7 @@ class TestClassChanged:
         assert d.class_changed_generation(d.ADDED, None, klass(generation=1)) == 1
 
     def test_deleted_class_tells_its_orders(self) -> None:
-        assert d.class_changed_generation(d.DELETED, klass(generation=4), None) == 4
+        assert d.class_changed_generation(d.DELETED, klass(generation=4), None) == d.CLASS_GONE
 
 
 # ------------------------------------------------------------------------ owned objects

@@ -158,6 +158,10 @@ def remember(memory: OrderMemory, intent: Intent) -> None:
 # ------------------------------------------------------------------------------------ classes
 
 
+# The generation told for a deleted class: no class has it, so the orders always hear of it.
+CLASS_GONE = 0
+
+
 def class_changed_generation(event_type: str, old: Obj | None, new: Obj | None) -> int | None:
     """The generation to send as ``class_changed`` to the class's orders, or None.
 
@@ -168,7 +172,7 @@ def class_changed_generation(event_type: str, old: Obj | None, new: Obj | None) 
     if event_type == SYNC:
         return None
     if event_type == DELETED:
-        return generation(old or new)
+        return CLASS_GONE
     if old is not None and generation(old) == generation(new):
         return None
     return generation(new)

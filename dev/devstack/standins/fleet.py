@@ -58,6 +58,8 @@ class StandInFleet:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     # pod uid -> when it was first seen refused for a volume that is bound by now
     _stale_since: dict[str, float] = field(default_factory=dict)
+    # namespace/name -> the status its runtime fails with from the start
+    _fail_from_start: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.core = CoreV1Api(self.api)
@@ -82,6 +84,11 @@ class StandInFleet:
     def fail(self, namespace: str, name: str, status: int = 503) -> None:
         with self._lock:
             self.runtimes[f"{namespace}/{name}"].fail(status)
+
+    def fail_from_start(self, namespace: str, name: str, status: int = 503) -> None:
+        """The order's runtime, once the fleet starts one, answers ``status`` from its first request."""
+        with self._lock:
+            self._fail_from_start[f"{namespace}/{name}"] = status
 
     def recover(self, namespace: str, name: str) -> None:
         with self._lock:
@@ -132,6 +139,9 @@ class StandInFleet:
         token = self._token(namespace, f"{name}-auth")
         runtime = StandInRuntime(model, token=token).start()
         with self._lock:
+            failing = self._fail_from_start.get(f"{namespace}/{name}")
+            if failing is not None:
+                runtime.fail(failing)
             self.runtimes[f"{namespace}/{name}"] = runtime
         try:
             self.core.patch_namespaced_service(
