@@ -9,6 +9,11 @@ Two transports (phase 2.3 of the spec):
   merely restarting.
 * ``catalogTransport: Kubernetes`` is the explicit rollback: objects only, REST is never called.
 
+The lookup API is asked over ``https://`` only (an ``http://`` baseURL is refused, and the objects
+answer instead, unless ``aiModels.catalogLookup.allowInsecureHttp``: tests only), with a projected
+ServiceAccount token bound to ``aiModels.catalogLookup.audience`` (``tokenFile``, read on each
+lookup), never the worker's own ServiceAccount token.
+
 ``catalog.mode: None`` means no catalog client at all: an order naming ``src: ai-models`` gets
 ``CatalogDisabled`` without any I/O, and Hugging Face orders never reach this module.
 
@@ -30,6 +35,7 @@ import httpx
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from activities.planner_client import TokenUnavailableError, read_audience_token
 from inference_api.catalog_types import (
     CATALOG_GROUP,
     CATALOG_VERSION,
@@ -42,15 +48,21 @@ from inference_api.catalog_types import (
 )
 from inference_api.payloads import ModelResolution
 from inference_api.reasons import Reason
-from inference_api.settings import CatalogMode, CatalogTransport, ModuleSettings
+from inference_api.settings import (
+    CatalogMode,
+    CatalogTransport,
+    InsecureTransportError,
+    ModuleSettings,
+    require_https,
+)
 from inference_api.types import ModelKind, ModelRef, ModelScope, ModelSource, ModelSpec
 
 log = structlog.get_logger(__name__)
 
 PLURALS: dict[ModelKind, str] = {kind: catalog_plural(kind) for kind in ModelKind}
 
-# In a pod, the service account's CA signs the in-cluster https endpoint of ai-models and its
-# token is how one module authenticates to another. Outside a pod these files do not exist.
+# In a pod, the service account's CA signs the in-cluster https endpoint of ai-models. Outside a
+# pod the file does not exist. (Its token is NOT sent: see aiModels.catalogLookup.tokenFile.)
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
@@ -268,20 +280,24 @@ def rest_lookup_params(kind: ModelKind, name: str, namespace: str | None) -> dic
 
 
 def default_http_client(settings: ModuleSettings) -> httpx.AsyncClient:
-    """An httpx client for the lookup API: the service account's CA and token when in a pod."""
+    """An httpx client for the lookup API: the service account's CA when in a pod, and the projected
+    token bound to the catalog's audience when its file exists (outside a pod it does not).
+
+    Raises ``TokenUnavailableError`` for a token bound to another audience (it is not sent)."""
+    lookup = settings.aiModels.catalogLookup
     verify: ssl.SSLContext | bool = True
     headers: dict[str, str] = {}
     ca = SERVICE_ACCOUNT_DIR / "ca.crt"
-    token = SERVICE_ACCOUNT_DIR / "token"
+    token_file = Path(lookup.tokenFile)
     if ca.is_file():
         context = ssl.create_default_context()
         # Keep the public roots too: an administrator may point baseURL at a publicly signed endpoint.
         context.load_verify_locations(cafile=str(ca))
         verify = context
-    if token.is_file():
+    if token_file.is_file():
         # Sent as a header only; never logged (the client is not configured to log headers).
-        headers["Authorization"] = "Bearer " + token.read_text().strip()
-    return httpx.AsyncClient(timeout=settings.aiModels.catalogLookup.timeoutSeconds, verify=verify, headers=headers)
+        headers["Authorization"] = "Bearer " + read_audience_token(token_file, lookup.audience, "catalog lookup")
+    return httpx.AsyncClient(timeout=lookup.timeoutSeconds, verify=verify, headers=headers)
 
 
 async def _rest_lookup(
@@ -292,6 +308,15 @@ async def _rest_lookup(
     namespace: str | None,
 ) -> CatalogLookupAnswer:
     lookup = settings.aiModels.catalogLookup
+    try:
+        require_https(
+            lookup.baseURL,
+            "aiModels.catalogLookup.baseURL",
+            lookup.allowInsecureHttp,
+            "aiModels.catalogLookup.allowInsecureHttp",
+        )
+    except InsecureTransportError as err:
+        raise _RestUnavailable(str(err)) from None
     url = lookup.baseURL.rstrip("/") + lookup.path
     try:
         # httpx times each phase separately; this bounds the whole exchange by timeoutSeconds.
@@ -389,6 +414,8 @@ async def lookup_model(
                 own_client = default_http_client(settings)
             except OSError as err:  # an unreadable or invalid CA bundle: REST cannot be asked
                 raise _RestUnavailable(f"cannot set up the HTTP client: {type(err).__name__}: {err}") from err
+            except TokenUnavailableError as err:  # names the file and audiences, never the token
+                raise _RestUnavailable(f"cannot set up the HTTP client: {err}") from None
             async with own_client as client:
                 rest_result = await _rest_lookup(client, settings, kind, ref.name, namespace)
         else:

@@ -1,12 +1,15 @@
-"""The plan activity's planner: the planner service over HTTP, or the planning library in-process.
+"""The plan activity's planner: the planner service over HTTPS, or the planning library in-process.
 
 ``make_planner(settings, api)`` gives the function ``OrderActivities`` calls with a ``PlanInput``:
 
 * ``planner.baseURL`` set: ``POST {baseURL}/api/v1/launch-plan`` with the ``LaunchPlanRequest`` as
-  JSON and ``Authorization: Bearer <token>``: the pod's ServiceAccount token
-  (``/var/run/secrets/kubernetes.io/serviceaccount/token``, read on each call since the kubelet
-  rotates it), or, outside a pod, the bearer token of the kubeconfig the ``ApiClient`` was built from.
-  The service authorizes the caller with a SubjectAccessReview of ``create`` on
+  JSON and ``Authorization: Bearer <token>``. The URL must be ``https://`` (an ``http://`` one is
+  refused when the worker starts, unless ``planner.allowInsecureHttp``: tests only); the server's
+  certificate is verified against ``planner.caFile`` (else the system's roots). The token is a
+  projected ServiceAccount token bound to ``planner.audience``, read from ``planner.tokenFile``
+  (:class:`ProjectedToken`: read again whenever the kubelet rotates it) — never the worker's own
+  ServiceAccount token, which the API server would accept from whoever holds it. The service reviews
+  it for that audience and authorizes the caller with a SubjectAccessReview of ``create`` on
   ``inferenceserviceclasses/planner``.
 * otherwise: ``read_inventory(api)`` and ``planner.plan_launch`` in this process.
 
@@ -16,6 +19,12 @@ A transport failure, a timeout or an HTTP error raise (the activity is retried);
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
+import os
+import ssl
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,14 +35,13 @@ from kubernetes.client import ApiClient
 from activities.inventory import read_inventory
 from inference_api.payloads import PlanInput
 from inference_api.plan import LaunchPlanRequest, OrderFacts, PlanOutcome, RuntimeFallbackFlag
-from inference_api.settings import ModuleSettings
+from inference_api.settings import ModuleSettings, require_https
 from planner import PlanningRequest, plan_launch
 from planner.recipes import RecipeBook
 
 log = structlog.get_logger(__name__)
 
 LAUNCH_PLAN_PATH = "/api/v1/launch-plan"
-SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 
 PlanFunction = Callable[[PlanInput], PlanOutcome]
 
@@ -80,23 +88,88 @@ def plan_in_process(
     return plan_launch(PlanningRequest(**dict(request), inventory=inventory), recipes)
 
 
-def bearer_token(api: ApiClient, token_file: Path = SERVICE_ACCOUNT_TOKEN) -> str | None:
-    """The caller's identity for the planner service: the pod's ServiceAccount token, else the
-    ApiClient's bearer token (a kubeconfig's ``token``, an exec plugin's, in-cluster config's)."""
+# ----------------------------------------------------------------- audience-bound tokens
+
+
+class TokenUnavailableError(RuntimeError):
+    """The token for a service cannot be sent: its file is missing or unreadable, or it is bound to
+    another audience. The message names the file and the audiences, never the token."""
+
+
+def token_audiences(token: str) -> list[str] | None:
+    """The ``aud`` claim of a JWT (not verified: the receiving service's TokenReview does that);
+    None for a token that is not a JWT."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
     try:
-        token = token_file.read_text().strip()
-    except OSError:
-        token = ""
-    if token:
-        return token
-    configuration = api.configuration
-    # Calls the refresh hook of in-cluster and exec-plugin configurations before reading.
-    # Kubeconfig and in-cluster loaders store it as "BearerToken"; older clients as "authorization".
-    value = configuration.get_api_key_with_prefix("BearerToken", alias="authorization") or ""
-    scheme, _, rest = value.strip().partition(" ")
-    if rest and scheme.lower() == "bearer":
-        return rest.strip() or None
-    return value.strip() or None
+        claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+    except (ValueError, binascii.Error):
+        return None
+    audience = claims.get("aud") if isinstance(claims, dict) else None
+    if isinstance(audience, str):
+        return [audience]
+    if isinstance(audience, list):
+        return [str(a) for a in audience]
+    return None
+
+
+def read_audience_token(path: Path, audience: str, service: str) -> str:
+    """The token in ``path``, checked to be bound to ``audience`` when it is a JWT.
+
+    A ServiceAccount token for another audience (the pod's own, made for the API server, above all)
+    is refused rather than sent: whoever receives it could replay it.
+    """
+    try:
+        token = path.read_text().strip()
+    except OSError as err:
+        raise TokenUnavailableError(f"the {service} token file {path} cannot be read: {err.strerror}") from None
+    if not token:
+        raise TokenUnavailableError(f"the {service} token file {path} is empty")
+    audiences = token_audiences(token)
+    if audiences is not None and audience not in audiences:
+        raise TokenUnavailableError(
+            f"the token in {path} is bound to audiences {audiences}, not {audience!r}: refusing to send it to the "
+            f"{service} (project a ServiceAccount token with audience {audience!r} there)"
+        )
+    return token
+
+
+class ProjectedToken:
+    """A projected ServiceAccount token file: read again whenever it changes (the kubelet rotates it
+    well before it expires), checked for its audience each time it is read."""
+
+    def __init__(self, path: Path, audience: str, service: str = "planner") -> None:
+        self.path = path
+        self.audience = audience
+        self.service = service
+        self._lock = threading.Lock()
+        self._seen: tuple[int, int, int] | None = None
+        self._token = ""
+
+    def __call__(self) -> str:
+        try:
+            st = os.stat(self.path)
+        except OSError as err:
+            raise TokenUnavailableError(
+                f"the {self.service} token file {self.path} cannot be read: {err.strerror}"
+            ) from None
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        with self._lock:
+            if stamp != self._seen:
+                self._token = read_audience_token(self.path, self.audience, self.service)
+                self._seen = stamp
+            return self._token
+
+
+def server_verification(ca_file: str | None) -> ssl.SSLContext | bool:
+    """How a service's certificate is verified: against ``ca_file`` alone, else the system's roots."""
+    if not ca_file:
+        return True
+    return ssl.create_default_context(cafile=ca_file)
+
+
+# ------------------------------------------------------------------------------- client
 
 
 class HttpPlanner:
@@ -109,11 +182,12 @@ class HttpPlanner:
         timeout: float,
         settings: ModuleSettings,
         transport: httpx.BaseTransport | None = None,
+        verify: ssl.SSLContext | bool = True,
     ) -> None:
         self.url = base_url.rstrip("/") + LAUNCH_PLAN_PATH
         self._token = token
         self._settings = settings
-        self._http = httpx.Client(timeout=timeout, transport=transport)
+        self._http = httpx.Client(timeout=timeout, transport=transport, verify=verify)
 
     def close(self) -> None:
         self._http.close()
@@ -146,12 +220,28 @@ def _error_of(response: httpx.Response) -> tuple[str, str]:
 
 
 def make_planner(settings: ModuleSettings, api: ApiClient) -> PlanFunction:
-    """The plan activity's planner: over HTTP when ``planner.baseURL`` is set, else in-process."""
-    base_url = settings.planner.baseURL
-    timeout = settings.planner.timeoutSeconds
+    """The plan activity's planner: over HTTPS when ``planner.baseURL`` is set, else in-process.
+
+    Raises ``InsecureTransportError`` for an ``http://`` URL (unless ``planner.allowInsecureHttp``)
+    and ``OSError``/``ssl.SSLError`` for an unusable ``planner.caFile``: the worker does not start.
+    """
+    planner = settings.planner
+    base_url = planner.baseURL
+    timeout = planner.timeoutSeconds
     if base_url:
-        log.info("planner: service", url=base_url.rstrip("/") + LAUNCH_PLAN_PATH)
-        return HttpPlanner(base_url, lambda: bearer_token(api), timeout, settings)
+        require_https(base_url, "planner.baseURL", planner.allowInsecureHttp, "planner.allowInsecureHttp")
+        if base_url.strip().lower().startswith("http://"):
+            log.warning("planner: plain http (planner.allowInsecureHttp is true): unsafe, for tests only")
+        verify = server_verification(planner.caFile)
+        token = ProjectedToken(Path(planner.tokenFile), planner.audience, "planner")
+        log.info(
+            "planner: service",
+            url=base_url.rstrip("/") + LAUNCH_PLAN_PATH,
+            audience=planner.audience,
+            token_file=planner.tokenFile,
+            ca_file=planner.caFile or "system roots",
+        )
+        return HttpPlanner(base_url, token, timeout, settings, verify=verify)
 
     def in_process(request: PlanInput) -> PlanOutcome:
         return plan_in_process(launch_plan_request(request, settings), api, timeout=timeout)

@@ -12,6 +12,7 @@ import os
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import (
@@ -36,11 +37,45 @@ class CatalogSettings(BaseModel):
     mode: CatalogMode = Field(default=CatalogMode.ENABLED, description="Enabled or None (no catalog clients).")
 
 
+# The audiences of the ServiceAccount tokens the worker sends to other services (TokenRequest
+# ``audiences``): each service's TokenReview requires its own, so a token stolen from one cannot be
+# replayed against the API server or the other service.
+PLANNER_AUDIENCE = "ai-inference-planner"
+CATALOG_AUDIENCE = "ai-models"
+# Where the chart projects those tokens (a projected volume, one file per audience; the kubelet
+# rotates them before they expire).
+PROJECTED_TOKEN_DIR = "/var/run/secrets/ai-inference/tokens"
+
+
+class InsecureTransportError(ValueError):
+    """A service URL that would carry a bearer token in clear (plain http) while that is not allowed."""
+
+
+def require_https(url: str, setting: str, allow_insecure_http: bool, flag: str) -> None:
+    """Refuse anything but ``https://`` (``http://`` too when ``allow_insecure_http``: tests only)."""
+    scheme = urlsplit(url.strip()).scheme.lower()
+    if scheme == "https" or (scheme == "http" and allow_insecure_http):
+        return
+    if scheme == "http":
+        raise InsecureTransportError(
+            f"{setting} is {url!r}: plain http is refused, the bearer token would cross the network in clear; "
+            f"use an https:// URL (or set {flag}: true, which is unsafe and meant for tests only)"
+        )
+    raise InsecureTransportError(f"{setting} must be an https:// URL, not {url!r}")
+
+
 class CatalogLookup(BaseModel):
     baseURL: str = "https://ai-models-controller.d8-ai-models.svc.cluster.local:8080"
     path: str = "/api/internal/v1/models/lookup"
     timeoutSeconds: float = Field(default=10, gt=0)
     notReadyRequeueSeconds: float = Field(default=30, gt=0)
+    # How the lookup API is reached, not what an order gets: exclude=True keeps these out of the
+    # release fingerprint. The token sent is a projected ServiceAccount token bound to `audience`
+    # (read from `tokenFile` on each lookup: the kubelet rotates it), never the worker's own.
+    audience: str = Field(default=CATALOG_AUDIENCE, min_length=1, exclude=True)
+    tokenFile: str = Field(default=f"{PROJECTED_TOKEN_DIR}/catalog", exclude=True)
+    # UNSAFE, tests only: accept an http:// baseURL (the token would travel in clear).
+    allowInsecureHttp: bool = Field(default=False, exclude=True)
 
 
 class AIModelsSettings(BaseModel):
@@ -53,17 +88,74 @@ class RuntimeFallback(BaseModel):
 
 
 class PlannerSettings(BaseModel):
-    # Empty: plan in-process with the same library the planner service wraps.
+    # Empty: plan in-process with the same library the planner service wraps. Else an https:// URL.
     baseURL: str | None = None
     timeoutSeconds: float = Field(default=10, gt=0)
     runtimeFallback: RuntimeFallback = Field(default_factory=RuntimeFallback)
+    # How the service is reached and who may call it, not what an order gets: exclude=True keeps
+    # these out of the release fingerprint.
+    # The audience the planner's TokenReview requires, and the worker's token is bound to.
+    audience: str = Field(default=PLANNER_AUDIENCE, min_length=1, exclude=True)
+    # The worker's projected ServiceAccount token for that audience (re-read when it changes).
+    tokenFile: str = Field(default=f"{PROJECTED_TOKEN_DIR}/planner", exclude=True)
+    # PEM CA bundle the planner's serving certificate is verified against; empty: the system's roots.
+    caFile: str | None = Field(default=None, exclude=True)
+    # UNSAFE, tests only: the worker accepts an http:// baseURL and `ai-inference planner` serves
+    # without --tls-cert-file (the token would travel in clear).
+    allowInsecureHttp: bool = Field(default=False, exclude=True)
+
+
+class TemporalTLS(BaseModel):
+    """TLS to the Temporal frontend: the server's CA, the client certificate (mTLS), the name to verify."""
+
+    enabled: bool = False
+    # PEM CA bundle of the server's certificate; empty: the system's roots (Temporal Cloud).
+    serverCAFile: str | None = None
+    # PEM client certificate and its key (mTLS); both or neither.
+    clientCertFile: str | None = None
+    clientKeyFile: str | None = None
+    # The name the server's certificate is verified against (also SNI); empty: the address's host.
+    serverName: str | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TemporalTLS:
+        if bool(self.clientCertFile) != bool(self.clientKeyFile):
+            raise ValueError("temporal.tls.clientCertFile and temporal.tls.clientKeyFile go together (mTLS)")
+        configured = [
+            name for name in ("serverCAFile", "clientCertFile", "clientKeyFile", "serverName") if getattr(self, name)
+        ]
+        if configured and not self.enabled:
+            raise ValueError(
+                f"temporal.tls.{configured[0]} is set but temporal.tls.enabled is false: "
+                "the connection would be plain text"
+            )
+        return self
 
 
 class TemporalSettings(BaseModel):
     address: str = "localhost:7233"
     namespace: str = "default"
     taskQueue: str = "ai-inference"
-    tlsEnabled: bool = False
+    tls: TemporalTLS = Field(default_factory=TemporalTLS)
+    # A file holding a Temporal Cloud API key (sent as a bearer token; needs tls.enabled). Read at
+    # connect, never logged.
+    apiKeyFile: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tls_enabled_is_gone(cls, data: Any) -> Any:
+        if isinstance(data, dict) and any(str(key).lower() == "tlsenabled" for key in data):
+            raise ValueError(
+                "temporal.tlsEnabled was replaced by the temporal.tls block "
+                "(enabled, serverCAFile, clientCertFile, clientKeyFile, serverName)"
+            )
+        return data
+
+    @model_validator(mode="after")
+    def _api_key_needs_tls(self) -> TemporalSettings:
+        if self.apiKeyFile and not self.tls.enabled:
+            raise ValueError("temporal.apiKeyFile needs temporal.tls.enabled: the key would cross the network in clear")
+        return self
 
 
 class ExposureSettings(BaseModel):

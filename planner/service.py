@@ -9,11 +9,17 @@ Routes:
   schemas generated from the pydantic models.
 
 Callers are authorized like an extension API server: the bearer token goes to a **TokenReview**
-(``authentication.k8s.io/v1``), the user it names to a **SubjectAccessReview**
-(``authorization.k8s.io/v1``) for verb ``create`` on ``inferenceserviceclasses/planner`` in API group
-``ai.deckhouse.io`` — a virtual subresource no human role grants. No or an unknown token → ``401``,
+(``authentication.k8s.io/v1``) that requires the service's **audience** (``planner.audience``,
+``ai-inference-planner``: the caller sends a projected ServiceAccount token requested for it, so a
+token made for the API server or for another service is refused, and this one is worth nothing
+elsewhere), the user it names to a **SubjectAccessReview** (``authorization.k8s.io/v1``) for verb
+``create`` on ``inferenceserviceclasses/planner`` in API group ``ai.deckhouse.io`` — a virtual
+subresource no human role grants. No token, an unknown one or one for another audience → ``401``,
 not allowed → ``403``, with a JSON ``{error, message}`` saying why; the token itself is never echoed,
 logged or kept (a positive answer is remembered for ``cache_ttl`` seconds under the token's SHA-256).
+
+The ``ai-inference planner`` command serves it over HTTPS (``--tls-cert-file``/``--tls-key-file``);
+:class:`CertificateReloader` loads a renewed serving certificate into the running server.
 
 Imports point one way: the Kubernetes inventory adapter lives with the activities, so whoever starts
 the service (the ``ai-inference planner`` command, a test) hands it the reader.
@@ -22,6 +28,8 @@ the service (the ``ai-inference planner`` command, a test) hands it the reader.
 from __future__ import annotations
 
 import hashlib
+import os
+import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -38,6 +46,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from inference_api.plan import LaunchPlanRequest, PlanOutcome
+from inference_api.settings import PLANNER_AUDIENCE
 from inference_api.types import CLASSES, GROUP
 from planner.inventory import InventorySnapshot
 from planner.planning import PlanningRequest, plan_launch
@@ -97,8 +106,11 @@ class ReviewError(Exception):
 
 
 class AccessReviewer(Protocol):
+    # The audience a token must be bound to.
+    audience: str
+
     def authenticate(self, token: str) -> Caller | None:
-        """The token's user, or None when the API server does not accept the token."""
+        """The token's user, or None when the API server does not accept the token for ``audience``."""
         ...
 
     def authorize(self, caller: Caller) -> Decision:
@@ -108,11 +120,18 @@ class AccessReviewer(Protocol):
 
 class KubernetesAccessReviewer:
     """TokenReview and SubjectAccessReview through the service's own ApiClient (its ServiceAccount
-    needs ``create`` on tokenreviews and subjectaccessreviews)."""
+    needs ``create`` on tokenreviews and subjectaccessreviews).
 
-    def __init__(self, api: Any, timeout: float = 10) -> None:
+    The TokenReview names ``audience``: the API server authenticates the token only if it was issued
+    for it, and says so in ``status.audiences``, which is checked too (an API server that ignored
+    the audiences would answer without them)."""
+
+    def __init__(self, api: Any, timeout: float = 10, audience: str = PLANNER_AUDIENCE) -> None:
+        if not audience:
+            raise ValueError("the planner needs an audience for its TokenReviews")
         self._api = api
         self._timeout = timeout
+        self.audience = audience
 
     def authenticate(self, token: str) -> Caller | None:
         from kubernetes.client import AuthenticationV1Api, V1TokenReview, V1TokenReviewSpec
@@ -120,7 +139,8 @@ class KubernetesAccessReviewer:
 
         try:
             review = AuthenticationV1Api(self._api).create_token_review(
-                V1TokenReview(spec=V1TokenReviewSpec(token=token)), _request_timeout=self._timeout
+                V1TokenReview(spec=V1TokenReviewSpec(token=token, audiences=[self.audience])),
+                _request_timeout=self._timeout,
             )
         except ApiException as err:
             # Status line only: an error body is not ours to repeat.
@@ -129,6 +149,8 @@ class KubernetesAccessReviewer:
             raise ReviewError(f"TokenReview failed: {type(err).__name__}") from None
         status = review.status
         if status is None or not status.authenticated or status.user is None:
+            return None
+        if self.audience not in (status.audiences or ()):
             return None
         user = status.user
         return Caller(
@@ -264,7 +286,9 @@ def openapi_document() -> dict[str, Any]:
                             "content": json_content(outcome_ref),
                         },
                         "400": error("The body is not a valid LaunchPlanRequest."),
-                        "401": error("No bearer token, or the API server does not accept it."),
+                        "401": error(
+                            "No bearer token, or the API server does not accept it for the planner's audience."
+                        ),
                         "403": error(f"The caller may not {PERMISSION}."),
                         "413": error(f"The body is larger than {MAX_BODY_BYTES} bytes."),
                         "500": error("Planning failed (a bug: the service's log has the details)."),
@@ -300,12 +324,62 @@ def openapi_document() -> dict[str, Any]:
                 "kubernetesBearer": {
                     "type": "http",
                     "scheme": "bearer",
-                    "description": "A Kubernetes bearer token (the caller's ServiceAccount token), reviewed with a "
-                    "TokenReview.",
+                    "description": "A Kubernetes ServiceAccount token bound to the planner's audience "
+                    f"(`{PLANNER_AUDIENCE}` unless planner.audience says otherwise), reviewed with a TokenReview.",
                 }
             },
         },
     }
+
+
+# ---------------------------------------------------------------------- serving certificate
+
+
+class CertificateReloader:
+    """Puts a renewed serving certificate into the server's ``SSLContext``.
+
+    cert-manager renews the certificate and the kubelet swaps the Secret volume's files; connections
+    made after :meth:`check` sees them change get the new one, connections already open keep theirs.
+    A pair that cannot be loaded (a half-written file) is logged and retried at the next check; the
+    certificate in use stays.
+    """
+
+    def __init__(self, context: ssl.SSLContext, cert_file: str, key_file: str) -> None:
+        self._context = context
+        self._files = (cert_file, key_file)
+        self._seen = self._stamp()
+
+    def _stamp(self) -> tuple[tuple[int, int, int], ...] | None:
+        try:
+            stats = [os.stat(path) for path in self._files]
+        except OSError:
+            return None
+        return tuple((st.st_ino, st.st_mtime_ns, st.st_size) for st in stats)
+
+    def check(self) -> bool:
+        """Reload when the files changed; True when a new certificate was loaded."""
+        stamp = self._stamp()
+        if stamp is None or stamp == self._seen:
+            return False
+        try:
+            self._context.load_cert_chain(*self._files)
+        except (OSError, ssl.SSLError) as err:
+            log.warning("planner: the renewed serving certificate cannot be loaded yet", error=type(err).__name__)
+            return False
+        self._seen = stamp
+        log.info("planner: serving certificate reloaded", cert_file=self._files[0])
+        return True
+
+    def start(self, interval: float = 30.0) -> threading.Event:
+        """Check every ``interval`` seconds in a daemon thread; set the returned event to stop it."""
+        stop = threading.Event()
+
+        def loop() -> None:
+            while not stop.wait(interval):
+                self.check()
+
+        threading.Thread(target=loop, name="planner-certificate-reloader", daemon=True).start()
+        return stop
 
 
 # ---------------------------------------------------------------------------------- app
@@ -335,7 +409,12 @@ def create_app(
         try:
             caller = await run_in_threadpool(reviewer.authenticate, token)
             if caller is None:
-                return _error(401, "Unauthorized", "the API server did not accept the bearer token (TokenReview)")
+                return _error(
+                    401,
+                    "Unauthorized",
+                    f'the API server did not accept the bearer token for audience "{reviewer.audience}" (TokenReview): '
+                    "send a ServiceAccount token requested for that audience",
+                )
             decision = await run_in_threadpool(reviewer.authorize, caller)
         except ReviewError as err:
             log.warning("planner: review failed", error=str(err))
@@ -407,6 +486,7 @@ __all__ = [
     "AccessReviewer",
     "Caller",
     "CallerCache",
+    "CertificateReloader",
     "Decision",
     "ErrorBody",
     "KubernetesAccessReviewer",

@@ -95,17 +95,47 @@ def planner(
     host: str = typer.Option("127.0.0.1", help="Address to listen on."),
     port: int = typer.Option(8080, help="Port to listen on."),
     kubeconfig: str | None = KUBECONFIG_OPTION,
+    tls_cert_file: Path | None = typer.Option(
+        None,
+        "--tls-cert-file",
+        help="PEM serving certificate (with its chain): serve HTTPS. Reloaded when the file changes.",
+    ),
+    tls_key_file: Path | None = typer.Option(None, "--tls-key-file", help="PEM private key of --tls-cert-file."),
 ) -> None:
-    """Run the planner service: POST /api/v1/launch-plan, GET /healthz, GET /openapi.json."""
+    """Run the planner service over HTTPS: POST /api/v1/launch-plan, GET /healthz, GET /openapi.json.
+
+    Callers send a ServiceAccount token bound to planner.audience. Without --tls-cert-file the
+    command refuses to start unless planner.allowInsecureHttp is true (unsafe: tests only).
+    """
+    import ssl
+
     import uvicorn
 
     from activities.inventory import read_inventory
-    from planner.service import KubernetesAccessReviewer, create_app
+    from planner.service import CertificateReloader, KubernetesAccessReviewer, create_app
 
+    if (tls_cert_file is None) != (tls_key_file is None):
+        raise typer.BadParameter("give --tls-cert-file and --tls-key-file together", param_hint="--tls-key-file")
     settings, api = _runtime(kubeconfig)
+    if tls_cert_file is None and not settings.planner.allowInsecureHttp:
+        typer.echo(
+            "refusing to serve the planner over plain http (callers' tokens would travel in clear): give "
+            "--tls-cert-file and --tls-key-file, or set planner.allowInsecureHttp: true (unsafe, tests only)",
+            err=True,
+        )
+        raise typer.Exit(2)
     timeout = settings.planner.timeoutSeconds
-    service = create_app(lambda: read_inventory(api, timeout=timeout), KubernetesAccessReviewer(api, timeout))
-    uvicorn.run(service, host=host, port=port, log_config=None)
+    reviewer = KubernetesAccessReviewer(api, timeout, audience=settings.planner.audience)
+    service = create_app(lambda: read_inventory(api, timeout=timeout), reviewer)
+    tls: dict[str, Any] = {}
+    if tls_cert_file is not None and tls_key_file is not None:
+        tls = {"ssl_certfile": str(tls_cert_file), "ssl_keyfile": str(tls_key_file)}
+    config = uvicorn.Config(service, host=host, port=port, log_config=None, **tls)
+    config.load()  # makes config.ssl from the files now: a bad pair fails the start, not the first call
+    if isinstance(config.ssl, ssl.SSLContext):
+        config.ssl.minimum_version = ssl.TLSVersion.TLSv1_2
+        CertificateReloader(config.ssl, tls["ssl_certfile"], tls["ssl_keyfile"]).start()
+    uvicorn.Server(config).run()
 
 
 @app.command()

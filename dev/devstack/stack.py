@@ -5,6 +5,12 @@ server (SQLite, UI, the module's search attributes), the stand-in catalog, the p
 worker, the watcher and the stand-in fleet; installs the bundled and example classes; applies
 the user guide's minimal order and waits until it is Ready. Every process runs in the
 background with its pid and log in the state directory; ``down`` stops them all.
+
+The planner is reached as in a cluster: over HTTPS, with a serving certificate from a CA of its
+own (``planner-tls/`` in the state directory, made once with openssl), and a token the worker gets
+like a projected one: a TokenRequest for the chart's worker ServiceAccount with the planner's
+audience (``tokens/planner``, issued again on every ``up``). Only the stand-in catalog speaks plain
+http, which its settings allow explicitly.
 """
 
 from __future__ import annotations
@@ -26,7 +32,9 @@ from typing import Any
 import yaml
 
 from devstack.cluster.paths import REPO_ROOT, STATE_ENV
+from devstack.cluster.pki import IssuedCertificate, create_ca, issue_certificate
 from devstack.temporal_dev import temporal_binary
+from inference_api.settings import PLANNER_AUDIENCE
 from inference_api.types import GROUP, ORDERS, VERSION
 from workflows.search_attributes import dev_server_flags
 
@@ -36,6 +44,12 @@ MINIMAL_ORDER = REPO_ROOT / "deploy" / "examples" / "order-minimal.yaml"
 CATALOG_FIXTURES = REPO_ROOT / "deploy" / "dev" / "catalog-models.yaml"
 CHART = REPO_ROOT / "deploy" / "charts" / "ai-inference"
 EXAMPLES = REPO_ROOT / "deploy" / "examples"
+# The chart's identity of the worker, bound to the chart's worker ClusterRole (installed in step 5).
+MODULE_NAMESPACE = "d8-ai-inference"
+WORKER_SERVICE_ACCOUNT = "ai-inference-worker"
+WORKER_ROLE = "d8:ai-inference:worker"
+# A TokenRequest's lifetime: issued again by every `up`; the worker reads the file when it changes.
+PLANNER_TOKEN_SECONDS = 7 * 24 * 3600
 
 
 def dev_state_dir() -> Path:
@@ -101,6 +115,61 @@ class DevStack:
 
     def ports(self) -> dict[str, int]:
         return self._load(self.ports_file)
+
+    @property
+    def planner_token_file(self) -> Path:
+        return self.state / "tokens" / "planner"
+
+    def planner_tls(self) -> IssuedCertificate:
+        """The planner's serving certificate (localhost, 127.0.0.1) and its CA, made once."""
+        directory = self.state / "planner-tls"
+        issued = IssuedCertificate(directory / "planner.crt", directory / "planner.key", directory / "planner-ca.crt")
+        if all(path.is_file() for path in (issued.cert, issued.key, issued.ca)):
+            return issued
+        ca = create_ca(directory, "planner-ca")
+        return issue_certificate(ca, directory, "planner", sans=("DNS:localhost", "IP:127.0.0.1"))
+
+    def issue_planner_token(self, cluster: Any) -> Path:
+        """The worker's token for the planner: the chart's worker ServiceAccount (made here, bound to
+        the chart's worker role), a TokenRequest with the planner's audience, written owner-only."""
+        from kubernetes.client import AuthenticationV1TokenRequest, CoreV1Api, V1TokenRequestSpec
+
+        cluster.create_namespace(MODULE_NAMESPACE, users=())
+        cluster.apply(
+            [
+                {
+                    "apiVersion": "v1",
+                    "kind": "ServiceAccount",
+                    "metadata": {"name": WORKER_SERVICE_ACCOUNT, "namespace": MODULE_NAMESPACE},
+                },
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "ClusterRoleBinding",
+                    "metadata": {"name": WORKER_ROLE},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": WORKER_ROLE},
+                    "subjects": [
+                        {"kind": "ServiceAccount", "name": WORKER_SERVICE_ACCOUNT, "namespace": MODULE_NAMESPACE}
+                    ],
+                },
+            ]
+        )
+        with cluster.api_client("admin") as api:
+            issued = CoreV1Api(api).create_namespaced_service_account_token(
+                WORKER_SERVICE_ACCOUNT,
+                MODULE_NAMESPACE,
+                AuthenticationV1TokenRequest(
+                    spec=V1TokenRequestSpec(audiences=[PLANNER_AUDIENCE], expiration_seconds=PLANNER_TOKEN_SECONDS)
+                ),
+            )
+        path = self.planner_token_file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.chmod(path.parent, 0o700)
+        # A new file swapped in, as the kubelet does: a reader never sees half a token.
+        fresh = path.with_suffix(".new")
+        fresh.touch(mode=0o600)
+        fresh.write_text(str(issued.status.token))
+        fresh.replace(path)
+        return path
 
     def spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> int:
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -184,6 +253,7 @@ class DevStack:
             )
         if "planner" not in running:
             ports["planner"] = free_port()
+            tls = self.planner_tls()
             self.spawn(
                 "planner",
                 [
@@ -197,11 +267,16 @@ class DevStack:
                     str(ports["planner"]),
                     "--kubeconfig",
                     kubeconfig,
+                    "--tls-cert-file",
+                    str(tls.cert),
+                    "--tls-key-file",
+                    str(tls.key),
                 ],
             )
         self.ports_file.write_text(json.dumps(ports, indent=2))
         for name in ("temporal", "catalog", "planner"):
             wait_port(ports[name], timeout=120)
+        self.issue_planner_token(cluster)
         env = self.module_env(ports)
         say("[4/6] worker, watcher, stand-in runtimes")
         for name, argv in (
@@ -223,8 +298,12 @@ class DevStack:
 
         return {
             "AI_INFERENCE_TEMPORAL__ADDRESS": f"127.0.0.1:{ports['temporal']}",
-            "AI_INFERENCE_PLANNER__BASEURL": f"http://127.0.0.1:{ports['planner']}",
+            "AI_INFERENCE_PLANNER__BASEURL": f"https://127.0.0.1:{ports['planner']}",
+            "AI_INFERENCE_PLANNER__CAFILE": str(self.planner_tls().ca),
+            "AI_INFERENCE_PLANNER__TOKENFILE": str(self.planner_token_file),
             "AI_INFERENCE_AIMODELS__CATALOGLOOKUP__BASEURL": f"http://127.0.0.1:{ports['catalog']}",
+            # The stand-in catalog is plain http: allowed here, and only here, explicitly.
+            "AI_INFERENCE_AIMODELS__CATALOGLOOKUP__ALLOWINSECUREHTTP": "true",
             "AI_INFERENCE_HEALTH__PROBETARGETANNOTATION": PROBE_URL_ANNOTATION,
             "AI_INFERENCE_HEALTH__INTERVALSECONDS": "30",
             "AI_INFERENCE_HEALTH__SERVERETRYSECONDS": "1",

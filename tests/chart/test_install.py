@@ -1,7 +1,8 @@
 """The chart installed with helm into the real local control plane: the release deploys, the bundled
 class exists exactly as rendered and validates against the module's CRD, the processes get their
-ServiceAccounts, catalog.mode None removes the catalog RBAC from a running release, and the
-examples' manifests are accepted by the API server."""
+ServiceAccounts, the planner's serving certificate is kept across upgrades, catalog.mode None
+removes the catalog RBAC from a running release, and the examples' manifests are accepted by the
+API server."""
 
 from __future__ import annotations
 
@@ -89,7 +90,19 @@ def test_processes_run_under_their_service_accounts(chart: LocalCluster, kube_ad
         assert deployment.spec.template.spec.service_account_name == f"ai-inference-{component}"
         core.read_namespaced_service_account(f"ai-inference-{component}", NAMESPACE)
     service = core.read_namespaced_service("ai-inference-planner", NAMESPACE)
-    assert [(p.name, p.port) for p in service.spec.ports] == [("http", 8080)]
+    assert [(p.name, p.port) for p in service.spec.ports] == [("https", 8443)]
+
+
+def test_the_planners_helm_made_certificate_survives_an_upgrade(
+    chart: LocalCluster, kube_admin: ApiClient, helm: Helm
+) -> None:
+    """No cert-manager here: Helm makes the serving certificate on install and keeps it on upgrade
+    (the worker trusts its CA; a new one on every upgrade would break that)."""
+    core = CoreV1Api(kube_admin)
+    before = core.read_namespaced_secret("ai-inference-planner-tls", NAMESPACE).data
+    assert set(before) == {"tls.crt", "tls.key", "ca.crt"}
+    helm.install(chart)
+    assert core.read_namespaced_secret("ai-inference-planner-tls", NAMESPACE).data == before
 
 
 def test_catalog_none_removes_the_catalog_rbac_from_the_release(

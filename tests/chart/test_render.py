@@ -100,7 +100,15 @@ def test_helm_template_renders_every_object_once_into_the_module_namespace(docs:
         assert key not in seen, f"{key} rendered twice"
         seen.add(key)
         assert doc["metadata"]["labels"]["module"] == "ai-inference", key
-        if doc["kind"] in {"ServiceAccount", "Deployment", "Service", "ConfigMap", "PrometheusRule", "PodMonitor"}:
+        if doc["kind"] in {
+            "ServiceAccount",
+            "Deployment",
+            "Service",
+            "ConfigMap",
+            "PrometheusRule",
+            "PodMonitor",
+            "Secret",
+        }:
             assert doc["metadata"]["namespace"] == NAMESPACE, key
     kinds = {k for k, _ in seen}
     assert kinds == {
@@ -113,6 +121,9 @@ def test_helm_template_renders_every_object_once_into_the_module_namespace(docs:
         "ConfigMap",
         "PrometheusRule",
         "PodMonitor",
+        "Secret",  # the planner's serving certificate (Helm-made: no cert-manager here)
+        "ValidatingAdmissionPolicy",  # the worker guard
+        "ValidatingAdmissionPolicyBinding",
     }
 
 
@@ -129,7 +140,9 @@ def test_the_chart_carries_the_generated_module_crds() -> None:
     [
         ({"catalog.mode": "Disabled"}, "/catalog/mode"),
         ({"aiInference.aiModels.catalogTransport": "Grpc"}, "/aiInference/aiModels/catalogTransport"),
-        ({"aiInference.temporal.tls.enabled": True}, "secretName is required"),
+        ({"aiInference.temporal.apiKey.secretName": "cloud-key"}, "apiKey needs aiInference.temporal.tls.enabled"),
+        ({"aiInference.planner.baseURL": "planner:8443"}, "/aiInference/planner/baseURL"),
+        ({"planner.tls.mode": "SelfSigned"}, "/planner"),
         ({"defaultClass.clusterIssuerName": ""}, "clusterIssuerName"),
     ],
 )
@@ -224,13 +237,20 @@ def test_default_values_reach_each_process_as_settings(
     assert lookup.baseURL == "https://ai-models-controller.d8-ai-models.svc.cluster.local:8080"
     assert lookup.path == "/api/internal/v1/models/lookup"
     assert (lookup.timeoutSeconds, lookup.notReadyRequeueSeconds) == (10, 30)
-    # The planner Service this chart ships.
-    assert settings.planner.baseURL == f"http://ai-inference-planner.{NAMESPACE}.svc:8080"
-    assert settings.planner.runtimeFallback.enabled is True
+    # The planner Service this chart ships, over HTTPS, verified against its certificate's CA, called
+    # with a token bound to its audience; no plain http anywhere.
+    planner = settings.planner
+    assert planner.baseURL == f"https://ai-inference-planner.{NAMESPACE}.svc:8443"
+    assert planner.runtimeFallback.enabled is True
+    assert (planner.audience, planner.allowInsecureHttp) == ("ai-inference-planner", False)
+    assert planner.tokenFile == "/var/run/secrets/ai-inference/tokens/planner"
+    assert planner.caFile == "/etc/ai-inference/planner-ca/ca.crt"
+    assert (lookup.audience, lookup.allowInsecureHttp) == ("ai-models", False)
+    assert lookup.tokenFile == "/var/run/secrets/ai-inference/tokens/catalog"
     assert settings.temporal.address == "temporal-frontend.temporal.svc.cluster.local:7233"
     assert settings.temporal.namespace == "default"
     assert settings.temporal.taskQueue == "ai-inference"
-    assert settings.temporal.tlsEnabled is False
+    assert settings.temporal.tls.enabled is False and settings.temporal.apiKeyFile is None
     assert settings.moduleNamespace == NAMESPACE
 
 
@@ -242,8 +262,10 @@ def test_internal_values_override_the_settings(helm: Helm, monkeypatch: pytest.M
             "aiInference.aiModels.catalogLookup.path": "/lookup",
             "aiInference.aiModels.catalogLookup.timeoutSeconds": 3,
             "aiInference.aiModels.catalogLookup.notReadyRequeueSeconds": 7,
-            "aiInference.planner.baseURL": "http://planner.elsewhere:9000",
+            "aiInference.planner.baseURL": "https://planner.elsewhere:9000",
             "aiInference.planner.runtimeFallback.enabled": False,
+            "aiInference.planner.audience": "planner-aud",
+            "aiInference.aiModels.catalogLookup.audience": "catalog-aud",
             "aiInference.temporal.address": "temporal.example:7233",
             "aiInference.temporal.namespace": "inference",
             "aiInference.exposure.domainTemplate": "{name}-{namespace}.apps.example.com",
@@ -257,8 +279,11 @@ def test_internal_values_override_the_settings(helm: Helm, monkeypatch: pytest.M
         assert settings.aiModels.catalogLookup.path == "/lookup"
         assert settings.aiModels.catalogLookup.timeoutSeconds == 3
         assert settings.aiModels.catalogLookup.notReadyRequeueSeconds == 7
-        assert settings.planner.baseURL == "http://planner.elsewhere:9000"
+        assert settings.planner.baseURL == "https://planner.elsewhere:9000"
+        assert settings.planner.caFile is None  # not the chart's planner: the system's roots
         assert settings.planner.runtimeFallback.enabled is False
+        assert settings.planner.audience == "planner-aud"
+        assert settings.aiModels.catalogLookup.audience == "catalog-aud"
         assert settings.temporal.address == "temporal.example:7233"
         assert settings.temporal.namespace == "inference"
         assert settings.exposure.domainTemplate == "{name}-{namespace}.apps.example.com"
@@ -282,20 +307,14 @@ def test_env_names_are_the_ones_the_brief_and_the_settings_loader_share(docs: li
 # -- catalog.mode -----------------------------------------------------------------------------
 
 
-def test_catalog_enabled_grants_the_worker_and_planner_catalog_reads(docs: list[Doc]) -> None:
+def test_catalog_enabled_grants_the_worker_catalog_reads_by_name(docs: list[Doc]) -> None:
     role = find(docs, "ClusterRole", "d8:ai-inference:catalog-reader")
     assert _rules(role) == [
-        {
-            "apiGroups": ["ai-models.deckhouse.io"],
-            "resources": ["models", "clustermodels"],
-            "verbs": ["get", "list", "watch"],
-        }
+        {"apiGroups": ["ai-models.deckhouse.io"], "resources": ["models", "clustermodels"], "verbs": ["get"]}
     ]
     binding = find(docs, "ClusterRoleBinding", "d8:ai-inference:catalog-reader")
-    assert {(s["name"], s["namespace"]) for s in binding["subjects"]} == {
-        ("ai-inference-worker", NAMESPACE),
-        ("ai-inference-planner", NAMESPACE),
-    }
+    # The planner never resolves a model.
+    assert {(s["name"], s["namespace"]) for s in binding["subjects"]} == {("ai-inference-worker", NAMESPACE)}
 
 
 def test_catalog_none_drops_the_catalog_rbac_and_tells_every_process(
@@ -316,12 +335,17 @@ def test_catalog_none_drops_the_catalog_rbac_and_tells_every_process(
 # -- Deployments ------------------------------------------------------------------------------
 
 
+PLANNER_ARGS = ["planner", "--host", "0.0.0.0", "--port", "8443"]
+PLANNER_ARGS += ["--tls-cert-file", "/etc/ai-inference/planner-tls/tls.crt"]
+PLANNER_ARGS += ["--tls-key-file", "/etc/ai-inference/planner-tls/tls.key"]
+
+
 @pytest.mark.parametrize(
     ("component", "args", "port_name", "port"),
     [
         ("worker", ["worker", "--health-port", "8081"], "health", 8081),
         ("watcher", ["watch", "--health-port", "8081"], "health", 8081),
-        ("planner", ["planner", "--host", "0.0.0.0", "--port", "8080"], "http", 8080),
+        ("planner", PLANNER_ARGS, "https", 8443),
     ],
 )
 def test_deployment_runs_its_process_locked_down_with_probes(
@@ -342,7 +366,8 @@ def test_deployment_runs_its_process_locked_down_with_probes(
     assert container["image"] == "ai-inference:0.1.0"
     assert {"name": port_name, "containerPort": port, "protocol": "TCP"} in container["ports"]
     for probe in ("livenessProbe", "readinessProbe"):
-        assert container[probe]["httpGet"] == {"path": "/healthz", "port": port_name}
+        expected = {"path": "/healthz", "port": port_name}
+        assert container[probe]["httpGet"] == (expected | {"scheme": "HTTPS"} if port_name == "https" else expected)
     sc = container["securityContext"]
     assert sc["readOnlyRootFilesystem"] is True
     assert sc["allowPrivilegeEscalation"] is False
@@ -358,33 +383,180 @@ def test_planner_service_selects_the_planner_pods(docs: list[Doc]) -> None:
     service = find(docs, "Service", "ai-inference-planner")
     pod_labels = find(docs, "Deployment", "ai-inference-planner")["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= pod_labels.items()
-    assert service["spec"]["ports"] == [{"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"}]
+    assert service["spec"]["ports"] == [{"name": "https", "port": 8443, "targetPort": "https", "protocol": "TCP"}]
     for other in ("worker", "watcher"):
         labels = find(docs, "Deployment", f"ai-inference-{other}")["spec"]["template"]["metadata"]["labels"]
         assert not service["spec"]["selector"].items() <= labels.items()
 
 
-def test_image_and_temporal_tls_come_from_values(helm: Helm) -> None:
+def test_image_comes_from_values(helm: Helm) -> None:
+    docs = helm.render({"image.repository": "registry.example/ai-inference", "image.tag": "1.2.3"})
+    for component in COMPONENTS:
+        (container,) = find(docs, "Deployment", f"ai-inference-{component}")["spec"]["template"]["spec"]["containers"]
+        assert container["image"] == "registry.example/ai-inference:1.2.3"
+
+
+TEMPORAL_TLS = "/etc/ai-inference/temporal-tls"
+
+
+def test_temporal_mtls_and_api_key_secrets_are_mounted_and_their_paths_read(
+    helm: Helm, monkeypatch: pytest.MonkeyPatch
+) -> None:
     docs = helm.render(
         {
-            "image.repository": "registry.example/ai-inference",
-            "image.tag": "1.2.3",
             "aiInference.temporal.tls.enabled": True,
             "aiInference.temporal.tls.secretName": "temporal-client-tls",
+            "aiInference.temporal.tls.serverName": "temporal.example.com",
+            "aiInference.temporal.apiKey.secretName": "temporal-cloud",
         }
     )
     for component in ("worker", "watcher"):
-        pod = find(docs, "Deployment", f"ai-inference-{component}")["spec"]["template"]["spec"]
+        deployment = find(docs, "Deployment", f"ai-inference-{component}")
+        pod = deployment["spec"]["template"]["spec"]
         (container,) = pod["containers"]
-        assert container["image"] == "registry.example/ai-inference:1.2.3"
-        assert {"name": "temporal-tls", "secret": {"secretName": "temporal-client-tls"}} in pod["volumes"]
-        assert {"name": "temporal-tls", "mountPath": "/etc/ai-inference/temporal-tls", "readOnly": True} in container[
-            "volumeMounts"
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        assert volumes["temporal-tls"]["secret"]["secretName"] == "temporal-client-tls"
+        assert [(i["key"], i["path"]) for i in volumes["temporal-tls"]["secret"]["items"]] == [
+            ("ca.crt", "ca.crt"),
+            ("tls.crt", "tls.crt"),
+            ("tls.key", "tls.key"),
         ]
-        assert (
-            container_env(find(docs, "Deployment", f"ai-inference-{component}"))["AI_INFERENCE_TEMPORAL__TLSENABLED"]
-            == "true"
+        assert volumes["temporal-api-key"]["secret"]["items"] == [{"key": "api-key", "path": "api-key"}]
+        mounts = {m["name"]: m for m in container["volumeMounts"]}
+        assert mounts["temporal-tls"] == {"name": "temporal-tls", "mountPath": TEMPORAL_TLS, "readOnly": True}
+        assert mounts["temporal-api-key"]["mountPath"] == "/etc/ai-inference/temporal-api-key"
+        # The files the chart mounts are the files the settings name (they were mounted and never read).
+        temporal = _settings_of(deployment, monkeypatch).temporal
+        assert temporal.tls.enabled is True
+        assert (temporal.tls.serverCAFile, temporal.tls.clientCertFile, temporal.tls.clientKeyFile) == (
+            f"{TEMPORAL_TLS}/ca.crt",
+            f"{TEMPORAL_TLS}/tls.crt",
+            f"{TEMPORAL_TLS}/tls.key",
         )
+        assert temporal.tls.serverName == "temporal.example.com"
+        assert temporal.apiKeyFile == "/etc/ai-inference/temporal-api-key/api-key"
+
+    # Temporal Cloud with an API key and a publicly trusted server: TLS, no Secret, system roots.
+    docs = helm.render({"aiInference.temporal.tls.enabled": True, "aiInference.temporal.tls.caKey": ""})
+    deployment = find(docs, "Deployment", "ai-inference-worker")
+    assert "temporal-tls" not in {v["name"] for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    temporal = _settings_of(deployment, monkeypatch).temporal
+    assert temporal.tls.enabled and temporal.tls.serverCAFile is None and temporal.tls.clientCertFile is None
+
+
+# -- credentials of the services the worker calls ---------------------------------------------
+
+
+def test_the_worker_sends_audience_bound_projected_tokens_never_its_own(docs: list[Doc]) -> None:
+    pod = find(docs, "Deployment", "ai-inference-worker")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    sources = [s["serviceAccountToken"] for s in volumes["service-tokens"]["projected"]["sources"]]
+    assert sources == [
+        {"audience": "ai-inference-planner", "expirationSeconds": 3600, "path": "planner"},
+        {"audience": "ai-models", "expirationSeconds": 3600, "path": "catalog"},
+    ]
+    # Of the planner's certificate Secret, the worker gets the CA only: no key.
+    assert volumes["planner-ca"]["secret"] == {
+        "secretName": "ai-inference-planner-tls",
+        "defaultMode": 0o440,
+        "items": [{"key": "ca.crt", "path": "ca.crt"}],
+    }
+    (container,) = pod["containers"]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts["service-tokens"] == "/var/run/secrets/ai-inference/tokens"
+    assert mounts["planner-ca"] == "/etc/ai-inference/planner-ca"
+    # The watcher and the planner call no service with a token.
+    for other in ("watcher", "planner"):
+        spec = find(docs, "Deployment", f"ai-inference-{other}")["spec"]["template"]["spec"]
+        assert not [v for v in spec["volumes"] if "projected" in v], other
+
+
+def test_the_planner_serves_a_certificate_from_cert_manager_or_helm_or_yours(helm: Helm, tmp_path: Any) -> None:
+    import base64
+    import subprocess
+
+    dns = [f"ai-inference-planner.{NAMESPACE}.svc", f"ai-inference-planner.{NAMESPACE}.svc.cluster.local"]
+    planner_pod = find(helm.render(), "Deployment", "ai-inference-planner")["spec"]["template"]["spec"]
+    volume = next(v for v in planner_pod["volumes"] if v["name"] == "serving-tls")
+    assert volume["secret"]["secretName"] == "ai-inference-planner-tls"
+
+    # No cert-manager: Helm makes a CA and a serving certificate for the Service's names.
+    secret = find(helm.render(), "Secret", "ai-inference-planner-tls")
+    assert secret["type"] == "kubernetes.io/tls" and set(secret["data"]) == {"tls.crt", "tls.key", "ca.crt"}
+    for key in ("tls.crt", "ca.crt"):
+        (tmp_path / key).write_bytes(base64.b64decode(secret["data"][key]))
+    verified = subprocess.run(
+        ["openssl", "verify", "-purpose", "sslserver", "-CAfile", str(tmp_path / "ca.crt"), str(tmp_path / "tls.crt")],
+        capture_output=True,
+        text=True,
+    )
+    assert verified.returncode == 0, verified.stderr
+    text = subprocess.run(
+        ["openssl", "x509", "-noout", "-ext", "subjectAltName", "-in", str(tmp_path / "tls.crt")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert all(f"DNS:{name}" in text for name in dns), text
+
+    # cert-manager served: a CA chain of cert-manager objects, the serving Certificate renewed by it.
+    docs = helm.render(api_versions=["cert-manager.io/v1/Certificate"])
+    assert of_kind(docs, "Secret") == []
+    certificate = find(docs, "Certificate", "ai-inference-planner")
+    assert certificate["spec"]["secretName"] == "ai-inference-planner-tls"
+    assert set(dns) <= set(certificate["spec"]["dnsNames"])
+    assert certificate["spec"]["issuerRef"] == {"kind": "Issuer", "name": "ai-inference-planner-ca"}
+    assert find(docs, "Certificate", "ai-inference-planner-ca")["spec"]["isCA"] is True
+    assert find(docs, "Issuer", "ai-inference-planner-ca")["spec"]["ca"] == {"secretName": "ai-inference-planner-ca"}
+
+    # Your own Secret: nothing is made.
+    docs = helm.render({"planner.tls.mode": "Secret", "planner.tls.secretName": "my-planner-tls"})
+    assert of_kind(docs, "Secret") == [] and of_kind(docs, "Certificate") == []
+    worker_pod = find(docs, "Deployment", "ai-inference-worker")["spec"]["template"]["spec"]
+    assert (
+        next(v for v in worker_pod["volumes"] if v["name"] == "planner-ca")["secret"]["secretName"] == "my-planner-tls"
+    )
+
+
+# -- the worker guard -------------------------------------------------------------------------
+
+
+def test_the_worker_guard_holds_the_worker_to_what_orders_own(docs: list[Doc], helm: Helm) -> None:
+    from activities.builders.common import LABEL_MANAGED_BY, MANAGED_BY
+    from activities.builders.objects import OWNED_KINDS
+
+    policy = find(docs, "ValidatingAdmissionPolicy", "d8-ai-inference-worker-guard")
+    binding = find(docs, "ValidatingAdmissionPolicyBinding", "d8-ai-inference-worker-guard")
+    assert binding["spec"] == {"policyName": "d8-ai-inference-worker-guard", "validationActions": ["Deny"]}
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    (condition,) = spec["matchConditions"]
+    assert condition["expression"] == (
+        f'request.userInfo.username == "system:serviceaccount:{NAMESPACE}:ai-inference-worker"'
+    )
+    # Every kind an order owns is matched, for every write.
+    matched = {
+        (g, r)
+        for rule in spec["matchConstraints"]["resourceRules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+    }
+    plurals = {
+        "Secret": ("", "secrets"),
+        "Service": ("", "services"),
+        "StatefulSet": ("apps", "statefulsets"),
+        "HorizontalPodAutoscaler": ("autoscaling", "horizontalpodautoscalers"),
+        "Ingress": ("networking.k8s.io", "ingresses"),
+        "NetworkPolicy": ("networking.k8s.io", "networkpolicies"),
+        "ResourceClaimTemplate": ("resource.k8s.io", "resourceclaimtemplates"),
+    }
+    assert {plurals[kind] for _, kind in OWNED_KINDS} == matched
+    for rule in spec["matchConstraints"]["resourceRules"]:
+        assert rule["operations"] == ["CREATE", "UPDATE", "DELETE"]
+    namespaces, ownership = (v["expression"] for v in spec["validations"])
+    assert '["kube-","d8-"]' in namespaces
+    assert f"'{LABEL_MANAGED_BY}'" in ownership and f"== '{MANAGED_BY}'" in ownership
+    assert of_kind(helm.render({"rbac.workerGuard.enabled": False}), "ValidatingAdmissionPolicy") == []
 
 
 # -- roles for people -------------------------------------------------------------------------
@@ -477,6 +649,24 @@ def test_each_process_role_is_bound_to_its_own_service_account(docs: list[Doc]) 
         ]
 
 
+# What each worker activity does, and nothing more (docs/admin-guide.md, "What the worker may do").
+OWNED_VERBS = ["get", "list", "create", "patch", "delete"]
+WORKER_RULES = [
+    {"apiGroups": ["ai.deckhouse.io"], "resources": ["inferenceservices"], "verbs": ["get", "patch"]},
+    {"apiGroups": ["ai.deckhouse.io"], "resources": ["inferenceservices/status"], "verbs": ["patch"]},
+    {"apiGroups": ["ai.deckhouse.io"], "resources": ["inferenceservices/finalizers"], "verbs": ["update"]},
+    {"apiGroups": ["ai.deckhouse.io"], "resources": ["inferenceserviceclasses"], "verbs": ["get"]},
+    {"apiGroups": ["ai.deckhouse.io"], "resources": ["inferenceserviceclasses/planner"], "verbs": ["create"]},
+    {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": OWNED_VERBS},
+    {"apiGroups": [""], "resources": ["services", "secrets"], "verbs": OWNED_VERBS},
+    {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses", "networkpolicies"], "verbs": OWNED_VERBS},
+    {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": OWNED_VERBS},
+    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaimtemplates"], "verbs": OWNED_VERBS},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+]
+
+
 def test_process_roles_are_least_privilege(docs: list[Doc]) -> None:
     worker, watcher, planner = (find(docs, "ClusterRole", f"d8:ai-inference:{c}") for c in COMPONENTS)
     for role in (worker, watcher, planner):
@@ -492,26 +682,9 @@ def test_process_roles_are_least_privilege(docs: list[Doc]) -> None:
         if _grants(d, "ai.deckhouse.io", "inferenceserviceclasses/planner", "create")
     ]
     assert holders == ["d8:ai-inference:worker"]
-    # Worker: status and finalizers of orders, the order's objects, never a class write.
-    for verb in ("update", "patch"):
-        assert _grants(worker, "ai.deckhouse.io", "inferenceservices/status", verb)
-        assert _grants(worker, "ai.deckhouse.io", "inferenceservices", verb)  # finalizers
-        assert not _grants(worker, "ai.deckhouse.io", "inferenceserviceclasses", verb)
-    assert not _grants(worker, "ai.deckhouse.io", "inferenceservices", "create")
-    for group, resource in (
-        ("apps", "statefulsets"),
-        ("", "services"),
-        ("", "secrets"),
-        ("networking.k8s.io", "ingresses"),
-        ("autoscaling", "horizontalpodautoscalers"),
-        ("resource.k8s.io", "resourceclaimtemplates"),
-    ):
-        for verb in ("get", "create", "patch", "delete"):
-            assert _grants(worker, group, resource, verb), (resource, verb)
-    assert _grants(worker, "", "events", "create")
-    assert _grants(worker, "", "pods", "list") and not _grants(worker, "", "pods", "delete")
-    for group, resource in (("gpu.deckhouse.io", "physicalgpus"), ("resource.k8s.io", "resourceslices")):
-        assert _grants(worker, group, resource, "list") and _grants(planner, group, resource, "list")
+    # Worker: exactly its table. No update or watch anywhere (server-side apply is create + patch,
+    # the observer watches), no class write, no inventory (it plans through the planner Service).
+    assert _rules(worker) == WORKER_RULES
     # Watcher: list/watch orders and classes, class status; nothing else.
     for resource in ("inferenceservices", "inferenceserviceclasses"):
         assert _grants(watcher, "ai.deckhouse.io", resource, "watch")
@@ -536,6 +709,17 @@ def test_process_roles_are_least_privilege(docs: list[Doc]) -> None:
     }
     for role in (watcher, planner):
         assert not _grants(role, "", "secrets", "get")
+
+
+def test_the_admin_guide_tables_the_workers_rules() -> None:
+    guide = (CHART_DIR.parents[2] / "docs" / "admin-guide.md").read_text()
+    section = guide[guide.index("### What the worker may do") :]
+    for rule in WORKER_RULES:
+        group = rule["apiGroups"][0] or "core"
+        for resource in rule["resources"]:
+            row = next((line for line in section.splitlines() if f"`{resource}`" in line), None)
+            assert row is not None and f"`{group}`" in row, (group, resource)
+            assert all(f"`{verb}`" in row for verb in rule["verbs"]), row
 
 
 # -- monitoring -------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
-"""The planner client: PlanInput → LaunchPlanRequest, the bearer token, HTTP and in-process paths."""
+"""The planner client: PlanInput → LaunchPlanRequest, the audience-bound token, HTTPS and in-process paths."""
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,8 @@ import activities.planner_client as client_module
 from activities.planner_client import (
     HttpPlanner,
     PlannerServiceError,
-    bearer_token,
+    ProjectedToken,
+    TokenUnavailableError,
     launch_plan_request,
     make_planner,
 )
@@ -22,7 +24,7 @@ from inference_api.catalog_types import ModelFacts
 from inference_api.payloads import OrderRef, PlanInput
 from inference_api.plan import LaunchPlanRequest, OrderFacts, PlanOutcome, PlanRefusal
 from inference_api.reasons import Reason
-from inference_api.settings import ModuleSettings
+from inference_api.settings import InsecureTransportError, ModuleSettings
 from inference_api.types import EndpointType, InferenceService, InferenceServiceClass
 from planner import PlanningRequest, plan_launch
 from tests.planner.helpers import DEFAULT_LLM, sim_snapshot
@@ -88,20 +90,49 @@ def _api(authorization: str | None) -> ApiClient:
     return ApiClient(configuration)
 
 
-def test_bearer_token_prefers_the_service_account_file(tmp_path: Path) -> None:
-    token_file = tmp_path / "token"
-    token_file.write_text(TOKEN + "\n")
-    assert bearer_token(_api("Bearer other"), token_file) == TOKEN
-    missing = tmp_path / "missing"
-    assert bearer_token(_api("Bearer from-kubeconfig"), missing) == "from-kubeconfig"
-    assert bearer_token(_api(None), missing) is None
-    loaded = _api(None)  # how the kubeconfig loader stores it
-    loaded.configuration.api_key["BearerToken"] = "Bearer loaded"
-    assert bearer_token(loaded, missing) == "loaded"
+def jwt(audiences: list[str] | str, subject: str = "system:serviceaccount:d8-ai-inference:ai-inference-worker") -> str:
+    """A JWT-shaped token (unsigned: the client only reads its audience; the server reviews it)."""
 
-    refreshed = _api(None)
-    refreshed.configuration.refresh_api_key_hook = lambda c: c.api_key.__setitem__("authorization", "bearer fresh")
-    assert bearer_token(refreshed, missing) == "fresh"
+    def part(value: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+    return f"{part({'alg': 'RS256'})}.{part({'aud': audiences, 'sub': subject})}.c2lnbmF0dXJl"
+
+
+def test_the_projected_token_is_read_again_when_the_kubelet_rotates_it(tmp_path: Path) -> None:
+    token_file = tmp_path / "planner"
+    first, second = jwt(["ai-inference-planner"]), jwt("ai-inference-planner", subject="rotated")
+    token_file.write_text(first + "\n")
+    token = ProjectedToken(token_file, "ai-inference-planner")
+    assert token() == first
+    # The kubelet writes a new file and swaps it in (a new inode), as atomic writers do.
+    replacement = tmp_path / "planner.new"
+    replacement.write_text(second)
+    replacement.replace(token_file)
+    assert token() == second
+    token_file.write_text("opaque-test-token")  # not a JWT: its audience is the server's to judge
+    assert token() == "opaque-test-token"
+
+
+def test_a_token_for_another_audience_or_no_token_is_never_sent(tmp_path: Path) -> None:
+    # The pod's own ServiceAccount token (audience: the API server) mounted by mistake.
+    token_file = tmp_path / "token"
+    own = jwt(["https://kubernetes.default.svc.cluster.local"])
+    token_file.write_text(own)
+    with pytest.raises(TokenUnavailableError, match="refusing to send it") as caught:
+        ProjectedToken(token_file, "ai-inference-planner")()
+    assert own not in str(caught.value)
+    with pytest.raises(TokenUnavailableError, match="cannot be read"):
+        ProjectedToken(tmp_path / "missing", "ai-inference-planner")()
+
+    sent: list[httpx.Request] = []
+    transport = httpx.MockTransport(lambda r: sent.append(r) or httpx.Response(500))
+    planner = HttpPlanner(
+        "https://planner.test", ProjectedToken(token_file, "ai-inference-planner"), 5, ModuleSettings(), transport
+    )
+    with pytest.raises(TokenUnavailableError):
+        planner(plan_input())
+    assert sent == []
 
 
 def _outcome() -> PlanOutcome:
@@ -172,11 +203,21 @@ def test_transport_errors_raise() -> None:
     assert TOKEN not in str(caught.value)
 
 
-def test_make_planner_chooses_http_or_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_make_planner_refuses_plain_http_unless_told_it_is_a_test() -> None:
     api = _api("Bearer x")
-    remote = make_planner(ModuleSettings(planner={"baseURL": "http://planner.test:8080"}), api)
+    for url in ("http://planner.test:8080", "planner.test:8080"):
+        with pytest.raises(InsecureTransportError, match=r"planner\.baseURL"):
+            make_planner(ModuleSettings(planner={"baseURL": url}), api)
+    unsafe = make_planner(ModuleSettings(planner={"baseURL": "http://planner.test", "allowInsecureHttp": True}), api)
+    assert isinstance(unsafe, HttpPlanner)
+    unsafe.close()
+
+
+def test_make_planner_chooses_https_or_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    api = _api("Bearer x")
+    remote = make_planner(ModuleSettings(planner={"baseURL": "https://planner.test:8080"}), api)
     assert isinstance(remote, HttpPlanner)
-    assert remote.url == "http://planner.test:8080/api/v1/launch-plan"
+    assert remote.url == "https://planner.test:8080/api/v1/launch-plan"
     remote.close()
 
     calls: list[Any] = []
@@ -190,3 +231,31 @@ def test_make_planner_chooses_http_or_in_process(monkeypatch: pytest.MonkeyPatch
     outcome = local(plan_input(**DEFAULT_LLM.model_dump(exclude_none=True)))
     assert calls == [(api, {"timeout": 7})]
     assert outcome.plan is not None and outcome.plan.recipe.hardwareFamily == "hopper"
+
+
+def test_over_https_the_server_is_verified_against_the_ca_file(tmp_path: Path) -> None:
+    """The real client against the real service over TLS (a stand-in reviewer): the CA of the
+    planner's certificate is trusted, another CA is not, and the token goes only where it is meant."""
+    from planner.service import create_app
+    from tests.planner_service import running_service
+    from tests.planner_service.fakes import ALLOWED, FakeReviewer
+    from tests.security.tls import Material
+
+    material, other = Material.make(tmp_path / "planner"), Material.make(tmp_path / "other")
+    token_file = tmp_path / "planner-token"
+    token_file.write_text(ALLOWED)
+    app = create_app(sim_snapshot, FakeReviewer())
+    with running_service(app, tls=(material.server.cert, material.server.key)) as url:
+
+        def planner(ca: Path) -> Any:
+            settings = ModuleSettings(planner={"baseURL": url, "caFile": str(ca), "tokenFile": str(token_file)})
+            return make_planner(settings, _api(None))
+
+        trusted = planner(material.server.ca)
+        assert trusted(plan_input(**DEFAULT_LLM.model_dump(exclude_none=True))).plan is not None
+        trusted.close()
+        untrusted = planner(other.server.ca)
+        with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED") as caught:
+            untrusted(plan_input())
+        assert ALLOWED not in str(caught.value)
+        untrusted.close()

@@ -1,14 +1,19 @@
 """The inventory adapter, the planner client and the planner service against the real API server.
 
 The local cluster's kube-scheduler allocates real ResourceClaims against the simulated ResourceSlices;
-the service authorizes its callers with real TokenReviews and SubjectAccessReviews.
+the service serves HTTPS and authorizes its callers with real TokenReviews (for the planner's
+audience) and SubjectAccessReviews; callers send ServiceAccount tokens from TokenRequests.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -25,20 +30,29 @@ from kubernetes.client.rest import ApiException
 
 from activities.builders.claim import memory_request_mib
 from activities.inventory import read_inventory
-from activities.planner_client import HttpPlanner, plan_in_process
+from activities.planner_client import (
+    HttpPlanner,
+    make_planner,
+    plan_in_process,
+    server_verification,
+    token_audiences,
+)
 from devstack.cluster.inventory import load_inventory
 from devstack.cluster.launcher import LocalCluster
 from inference_api.plan import LaunchPlan, LaunchPlanRequest, OrderFacts, PlanOutcome
 from inference_api.reasons import Reason
-from inference_api.settings import ModuleSettings
+from inference_api.settings import PLANNER_AUDIENCE, ModuleSettings
 from inference_api.types import AcceleratorPolicy, PlacementType, SharingMode
 from planner.cel_selectors import select_devices
 from planner.inventory import DeviceAllocation
 from planner.quantity import Quantity
 from planner.service import KubernetesAccessReviewer, create_app
+from tests.chart.helm import Helm
 from tests.cluster.helpers import dynamic, get, kwok_pod, pod_running
 from tests.planner_service import running_service
 from tests.polling import wait_until as eventually
+from tests.security.leaks import assert_clean, needles
+from tests.security.tls import Material
 
 pytestmark = pytest.mark.cluster
 
@@ -55,16 +69,56 @@ DEFAULT_LLM = AcceleratorPolicy(
 
 
 @pytest.fixture(scope="module")
-def service_url(kube_admin: ApiClient) -> Iterator[str]:
-    """The service in this process, reading the inventory and reviewing callers as the cluster admin."""
+def tls(tmp_path_factory: pytest.TempPathFactory) -> Material:
+    return Material.make(tmp_path_factory.mktemp("planner-tls"))
+
+
+@pytest.fixture(scope="module")
+def service_url(kube_admin: ApiClient, tls: Material) -> Iterator[str]:
+    """The service in this process over HTTPS, reading the inventory and reviewing callers as the
+    cluster admin."""
     app = create_app(lambda: read_inventory(kube_admin), KubernetesAccessReviewer(kube_admin))
-    with running_service(app) as url:
+    with running_service(app, tls=(tls.server.cert, tls.server.key)) as url:
         yield url
 
 
+@pytest.fixture(scope="module")
+def caller_token(local_cluster: LocalCluster, kube_admin: ApiClient) -> str:
+    """A planner-audience token of a ServiceAccount allowed the planner subresource (as the chart
+    allows the worker)."""
+    namespace = local_cluster.create_namespace(f"planner-callers-{uuid.uuid4().hex[:6]}", users=())
+    role = f"planner-caller-{namespace}"
+    local_cluster.apply(
+        [
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": role},
+                "rules": [
+                    {
+                        "apiGroups": ["ai.deckhouse.io"],
+                        "resources": ["inferenceserviceclasses/planner"],
+                        "verbs": ["create"],
+                    }
+                ],
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": role},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                "subjects": [{"kind": "ServiceAccount", "name": "caller", "namespace": namespace}],
+            },
+        ]
+    )
+    return _service_account_token(kube_admin, namespace, "caller")
+
+
 @pytest.fixture
-def http_planner(local_cluster: LocalCluster, service_url: str) -> Iterator[HttpPlanner]:
-    planner = HttpPlanner(service_url, lambda: local_cluster.token("admin"), 30, ModuleSettings())
+def http_planner(service_url: str, tls: Material, caller_token: str) -> Iterator[HttpPlanner]:
+    verify = server_verification(str(tls.server.ca))
+    planner = HttpPlanner(service_url, lambda: caller_token, 30, ModuleSettings(), verify=verify)
+    eventually(lambda: planner.request(REQUESTS[-1]), timeout=30, what="the caller's ClusterRoleBinding to allow it")
     yield planner
     planner.close()
 
@@ -220,9 +274,10 @@ def test_in_process_and_http_give_the_same_outcome(kube_admin: ApiClient, http_p
 # ------------------------------------------------------------------------- authorization
 
 
-def _post(url: str, token: str | None) -> httpx.Response:
+def _post(url: str, token: str | None, ca: Path) -> httpx.Response:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    return httpx.post(url + PATH, content=REQUESTS[0].model_dump_json(), headers=headers, timeout=30)
+    verify = server_verification(str(ca))
+    return httpx.post(url + PATH, content=REQUESTS[0].model_dump_json(), headers=headers, timeout=30, verify=verify)
 
 
 @pytest.fixture
@@ -250,12 +305,19 @@ def cluster_roles(kube_admin: ApiClient) -> Iterator[Callable[[dict[str, Any]], 
                 raise
 
 
-def _service_account_token(kube_admin: ApiClient, namespace: str, name: str) -> str:
+def _service_account_token(
+    kube_admin: ApiClient, namespace: str, name: str, audiences: tuple[str, ...] = (PLANNER_AUDIENCE,)
+) -> str:
+    """A TokenRequest's token (the ServiceAccount is made first unless it exists); ``audiences=()``:
+    the API server's own."""
     core = CoreV1Api(kube_admin)
-    core.create_namespaced_service_account(namespace, {"metadata": {"name": name}})
-    issued = core.create_namespaced_service_account_token(
-        name, namespace, AuthenticationV1TokenRequest(spec=V1TokenRequestSpec(audiences=[], expiration_seconds=600))
-    )
+    try:
+        core.create_namespaced_service_account(namespace, {"metadata": {"name": name}})
+    except ApiException as err:
+        if err.status != 409:
+            raise
+    spec = V1TokenRequestSpec(audiences=list(audiences), expiration_seconds=600)
+    issued = core.create_namespaced_service_account_token(name, namespace, AuthenticationV1TokenRequest(spec=spec))
     token: str = issued.status.token
     return token
 
@@ -264,24 +326,25 @@ def test_callers_are_authorized_like_an_extension_api_server(
     local_cluster: LocalCluster,
     kube_admin: ApiClient,
     service_url: str,
+    tls: Material,
     namespace: str,
     cluster_roles: Callable[[dict[str, Any]], None],
 ) -> None:
-    # system:masters may do anything, the planner subresource included.
-    assert _post(service_url, local_cluster.token("admin")).status_code == 200
-
-    # People: a namespace user and even the module's administrators are refused it.
-    for user in ("ns-user", "module-admin"):
-        token = local_cluster.token(user)
-        response = _post(service_url, token)
-        assert response.status_code == 403, user
-        body = response.json()
-        assert body["error"] == "Forbidden"
-        assert f'user "{user}" may not create inferenceserviceclasses/planner' in body["message"]
+    ca = tls.server.ca
+    # Tokens not bound to the planner's audience are not accepted, whoever holds them: the cluster
+    # admin's and people's (audience-agnostic static tokens), a ServiceAccount's token for the API server.
+    api_server_token = _service_account_token(kube_admin, namespace, "caller", audiences=())
+    for who, token in [
+        *[(user, local_cluster.token(user)) for user in ("admin", "ns-user", "module-admin")],
+        ("a token for the API server", api_server_token),
+    ]:
+        response = _post(service_url, token, ca)
+        assert response.status_code == 401, who
+        assert f'for audience "{PLANNER_AUDIENCE}"' in response.json()["message"]
         assert token not in response.text
 
     for missing in (None, "not-a-token"):
-        response = _post(service_url, missing)
+        response = _post(service_url, missing, ca)
         assert response.status_code == 401
         assert response.json()["error"] == "Unauthorized"
 
@@ -313,28 +376,27 @@ def test_callers_are_authorized_like_an_extension_api_server(
     granted = _service_account_token(kube_admin, namespace, "caller")
     other = _service_account_token(kube_admin, namespace, "bystander")
     response = eventually(
-        lambda: r if (r := _post(service_url, granted)).status_code == 200 else None,
+        lambda: r if (r := _post(service_url, granted, ca)).status_code == 200 else None,
         timeout=30,
         what="the granted ServiceAccount is allowed",
     )
     assert PlanOutcome.model_validate_json(response.content).plan is not None
-    response = _post(service_url, other)
+    # Authenticated for the audience, but not allowed the subresource: 403, naming who.
+    response = _post(service_url, other, ca)
     assert response.status_code == 403
-    assert f"system:serviceaccount:{namespace}:bystander" in response.json()["message"]
-
-    # The client sends the token of the ApiClient's kubeconfig when no ServiceAccount file exists.
-    with local_cluster.api_client("admin") as api:
-        from activities.planner_client import make_planner
-
-        planner = make_planner(ModuleSettings(planner={"baseURL": service_url}), api)
-        assert isinstance(planner, HttpPlanner)
-        assert planner.request(REQUESTS[0]).plan is not None
-        planner.close()
+    body = response.json()
+    assert body["error"] == "Forbidden"
+    assert (
+        f'user "system:serviceaccount:{namespace}:bystander" may not create inferenceserviceclasses/planner'
+        in (body["message"])
+    )
 
 
-def test_openapi_and_healthz_over_http(service_url: str) -> None:
-    assert httpx.get(service_url + "/healthz").text == "ok\n"
-    response = httpx.get(service_url + "/openapi.json")
+def test_openapi_and_healthz_over_https(service_url: str, tls: Material) -> None:
+    verify = server_verification(str(tls.server.ca))
+    assert service_url.startswith("https://")
+    assert httpx.get(service_url + "/healthz", verify=verify).text == "ok\n"
+    response = httpx.get(service_url + "/openapi.json", verify=verify)
     assert response.status_code == 200
     document = response.json()
     assert PATH in document["paths"]
@@ -452,14 +514,16 @@ def test_the_charts_planner_and_worker_roles_suffice(
     local_cluster: LocalCluster,
     kube_admin: ApiClient,
     namespace: str,
+    tls: Material,
+    helm: Helm,
     cluster_roles: Callable[[dict[str, Any]], None],
 ) -> None:
     """The service runs as a ServiceAccount holding the chart's d8:ai-inference:planner rules and is
     called by one holding d8:ai-inference:worker's: it reads the inventory (pods included, for holders),
     reviews its caller, and plans; a person is still refused."""
-    from tests.chart.helm import find, render
+    from tests.chart.helm import find
 
-    docs = render()
+    docs = helm.render()
     tokens: dict[str, str] = {}
     for component in ("planner", "worker"):
         role = f"{namespace}-{component}"
@@ -481,7 +545,9 @@ def test_the_charts_planner_and_worker_roles_suffice(
                 "subjects": [{"kind": "ServiceAccount", "name": component, "namespace": namespace}],
             }
         )
-        tokens[component] = _service_account_token(kube_admin, namespace, component)
+        # The planner's token talks to the API server; the worker's to the planner (its audience).
+        audiences = () if component == "planner" else (PLANNER_AUDIENCE,)
+        tokens[component] = _service_account_token(kube_admin, namespace, component, audiences)
 
     # An order's replica whose claim carries no label: only its pod says whose it is.
     local_cluster.apply(
@@ -505,11 +571,60 @@ def test_the_charts_planner_and_worker_roles_suffice(
 
         eventually(holders, timeout=30, what="the planner's ServiceAccount sees the holder")
         app = create_app(lambda: read_inventory(planner_api), KubernetesAccessReviewer(planner_api))
-        with running_service(app) as url:
+        with running_service(app, tls=(tls.server.cert, tls.server.key)) as url:
             response = eventually(
-                lambda: r if (r := _post(url, tokens["worker"])).status_code == 200 else None,
+                lambda: r if (r := _post(url, tokens["worker"], tls.server.ca)).status_code == 200 else None,
                 timeout=30,
                 what="the worker's ServiceAccount is allowed",
             )
             assert PlanOutcome.model_validate_json(response.content).plan is not None
-            assert _post(url, local_cluster.token("ns-user")).status_code == 403
+            assert _post(url, local_cluster.token("ns-user"), tls.server.ca).status_code == 401
+
+
+# ------------------------------------------------------------ the command, as the local stack runs it
+
+
+def test_the_planner_command_serves_https_to_the_local_stacks_worker_token(
+    local_cluster: LocalCluster, kube_admin: ApiClient, helm: Helm, tmp_path: Path
+) -> None:
+    """``ai-inference planner --tls-cert-file --tls-key-file`` as ``dev up`` starts it, called as the
+    local stack's worker calls it: a TokenRequest of the chart's worker ServiceAccount for the
+    planner's audience, the chart's worker role. Neither the token nor the serving key reaches its log."""
+    from devstack.cluster.paths import REPO_ROOT
+    from devstack.stack import WORKER_ROLE, DevStack, free_port
+
+    stack = DevStack(tmp_path / "dev")
+    served = stack.planner_tls()
+    # The chart's worker role, as `dev up` installs it.
+    local_cluster.apply(
+        [d for d in helm.render() if d["kind"] == "ClusterRole" and d["metadata"]["name"] == WORKER_ROLE]
+    )
+    token_file = stack.issue_planner_token(local_cluster)
+    token = token_file.read_text()
+    assert token_audiences(token) == [PLANNER_AUDIENCE]
+    assert oct(token_file.stat().st_mode & 0o777) == "0o600"
+
+    port = free_port()
+    command = [sys.executable, "-m", "worker.cli", "planner", "--port", str(port)]
+    command += ["--kubeconfig", str(local_cluster.kubeconfig("admin"))]
+    command += ["--tls-cert-file", str(served.cert), "--tls-key-file", str(served.key)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AI_INFERENCE_")}
+    log = tmp_path / "planner.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
+    try:
+        settings = ModuleSettings(
+            planner={"baseURL": f"https://127.0.0.1:{port}", "caFile": str(served.ca), "tokenFile": str(token_file)}
+        )
+        planner = make_planner(settings, kube_admin)
+        outcome = eventually(
+            lambda: planner.request(REQUESTS[0]), timeout=60, what="the planner command to plan for the worker's token"
+        )
+        assert outcome.plan is not None
+        planner.close()
+    finally:
+        process.terminate()
+        process.wait(15)
+    text = log.read_text()
+    assert "planner: planned" in text, text[-2000:]
+    assert_clean(text, needles(tokens=[token], key_files=[served.key]), "the planner's log")

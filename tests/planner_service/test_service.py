@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,32 +12,11 @@ from structlog.testing import capture_logs
 
 from inference_api.plan import LaunchPlanRequest, OrderFacts, PlanOutcome
 from planner import InventorySnapshot, PlanningRequest, plan_launch
-from planner.service import Caller, Decision, ReviewError, create_app, openapi_document
+from planner.service import create_app, openapi_document
 from tests.planner.helpers import DEFAULT_LLM, sim_snapshot
+from tests.planner_service.fakes import ALLOWED, FORBIDDEN, FakeReviewer
 
-ALLOWED = "token-allowed-9f8e7d6c5b4a"
-FORBIDDEN = "token-forbidden-1a2b3c4d5e6f"
 PATH = "/api/v1/launch-plan"
-
-
-class FakeReviewer:
-    def __init__(self) -> None:
-        self.authentications = 0
-        self.authorizations = 0
-        self.broken = False
-
-    def authenticate(self, token: str) -> Caller | None:
-        self.authentications += 1
-        if self.broken:
-            raise ReviewError("TokenReview failed: HTTP 500 Internal Server Error")
-        users = {ALLOWED: Caller("system:serviceaccount:d8-ai-inference:worker"), FORBIDDEN: Caller("ns-user")}
-        return users.get(token)
-
-    def authorize(self, caller: Caller) -> Decision:
-        self.authorizations += 1
-        if caller.username == "ns-user":
-            return Decision(False, "no RBAC policy matched")
-        return Decision(True, "allowed by ClusterRoleBinding")
 
 
 class Clock:
@@ -107,8 +87,39 @@ def test_an_unknown_token_is_401_and_never_echoed(http: TestClient) -> None:
     with capture_logs() as logs:
         response = post(http, "unknown-token-0011223344")
     assert response.status_code == 401
-    assert "TokenReview" in response.json()["message"]
+    assert 'for audience "ai-inference-planner" (TokenReview)' in response.json()["message"]
     assert "unknown-token-0011223344" not in response.text + repr(logs)
+
+
+def test_the_token_review_requires_the_planners_audience(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The TokenReview names the audience, and an answer that does not confirm it is a refusal."""
+    import kubernetes.client
+    from kubernetes.client import V1TokenReview, V1TokenReviewStatus, V1UserInfo
+
+    from planner.service import KubernetesAccessReviewer
+
+    asked: list[V1TokenReview] = []
+    answered_audiences: list[list[str] | None] = []
+
+    class Authentication:
+        def __init__(self, api: object) -> None:
+            pass
+
+        def create_token_review(self, body: V1TokenReview, **kwargs: object) -> V1TokenReview:
+            asked.append(body)
+            user = V1UserInfo(username="system:serviceaccount:d8-ai-inference:ai-inference-worker")
+            status = V1TokenReviewStatus(authenticated=True, user=user, audiences=answered_audiences[-1])
+            return V1TokenReview(spec=body.spec, status=status)
+
+    monkeypatch.setattr(kubernetes.client, "AuthenticationV1Api", Authentication)
+    reviewer = KubernetesAccessReviewer(object(), audience="planner-aud")
+    answered_audiences.append(["planner-aud"])
+    caller = reviewer.authenticate("t")
+    assert caller is not None and caller.username.endswith(":ai-inference-worker")
+    assert asked[-1].spec.audiences == ["planner-aud"] and asked[-1].spec.token == "t"
+    for other in (None, [], ["https://kubernetes.default.svc.cluster.local"]):
+        answered_audiences.append(other)
+        assert reviewer.authenticate("t") is None, other
 
 
 def test_a_caller_without_the_permission_is_403(http: TestClient, reviewer: FakeReviewer) -> None:
@@ -216,19 +227,81 @@ def test_openapi_schemas_are_the_models_and_every_reference_resolves() -> None:
         assert ref.startswith("#/components/schemas/") and ref.rsplit("/", 1)[1] in schemas, ref
 
 
-def test_the_planner_command_serves_the_app(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_planner_command_serves_the_app_over_https_only(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import ssl
+
     import uvicorn
     from typer.testing import CliRunner
 
     import worker.cli as cli
     from inference_api.settings import ModuleSettings
+    from tests.security.tls import Material
 
-    served: dict[str, Any] = {}
-    monkeypatch.setattr(cli, "_runtime", lambda kubeconfig: (ModuleSettings(), object()))
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: served.update(app=app, **kwargs))
-    result = CliRunner().invoke(cli.app, ["planner", "--host", "0.0.0.0", "--port", "9099"])
+    served: list[uvicorn.Config] = []
+    settings = ModuleSettings(planner={"audience": "planner-aud"})
+    monkeypatch.setattr(cli, "_runtime", lambda kubeconfig: (settings, object()))
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: served.append(self.config))
+    runner = CliRunner()
+
+    # No certificate: refused, unless the unsafe test-only flag says otherwise.
+    refused = runner.invoke(cli.app, ["planner", "--port", "9099"])
+    assert refused.exit_code == 2 and "plain http" in refused.output and not served
+    half = runner.invoke(cli.app, ["planner", "--tls-cert-file", str(tmp_path / "tls.crt")])
+    assert half.exit_code != 0 and not served
+
+    material = Material.make(tmp_path)
+    args = ["--tls-cert-file", str(material.server.cert), "--tls-key-file", str(material.server.key)]
+    result = runner.invoke(cli.app, ["planner", "--host", "0.0.0.0", "--port", "9099", *args])
     assert result.exit_code == 0, result.output
-    assert (served["host"], served["port"]) == ("0.0.0.0", 9099)
-    with TestClient(served["app"]) as client:
+    (config,) = served
+    assert (config.host, config.port) == ("0.0.0.0", 9099)
+    assert isinstance(config.ssl, ssl.SSLContext) and config.ssl.minimum_version >= ssl.TLSVersion.TLSv1_2
+    with TestClient(config.app) as client:
         assert client.get("/healthz").text == "ok\n"
-        assert client.post(PATH, content=b"{}").status_code == 401
+        response = client.post(PATH, content=b"{}")
+        assert response.status_code == 401 and "planner-aud" not in response.text  # no token: never reviewed
+
+    served.clear()
+    settings.planner.allowInsecureHttp = True
+    assert runner.invoke(cli.app, ["planner"]).exit_code == 0 and served[0].ssl is None
+
+
+def test_a_renewed_serving_certificate_is_served_to_new_connections(tmp_path: Path) -> None:
+    import shutil
+    import socket
+    import ssl
+
+    from planner.service import CertificateReloader
+    from tests.planner_service import serving
+    from tests.security.tls import Material
+
+    first, second = Material.make(tmp_path / "a"), Material.make(tmp_path / "b")
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    shutil.copy(first.server.cert, cert)
+    shutil.copy(first.server.key, key)
+
+    def served_certificate(port: int) -> bytes:
+        context = ssl.create_default_context(cafile=str(first.server.ca))
+        context.load_verify_locations(cafile=str(second.server.ca))
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=5) as sock,
+            context.wrap_socket(sock, server_hostname="localhost") as tls,
+        ):
+            der = tls.getpeercert(binary_form=True)
+            assert der is not None
+            return der
+
+    def der(path: Path) -> bytes:
+        return ssl.PEM_cert_to_DER_cert(path.read_text())
+
+    app = create_app(lambda: sim_snapshot(), FakeReviewer())
+    with serving(app, tls=(cert, key)) as served:
+        port = int(served.url.rsplit(":", 1)[1])
+        assert served.url.startswith("https://") and served_certificate(port) == der(first.server.cert)
+        assert isinstance(served.config.ssl, ssl.SSLContext)
+        reloader = CertificateReloader(served.config.ssl, str(cert), str(key))
+        assert reloader.check() is False  # nothing changed yet
+        shutil.copy(second.server.cert, cert)
+        shutil.copy(second.server.key, key)
+        assert reloader.check() is True
+        assert served_certificate(port) == der(second.server.cert)

@@ -48,6 +48,7 @@ from kubernetes.client import (
 from kubernetes.client.rest import ApiException
 
 from devstack.cluster.launcher import LocalCluster
+from inference_api.settings import PLANNER_AUDIENCE
 from tests.chart.helm import NAMESPACE as MODULE_NAMESPACE
 from tests.chart.helm import Helm
 from tests.examples import example
@@ -455,11 +456,11 @@ def _service_account(component: str) -> tuple[str, list[str]]:
     )
 
 
-def _sa_token(kube_admin: ApiClient, component: str) -> str:
+def _sa_token(kube_admin: ApiClient, component: str, audiences: tuple[str, ...] = ()) -> str:
     issued = CoreV1Api(kube_admin).create_namespaced_service_account_token(
         f"ai-inference-{component}",
         MODULE_NAMESPACE,
-        AuthenticationV1TokenRequest(spec=V1TokenRequestSpec(audiences=[], expiration_seconds=600)),
+        AuthenticationV1TokenRequest(spec=V1TokenRequestSpec(audiences=list(audiences), expiration_seconds=600)),
     )
     assert issued.status is not None and issued.status.token
     return str(issued.status.token)
@@ -483,23 +484,43 @@ def _whoami(api: ApiClient) -> str:
 SA_MATRIX: list[tuple[str, Access, bool]] = [
     ("worker", PLANNER[0], True),
     ("worker", Access("patch", "inferenceservices", subresource="status", scope="cluster"), True),
-    ("worker", Access("update", "inferenceservices", scope="cluster"), True),  # finalizers
+    ("worker", Access("patch", "inferenceservices", scope="other"), True),  # the finalizer
+    ("worker", Access("update", "inferenceservices", subresource="finalizers", scope="other"), True),
+    ("worker", Access("get", "inferenceserviceclasses", scope="cluster"), True),
     ("worker", Access("patch", "statefulsets", group="apps", scope="other"), True),
     ("worker", Access("create", "secrets", group="", scope="other"), True),
     ("worker", Access("patch", "ingresses", group="networking.k8s.io", scope="other"), True),
     *[
         ("worker", Access(verb, "networkpolicies", group="networking.k8s.io", scope="other"), True)
-        for verb in ("get", "list", "watch", "create", "update", "patch", "delete")
+        for verb in ("get", "list", "create", "patch", "delete")
     ],
     ("worker", Access("patch", "horizontalpodautoscalers", group="autoscaling", scope="other"), True),
     ("worker", Access("patch", "resourceclaimtemplates", group="resource.k8s.io", scope="other"), True),
     ("worker", Access("create", "events", group="", scope="other"), True),
     ("worker", Access("list", "pods", group="", scope="other"), True),
-    ("worker", Access("list", "physicalgpus", group="gpu.deckhouse.io", scope="cluster"), True),
-    ("worker", Access("list", "clustermodels", group="ai-models.deckhouse.io", scope="cluster"), True),
+    ("worker", Access("get", "clustermodels", group="ai-models.deckhouse.io", scope="cluster"), True),
+    # Least privilege: server-side apply is create + patch (no update), the watcher watches (no
+    # watch), the planner Service plans (no inventory), one catalog object by name (no list).
+    *[
+        ("worker", Access(verb, resource, group=group, scope="other"), False)
+        for verb in ("update", "watch")
+        for group, resource in (("apps", "statefulsets"), ("", "secrets"), ("networking.k8s.io", "networkpolicies"))
+    ],
+    ("worker", Access("update", "inferenceservices", scope="other"), False),
+    ("worker", Access("update", "inferenceservices", subresource="status", scope="other"), False),
+    ("worker", Access("watch", "inferenceservices", scope="cluster"), False),
+    ("worker", Access("list", "inferenceserviceclasses", scope="cluster"), False),
+    ("worker", Access("list", "physicalgpus", group="gpu.deckhouse.io", scope="cluster"), False),
+    ("worker", Access("list", "resourceslices", group="resource.k8s.io", scope="cluster"), False),
+    ("worker", Access("list", "priorityclasses", group="scheduling.k8s.io", scope="cluster"), False),
+    ("worker", Access("list", "clustermodels", group="ai-models.deckhouse.io", scope="cluster"), False),
+    ("worker", Access("get", "pods", group="", scope="other"), False),
+    ("worker", Access("patch", "events", group="", scope="other"), False),
     ("worker", Access("patch", "inferenceserviceclasses", scope="cluster"), False),
     ("worker", Access("create", "inferenceservices", scope="other"), False),
     ("worker", Access("delete", "pods", group="", scope="other"), False),
+    ("worker", Access("create", "configmaps", group="", scope="other"), False),
+    ("worker", Access("create", "serviceaccounts", group="", scope="other"), False),
     ("worker", Access("impersonate", "users", group="", scope="cluster"), False),
     ("worker", Access("bind", "clusterroles", group=RBAC, scope="cluster"), False),
     ("watcher", Access("watch", "inferenceservices", scope="cluster"), True),
@@ -515,6 +536,7 @@ SA_MATRIX: list[tuple[str, Access, bool]] = [
     ("planner", Access("list", "deviceclasses", group="resource.k8s.io", scope="cluster"), True),
     ("planner", Access("list", "resourceclaims", group="resource.k8s.io", scope="cluster"), True),
     ("planner", Access("list", "pods", group="", scope="cluster"), True),
+    ("planner", Access("get", "clustermodels", group="ai-models.deckhouse.io", scope="cluster"), False),
     ("planner", Access("delete", "pods", group="", scope="other"), False),
     ("planner", Access("get", "secrets", group="", scope="other"), False),
     ("planner", PLANNER[0], False),
@@ -545,13 +567,21 @@ def test_only_the_worker_gets_past_authorization_of_the_planner_subresource(
 
 
 def test_the_planner_authorizes_its_callers_with_its_own_token(bound: Bound, kube_admin: ApiClient) -> None:
-    worker_token = _sa_token(kube_admin, "worker")
+    # What the worker's projected token is: bound to the planner's audience.
+    worker_token = _sa_token(kube_admin, "worker", (PLANNER_AUDIENCE,))
     with _token_client(bound.cluster, _sa_token(kube_admin, "planner")) as planner:
         assert _whoami(planner) == _service_account("planner")[0]
         review = AuthenticationV1Api(planner).create_token_review(
-            V1TokenReview(spec=V1TokenReviewSpec(token=worker_token))
+            V1TokenReview(spec=V1TokenReviewSpec(token=worker_token, audiences=[PLANNER_AUDIENCE]))
         )
         assert review.status is not None and review.status.authenticated and review.status.user
+        assert review.status.audiences == [PLANNER_AUDIENCE]
+        # The worker's token for the API server is no token for the planner.
+        for_api_server = _sa_token(kube_admin, "worker")
+        refused = AuthenticationV1Api(planner).create_token_review(
+            V1TokenReview(spec=V1TokenReviewSpec(token=for_api_server, audiences=[PLANNER_AUDIENCE]))
+        )
+        assert refused.status is not None and not refused.status.authenticated
         caller = review.status.user
         assert caller.username == _service_account("worker")[0]
         sar = AuthorizationV1Api(planner).create_subject_access_review(

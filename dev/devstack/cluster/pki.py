@@ -3,6 +3,9 @@
 Made with the ``openssl`` CLI (present on every dev box and CI image) so the project needs no
 extra Python dependency for it. Everything is fresh per cluster and lives in the state dir with
 owner-only permissions; tokens are never logged.
+
+:func:`create_ca` and :func:`issue_certificate` make other TLS material the same way: the local
+stack's planner serving certificate, and the CAs and client certificates of the TLS tests.
 """
 
 from __future__ import annotations
@@ -97,6 +100,72 @@ def _openssl(*args: str, cwd: Path) -> None:
 
 def _ec_key_args() -> list[str]:
     return ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+
+@dataclass(frozen=True)
+class CertificateAuthority:
+    cert: Path
+    key: Path
+
+
+@dataclass(frozen=True)
+class IssuedCertificate:
+    """A leaf certificate, its key and the CA that signed it (all PEM files)."""
+
+    cert: Path
+    key: Path
+    ca: Path
+
+
+def _owner_only(directory: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    os.chmod(directory, 0o700)
+
+
+def create_ca(directory: Path, name: str) -> CertificateAuthority:
+    """A self-signed CA ``{name}.crt``/``{name}.key`` (EC P-256, ten years) in ``directory``."""
+    if shutil.which("openssl") is None:
+        raise RuntimeError("`openssl` is not on PATH; it makes the local TLS material")
+    _owner_only(directory)
+    _openssl("req", "-x509", *_ec_key_args(), "-keyout", f"{name}.key", "-out", f"{name}.crt", "-days", "3650",
+             "-subj", f"/CN={name}", "-addext", "basicConstraints=critical,CA:TRUE",
+             "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=directory)  # fmt: skip
+    ca = CertificateAuthority(directory / f"{name}.crt", directory / f"{name}.key")
+    for path in (ca.cert, ca.key):
+        os.chmod(path, 0o600)
+    return ca
+
+
+def issue_certificate(
+    ca: CertificateAuthority,
+    directory: Path,
+    name: str,
+    *,
+    sans: tuple[str, ...] = (),
+    usage: str = "serverAuth",
+    days: int = 825,
+) -> IssuedCertificate:
+    """``{name}.crt``/``{name}.key`` signed by ``ca``: ``usage`` serverAuth (``sans`` like
+    ``DNS:localhost``, ``IP:127.0.0.1``) or clientAuth (the CN is ``name``)."""
+    _owner_only(directory)
+    request = ["req", "-new", *_ec_key_args(), "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}"]
+    if sans:
+        request += ["-addext", f"subjectAltName={','.join(sans)}"]
+    request += ["-addext", f"extendedKeyUsage={usage}"]
+    _openssl(*request, cwd=directory)
+    # Leaf extensions strict verifiers (rustls/webpki, OpenSSL's X509_STRICT) expect.
+    extensions = directory / f"{name}.ext"
+    extensions.write_text(
+        "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\n"
+        "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n"
+    )
+    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", str(ca.cert), "-CAkey", str(ca.key), "-CAcreateserial",
+             "-days", str(days), "-copy_extensions", "copy", "-extfile", extensions.name,
+             "-out", f"{name}.crt", cwd=directory)  # fmt: skip
+    issued = IssuedCertificate(directory / f"{name}.crt", directory / f"{name}.key", ca.cert)
+    for path in (issued.cert, issued.key):
+        os.chmod(path, 0o600)
+    return issued
 
 
 def create_pki(directory: Path) -> PKI:

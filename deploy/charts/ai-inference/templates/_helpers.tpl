@@ -45,14 +45,40 @@ app: ai-inference-{{ $component }}
 {{- if eq $mode "Enabled" -}}true{{- end -}}
 {{- end -}}
 
-{{/* The planner URL the controller calls: the value, or the Service this chart ships. */}}
+{{/* The planner URL the controller calls: the value, or the Service this chart ships (HTTPS). */}}
 {{- define "ai-inference.plannerBaseURL" -}}
 {{- if .Values.aiInference.planner.baseURL -}}
 {{- .Values.aiInference.planner.baseURL -}}
 {{- else -}}
-{{- printf "http://ai-inference-planner.%s.svc:%v" (include "ai-inference.namespace" .) .Values.planner.port -}}
+{{- printf "https://ai-inference-planner.%s.svc:%v" (include "ai-inference.namespace" .) .Values.planner.port -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The planner's serving certificate: CertManager, Helm (generated here) or Secret (yours). */}}
+{{- define "ai-inference.plannerTLSMode" -}}
+{{- $mode := .Values.planner.tls.mode | toString -}}
+{{- if not (has $mode (list "Auto" "CertManager" "Helm" "Secret")) -}}
+{{- fail (printf "planner.tls.mode must be Auto, CertManager, Helm or Secret, not %q" $mode) -}}
+{{- end -}}
+{{- if eq $mode "Auto" -}}
+{{- if .Capabilities.APIVersions.Has "cert-manager.io/v1/Certificate" -}}CertManager{{- else -}}Helm{{- end -}}
+{{- else -}}
+{{- $mode -}}
+{{- end -}}
+{{- end -}}
+
+{{/* DNS names of the planner Service, in its serving certificate. */}}
+{{- define "ai-inference.plannerDNSNames" -}}
+{{- $ns := include "ai-inference.namespace" . -}}
+{{- list "ai-inference-planner" (printf "ai-inference-planner.%s" $ns) (printf "ai-inference-planner.%s.svc" $ns) (printf "ai-inference-planner.%s.svc.cluster.local" $ns) | toJson -}}
+{{- end -}}
+
+{{/* Where the processes find their credentials (the mounts below put them there). */}}
+{{- define "ai-inference.tokenDir" -}}/var/run/secrets/ai-inference/tokens{{- end -}}
+{{- define "ai-inference.plannerTLSDir" -}}/etc/ai-inference/planner-tls{{- end -}}
+{{- define "ai-inference.plannerCADir" -}}/etc/ai-inference/planner-ca{{- end -}}
+{{- define "ai-inference.temporalTLSDir" -}}/etc/ai-inference/temporal-tls{{- end -}}
+{{- define "ai-inference.temporalAPIKeyDir" -}}/etc/ai-inference/temporal-api-key{{- end -}}
 
 {{/*
 Module settings as environment variables: AI_INFERENCE_<FIELD> with "__" between nested keys
@@ -74,20 +100,62 @@ Module settings as environment variables: AI_INFERENCE_<FIELD> with "__" between
   value: {{ $v.aiModels.catalogLookup.timeoutSeconds | toString | quote }}
 - name: AI_INFERENCE_AIMODELS__CATALOGLOOKUP__NOTREADYREQUEUESECONDS
   value: {{ $v.aiModels.catalogLookup.notReadyRequeueSeconds | toString | quote }}
+- name: AI_INFERENCE_AIMODELS__CATALOGLOOKUP__AUDIENCE
+  value: {{ $v.aiModels.catalogLookup.audience | quote }}
+- name: AI_INFERENCE_AIMODELS__CATALOGLOOKUP__TOKENFILE
+  value: {{ printf "%s/catalog" (include "ai-inference.tokenDir" .) | quote }}
+- name: AI_INFERENCE_AIMODELS__CATALOGLOOKUP__ALLOWINSECUREHTTP
+  value: {{ $v.aiModels.catalogLookup.allowInsecureHttp | toString | quote }}
 - name: AI_INFERENCE_PLANNER__BASEURL
   value: {{ include "ai-inference.plannerBaseURL" . | quote }}
 - name: AI_INFERENCE_PLANNER__TIMEOUTSECONDS
   value: {{ $v.planner.timeoutSeconds | toString | quote }}
 - name: AI_INFERENCE_PLANNER__RUNTIMEFALLBACK__ENABLED
   value: {{ $v.planner.runtimeFallback.enabled | toString | quote }}
+- name: AI_INFERENCE_PLANNER__AUDIENCE
+  value: {{ $v.planner.audience | quote }}
+- name: AI_INFERENCE_PLANNER__TOKENFILE
+  value: {{ printf "%s/planner" (include "ai-inference.tokenDir" .) | quote }}
+{{- if not $v.planner.baseURL }}
+{{- /* The chart's planner: its certificate is verified against the CA of its Secret. */}}
+- name: AI_INFERENCE_PLANNER__CAFILE
+  value: {{ printf "%s/ca.crt" (include "ai-inference.plannerCADir" .) | quote }}
+{{- end }}
+- name: AI_INFERENCE_PLANNER__ALLOWINSECUREHTTP
+  value: {{ $v.planner.allowInsecureHttp | toString | quote }}
 - name: AI_INFERENCE_TEMPORAL__ADDRESS
   value: {{ $v.temporal.address | quote }}
 - name: AI_INFERENCE_TEMPORAL__NAMESPACE
   value: {{ $v.temporal.namespace | quote }}
 - name: AI_INFERENCE_TEMPORAL__TASKQUEUE
   value: {{ $v.temporal.taskQueue | quote }}
-- name: AI_INFERENCE_TEMPORAL__TLSENABLED
-  value: {{ $v.temporal.tls.enabled | toString | quote }}
+{{- with $v.temporal.tls }}
+- name: AI_INFERENCE_TEMPORAL__TLS__ENABLED
+  value: {{ .enabled | toString | quote }}
+{{- if and .enabled .secretName }}
+{{- if .caKey }}
+- name: AI_INFERENCE_TEMPORAL__TLS__SERVERCAFILE
+  value: {{ printf "%s/ca.crt" (include "ai-inference.temporalTLSDir" $) | quote }}
+{{- end }}
+{{- if and .certKey .keyKey }}
+- name: AI_INFERENCE_TEMPORAL__TLS__CLIENTCERTFILE
+  value: {{ printf "%s/tls.crt" (include "ai-inference.temporalTLSDir" $) | quote }}
+- name: AI_INFERENCE_TEMPORAL__TLS__CLIENTKEYFILE
+  value: {{ printf "%s/tls.key" (include "ai-inference.temporalTLSDir" $) | quote }}
+{{- end }}
+{{- end }}
+{{- if and .enabled .serverName }}
+- name: AI_INFERENCE_TEMPORAL__TLS__SERVERNAME
+  value: {{ .serverName | quote }}
+{{- end }}
+{{- end }}
+{{- if $v.temporal.apiKey.secretName }}
+{{- if not $v.temporal.tls.enabled }}
+{{- fail "aiInference.temporal.apiKey needs aiInference.temporal.tls.enabled: the key would cross the network in clear" }}
+{{- end }}
+- name: AI_INFERENCE_TEMPORAL__APIKEYFILE
+  value: {{ printf "%s/api-key" (include "ai-inference.temporalAPIKeyDir" .) | quote }}
+{{- end }}
 - name: AI_INFERENCE_EXPOSURE__DOMAINTEMPLATE
   value: {{ $v.exposure.domainTemplate | quote }}
 {{- if $v.exposure.ingressClassName }}
@@ -105,19 +173,87 @@ Module settings as environment variables: AI_INFERENCE_<FIELD> with "__" between
 {{- end }}
 {{- end -}}
 
-{{/* Temporal TLS: volume and mount (worker, watcher). */}}
-{{- define "ai-inference.temporalTLSVolume" -}}
-{{- if .Values.aiInference.temporal.tls.enabled }}
+{{/*
+Temporal credentials: volumes and mounts (worker, watcher). The TLS Secret's keys are mapped to
+fixed file names (ca.crt, tls.crt, tls.key); an empty key name leaves that file out (a publicly
+trusted server needs no ca.crt). The API key Secret's key becomes the file api-key.
+*/}}
+{{- define "ai-inference.temporalVolumes" -}}
+{{- $t := .Values.aiInference.temporal -}}
+{{- if and $t.tls.enabled $t.tls.secretName }}
 - name: temporal-tls
   secret:
-    secretName: {{ required "aiInference.temporal.tls.secretName is required when TLS is enabled" .Values.aiInference.temporal.tls.secretName }}
+    secretName: {{ $t.tls.secretName }}
+    defaultMode: 0440
+    items:
+      {{- if $t.tls.caKey }}
+      - {key: {{ $t.tls.caKey | quote }}, path: ca.crt}
+      {{- end }}
+      {{- if and $t.tls.certKey $t.tls.keyKey }}
+      - {key: {{ $t.tls.certKey | quote }}, path: tls.crt}
+      - {key: {{ $t.tls.keyKey | quote }}, path: tls.key}
+      {{- end }}
+{{- end }}
+{{- if $t.apiKey.secretName }}
+- name: temporal-api-key
+  secret:
+    secretName: {{ $t.apiKey.secretName }}
+    defaultMode: 0440
+    items:
+      - {key: {{ required "aiInference.temporal.apiKey.key is required" $t.apiKey.key | quote }}, path: api-key}
 {{- end }}
 {{- end -}}
 
-{{- define "ai-inference.temporalTLSMount" -}}
-{{- if .Values.aiInference.temporal.tls.enabled }}
+{{- define "ai-inference.temporalMounts" -}}
+{{- $t := .Values.aiInference.temporal -}}
+{{- if and $t.tls.enabled $t.tls.secretName }}
 - name: temporal-tls
-  mountPath: /etc/ai-inference/temporal-tls
+  mountPath: {{ include "ai-inference.temporalTLSDir" . }}
+  readOnly: true
+{{- end }}
+{{- if $t.apiKey.secretName }}
+- name: temporal-api-key
+  mountPath: {{ include "ai-inference.temporalAPIKeyDir" . }}
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{/*
+The worker's credentials for the services it calls: projected ServiceAccount tokens bound to each
+service's audience (the kubelet renews them at 80 % of their life; the worker reads them again when
+they change) and the CA of the chart's planner certificate (ca.crt only: no key reaches the worker).
+*/}}
+{{- define "ai-inference.workerCredentialVolumes" -}}
+- name: service-tokens
+  projected:
+    sources:
+      - serviceAccountToken:
+          audience: {{ required "aiInference.planner.audience is required" .Values.aiInference.planner.audience | quote }}
+          expirationSeconds: {{ .Values.worker.tokenExpirationSeconds }}
+          path: planner
+      {{- if include "ai-inference.catalogEnabled" . }}
+      - serviceAccountToken:
+          audience: {{ required "aiInference.aiModels.catalogLookup.audience is required" .Values.aiInference.aiModels.catalogLookup.audience | quote }}
+          expirationSeconds: {{ .Values.worker.tokenExpirationSeconds }}
+          path: catalog
+      {{- end }}
+{{- if not .Values.aiInference.planner.baseURL }}
+- name: planner-ca
+  secret:
+    secretName: {{ .Values.planner.tls.secretName }}
+    defaultMode: 0440
+    items:
+      - {key: ca.crt, path: ca.crt}
+{{- end }}
+{{- end -}}
+
+{{- define "ai-inference.workerCredentialMounts" -}}
+- name: service-tokens
+  mountPath: {{ include "ai-inference.tokenDir" . }}
+  readOnly: true
+{{- if not .Values.aiInference.planner.baseURL }}
+- name: planner-ca
+  mountPath: {{ include "ai-inference.plannerCADir" . }}
   readOnly: true
 {{- end }}
 {{- end -}}

@@ -1,0 +1,186 @@
+"""The worker's ServiceAccount against the real API server, with the chart installed.
+
+* Its least-privilege ClusterRole suffices: every step of an order (the real activities, read,
+  finalizer, apply, re-apply, prune, status, event, finalize) runs with its own token.
+* The worker guard (a ValidatingAdmissionPolicy) refuses what RBAC cannot: a write into a protected
+  namespace, and any change to an object the worker did not make (a user's Secret). Its reads are
+  RBAC's, and RBAC lets it read Secrets everywhere (docs/admin-guide.md says why).
+
+Writes meant to be refused are dry runs: admission judges them, nothing is stored if it does not.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes import config as kube_config
+from kubernetes.client import (
+    ApiClient,
+    AuthenticationV1TokenRequest,
+    Configuration,
+    CoreV1Api,
+    CustomObjectsApi,
+    V1TokenRequestSpec,
+)
+from kubernetes.client.rest import ApiException
+
+from activities.builders.common import LABEL_MANAGED_BY, MANAGED_BY
+from activities.order import OrderActivities
+from devstack.cluster.launcher import LocalCluster
+from inference_api.payloads import ApplyInput, ModelResolution, OrderEvent, OrderRef, StatusUpdate
+from inference_api.settings import ModuleSettings
+from inference_api.types import (
+    CLASSES,
+    GROUP,
+    ORDERS,
+    VERSION,
+    EndpointType,
+    InferenceService,
+    InferenceServiceClass,
+    Phase,
+)
+from tests import factories as f
+from tests.chart.helm import NAMESPACE as MODULE_NAMESPACE
+from tests.chart.helm import Helm
+from tests.polling import wait_until
+
+pytestmark = pytest.mark.cluster
+
+MODEL = "Qwen/Qwen2.5-7B-Instruct"
+DEVICE_CLASS = "nvidia-h100-mps-mig"
+DRY = "All"
+
+
+@pytest.fixture(scope="module")
+def worker_api(local_cluster: LocalCluster, kube_admin: ApiClient, helm: Helm) -> Iterator[ApiClient]:
+    """A client of the chart's worker ServiceAccount (its own token, for the API server)."""
+    with helm.installed(local_cluster):
+        issued = CoreV1Api(kube_admin).create_namespaced_service_account_token(
+            "ai-inference-worker",
+            MODULE_NAMESPACE,
+            AuthenticationV1TokenRequest(spec=V1TokenRequestSpec(audiences=[], expiration_seconds=600)),
+        )
+        configuration = Configuration()
+        kube_config.load_kube_config(
+            config_file=str(local_cluster.kubeconfig("admin")), client_configuration=configuration
+        )
+        configuration.refresh_api_key_hook = None  # or the kubeconfig's token comes back
+        configuration.api_key = {"BearerToken": f"Bearer {issued.status.token}"}
+        with ApiClient(configuration) as api:
+            yield api
+
+
+def _status(call: Callable[[], Any]) -> tuple[int, str]:
+    try:
+        call()
+    except ApiException as err:
+        return int(err.status), str(err.body or "")
+    return 200, ""
+
+
+def _class(name: str, cls: Any) -> dict[str, Any]:
+    body: dict[str, Any] = cls.model_dump(mode="json", exclude_none=True)
+    body["metadata"] = {"name": name}
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceServiceClass", **body}
+
+
+def test_the_workers_role_suffices_for_every_step_of_an_order(
+    worker_api: ApiClient, kube_admin: ApiClient, make_namespace: Callable[..., str]
+) -> None:
+    namespace = make_namespace("worker-role", users=())
+    admin = CustomObjectsApi(kube_admin)
+    external, internal = (f"worker-role-{kind}-{uuid.uuid4().hex[:6]}" for kind in ("external", "internal"))
+    admin.create_cluster_custom_object(GROUP, VERSION, CLASSES, _class(external, f.external_token_certmanager()))
+    admin.create_cluster_custom_object(GROUP, VERSION, CLASSES, _class(internal, f.cluster_local_none()))
+    try:
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "InferenceService",
+            "metadata": {"name": "steady", "namespace": namespace},
+            "spec": {"inferenceServiceClassName": external, "model": {"src": "HuggingFace", "ref": {"name": MODEL}}},
+        }
+        order = InferenceService.model_validate(
+            admin.create_namespaced_custom_object(GROUP, VERSION, namespace, ORDERS, body)
+        )
+        assert order.metadata.uid
+        ref = OrderRef(namespace=namespace, name="steady", uid=order.metadata.uid)
+
+        def no_planner(_: Any) -> Any:
+            raise AssertionError("not planned here")
+
+        worker = OrderActivities(worker_api, ModuleSettings(), planner=no_planner)
+        snapshot = worker.read_order(ref)
+        assert snapshot.order is not None and snapshot.cls is not None
+        worker.ensure_finalizer(ref)
+        request = ApplyInput(
+            ref=ref,
+            order=snapshot.order,
+            cls=snapshot.cls,
+            plan=f.plan(share=50, device_class=DEVICE_CLASS),
+            resolution=ModelResolution(servedName=MODEL, source=MODEL),
+            endpointType=EndpointType.CHAT,
+        )
+        assert worker.apply_workload(request).authSecretName == "steady-auth"
+        worker.apply_workload(request)  # a re-apply patches what stands
+        worker.publish_status(StatusUpdate(ref=ref, phase=Phase.PENDING, reason="Applying"))
+        worker.record_event(OrderEvent(ref=ref, reason="WorkerRoleChecked", message="every step ran"))
+        # The class turns ClusterLocal without a token: the Ingress and the Secret are pruned.
+        local = InferenceServiceClass.model_validate(admin.get_cluster_custom_object(GROUP, VERSION, CLASSES, internal))
+        worker.apply_workload(request.model_copy(update={"cls": local}))
+        core = CoreV1Api(kube_admin)
+        assert _status(lambda: core.read_namespaced_secret("steady-auth", namespace))[0] == 404
+        worker.finalize_order(ref)
+        stored = admin.get_namespaced_custom_object(GROUP, VERSION, namespace, ORDERS, "steady")
+        assert stored["status"]["phase"] == "Pending" and not stored["metadata"].get("finalizers")
+    finally:
+        for name in (external, internal):
+            admin.delete_cluster_custom_object(GROUP, VERSION, CLASSES, name)
+
+
+def test_the_worker_guard_refuses_what_rbac_cannot(
+    worker_api: ApiClient, kube_admin: ApiClient, make_namespace: Callable[..., str]
+) -> None:
+    namespace = make_namespace("worker-guard", users=())
+    worker, admin = CoreV1Api(worker_api), CoreV1Api(kube_admin)
+
+    def secret(name: str, labelled: bool) -> dict[str, Any]:
+        labels = {LABEL_MANAGED_BY: MANAGED_BY} if labelled else {}
+        return {"metadata": {"name": name, "labels": labels}, "stringData": {"token": "hf_x"}}
+
+    # The API server learns of the policy through an informer: a moment after the install.
+    status, body = wait_until(
+        lambda: (
+            r
+            if (
+                r := _status(
+                    lambda: worker.create_namespaced_secret("kube-system", secret("guarded", True), dry_run=DRY)
+                )
+            )[0]
+            == 403
+            else None
+        ),
+        timeout=30,
+        what="the worker guard to refuse a write into kube-system",
+    )
+    assert "may not write into namespace kube-system" in body
+
+    # An object it did not make, in an order's namespace: readable (RBAC), not writable (the guard).
+    admin.create_namespaced_secret(namespace, secret("hf-token", False))
+    assert _status(lambda: worker.read_namespaced_secret("hf-token", namespace))[0] == 200
+    patch = {"metadata": {"labels": {LABEL_MANAGED_BY: MANAGED_BY}}}
+    for what, call in {
+        "patch": lambda: worker.patch_namespaced_secret("hf-token", namespace, patch, dry_run=DRY),
+        "delete": lambda: worker.delete_namespaced_secret("hf-token", namespace, dry_run=DRY),
+        "create unlabelled": lambda: worker.create_namespaced_secret(namespace, secret("x", False), dry_run=DRY),
+    }.items():
+        status, body = _status(call)
+        assert status == 403 and "managed-by=ai-inference" in body, (what, status, body)
+
+    # What orders own stays the worker's to write; and the guard is the worker's alone.
+    assert _status(lambda: worker.create_namespaced_secret(namespace, secret("mine", True), dry_run=DRY))[0] == 200
+    assert (
+        _status(lambda: admin.create_namespaced_secret("kube-system", secret("theirs", False), dry_run=DRY))[0] == 200
+    )
