@@ -193,9 +193,10 @@ class OrderWorkflow(PreemptionMembership):
             if state.dirty:
                 state.dirty = False
                 if await self._interruptible(self._reconcile()):
-                    state.reconciles += 1
                     await self._after_reconcile_scaling()
                     await self._publish()
+                    # Counted once published: a replan's answer reads the status it wrote.
+                    state.reconciles += 1
                 continue
             if state.pendingHealth is not None:
                 report, state.pendingHealth = state.pendingHealth, None
@@ -436,7 +437,9 @@ class OrderWorkflow(PreemptionMembership):
             else:
                 state.plan = None
                 self._refuse(ConditionType.PLANNED, refusal)
-            if refusal.reason in CAPACITY_REFUSALS:
+            # A capacity refusal is tried again on a backoff — unless the order serves a plan made for
+            # exactly this (a replan asked by hand): that one is told, and the order keeps its place.
+            if refusal.reason in CAPACITY_REFUSALS and (not serving or key != state.planKey):
                 state.retryDelaySeconds = self._backoff()
             return False
         assert outcome.plan is not None

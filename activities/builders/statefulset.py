@@ -125,7 +125,7 @@ if [ -f "$marker" ] && [ "$(cat "$marker")" = "$want" ]; then
 fi
 # The volume is sized for one model: what an earlier spec fetched (a folder with either mark) goes
 # before this one comes.
-find "$MODEL_ROOT" \( -name "__MARKER__" -o -name "__FETCHING__" \) -type f 2>/dev/null | while read -r mark; do
+find "$MODEL_ROOT" \\( -name "__MARKER__" -o -name "__FETCHING__" \\) -type f 2>/dev/null | while read -r mark; do
   held="$(dirname "$mark")"
   if [ "$held" != "$MODEL_DIR" ]; then
     echo "removing ${held}: the order now serves ${want}"

@@ -18,7 +18,7 @@ from starlette.routing import Route
 
 from activities.builders import build_ingress
 from devstack.standins.runtime import RuntimeConfig, StandInRuntime, create_app
-from tests.builders import factories as f
+from tests import factories as f
 
 TOKEN = "guard-token-7c1e-do-not-log"
 MODEL = "Qwen/Qwen2.5-32B-Instruct-AWQ"

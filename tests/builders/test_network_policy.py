@@ -7,7 +7,7 @@ from typing import Any
 from activities.builders import build_network_policy, build_statefulset
 from activities.builders.network_policy import allowed_namespaces
 from inference_api.settings import ExposureSettings, ModuleSettings
-from tests.builders import factories as f
+from tests import factories as f
 
 
 def _namespaces(policy: dict[str, Any]) -> list[str]:

@@ -34,7 +34,13 @@ GATED_REPO = "meta-llama/Llama-3.2-1B-Instruct"
 def catalog_settings(base_url: str, requeue_seconds: float = 1.0) -> dict[str, Any]:
     return {
         "aiModels": {
-            "catalogLookup": {"baseURL": base_url, "timeoutSeconds": 2, "notReadyRequeueSeconds": requeue_seconds}
+            "catalogLookup": {
+                "baseURL": base_url,
+                "timeoutSeconds": 2,
+                "notReadyRequeueSeconds": requeue_seconds,
+                # The stand-in catalog serves plain http on loopback; production refuses it.
+                "allowInsecureHttp": True,
+            }
         }
     }
 

@@ -171,6 +171,7 @@ async def test_a_deleted_recipient_gives_its_donors_back(stand: Stand) -> None:
     await fill(stand)
     stand.sim("high").load = 2
     await stand.until(lambda: stand.sim("low").ceiling == 2, what="low held")
+    stand.world.delete_order("high")
     await stand.handles["high"].signal(OrderWorkflow.delete)
     assert await stand.handles["high"].result() == "deleted"
     await stand.until(lambda: stand.sim("low").ceiling is None, what="low restored after the recipient left")
@@ -231,6 +232,7 @@ async def test_a_deleted_blocked_recipient_leaves_the_preemption_workflow_workin
     await fill(stand, low_load=2, high_load=2)
     stand.sim("high").load = 4
     await stand.until(stand.phase_is("high", Phase.DEGRADED, Reason.SCALE_UP_BLOCKED), what="high Degraded")
+    stand.world.delete_order("high")
     await stand.handles["high"].signal(OrderWorkflow.delete)
     assert await stand.handles["high"].result() == "deleted"
     await stand.until(lambda: stand.sim("low").ceiling is None, what="low restored")
@@ -268,7 +270,7 @@ async def test_a_ceiling_set_before_the_first_apply_is_used_and_survives_continu
         order = make_order("held", class_name="low-class")
         world.orders["support/held"] = order
         ref = OrderRef(namespace="support", name="held", uid=order.metadata.uid or "")
-        timings = TIMINGS.model_copy(update={"maxHistoryEvents": 40, "healthWatchMaxSeconds": 0.5})
+        timings = TIMINGS.model_copy(update={"maxHistoryEvents": 40, "resyncSeconds": 0.5})
         # The ceiling arrives with the start, before anything was applied.
         handle = await step(
             "start",
@@ -283,6 +285,8 @@ async def test_a_ceiling_set_before_the_first_apply_is_used_and_survives_continu
         )
         await step("spec_changed", handle.signal(OrderWorkflow.spec_changed, 1))
         stand.handles["held"] = handle
+        # The fake observer watches it too (the HPA's decisions reach it as signals).
+        world.handles["support/held"], world.timings["support/held"] = handle, timings
         await stand.until(stand.phase_is("held", Phase.READY), what="Ready")
         assert world.applies_of("held")[0].replicaCeiling == 2
         last = world.last("held")
@@ -300,8 +304,8 @@ async def test_a_ceiling_set_before_the_first_apply_is_used_and_survives_continu
         await step("lift", current.signal(OrderWorkflow.set_replica_ceiling, None))
         await stand.until(lambda: world.applies_of("held")[-1].replicaCeiling is None, what="lifted")
         await asyncio.sleep(0.5)
-        # Lifting the ceiling is one re-apply, not a replan.
-        assert len(world.applies_of("held")) == applies + 1
+        # Lifting the ceiling is a re-apply, not a replan (the half-second resync re-applies too).
+        assert len(world.applies_of("held")) > applies
         assert (await step("query", current.query(OrderWorkflow.query_state))).replanCount == replans
         # The first run, closed by continue-as-new: a complete history (a busy running one may end mid-task).
         first = temporal_client.get_workflow_handle(handle.id, run_id=first_run)

@@ -528,7 +528,12 @@ SA_MATRIX: list[tuple[str, Access, bool]] = [
     ("watcher", Access("patch", "inferenceserviceclasses", subresource="status", scope="cluster"), True),
     ("watcher", Access("patch", "inferenceservices", subresource="status", scope="cluster"), False),
     ("watcher", PLANNER[0], False),
-    ("watcher", Access("get", "secrets", group="", scope="other"), False),
+    # The observer reads the order's auth Secret to probe a Token order (cluster-wide: RBAC has no
+    # label selector), and may write none.
+    ("watcher", Access("watch", "secrets", group="", scope="other"), True),
+    ("watcher", Access("patch", "secrets", group="", scope="other"), False),
+    ("watcher", Access("delete", "statefulsets", group="apps", scope="other"), False),
+    ("watcher", Access("watch", "horizontalpodautoscalers", group="autoscaling", scope="other"), True),
     ("planner", Access("create", "tokenreviews", group="authentication.k8s.io", scope="cluster"), True),
     ("planner", Access("create", "subjectaccessreviews", group="authorization.k8s.io", scope="cluster"), True),
     ("planner", Access("list", "physicalgpus", group="gpu.deckhouse.io", scope="cluster"), True),

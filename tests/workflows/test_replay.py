@@ -2,10 +2,13 @@
 
 Each workflow type is run against the real dev server (over the fake activity world of
 tests/workflows/world.py), its history fetched and replayed with the module's
-workflow list and data converter. Histories captured from an earlier revision are committed under
-``histories/`` and replayed here too, so a change that breaks determinism for workflows already
-running in a cluster fails CI. Refresh them (after a deliberate, patched change) with
-``AI_INFERENCE_RECORD_HISTORIES=1 pytest tests/workflows/test_replay.py``.
+workflow list and data converter. Histories recorded on a release are committed under
+``histories/`` — frozen: never re-recorded from the code under test — and replayed here, so a change
+that breaks determinism for workflows already running in a cluster fails CI. A new workflow
+version's first histories are written once, by hand, with
+``AI_INFERENCE_RECORD_HISTORIES=1 pytest tests/workflows/test_replay.py`` (it never overwrites a
+file). Histories of a legacy workflow type (``histories/legacy/``) are not replayed: the observer's
+resync moves such runs onto the current type, rebuilding their state from Kubernetes.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from temporalio.client import WorkflowHistory as History
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, WorkflowReplayResult
 
+from inference_api.observation import LEGACY_ORDER_WORKFLOW_TYPES, ORDER_WORKFLOW_TYPE
 from inference_api.types import Phase
 from tests.factories import make_order
 from tests.workflows.world import Harness, Stand
@@ -43,7 +47,9 @@ async def record(handle: WorkflowHandle[Any, Any], name: str) -> History:
     if RECORD:
         HISTORIES.mkdir(exist_ok=True)
         body = {"workflowId": history.workflow_id, "history": json.loads(history.to_json())}
-        (HISTORIES / f"{name}.json").write_text(json.dumps(body, separators=(",", ":")) + "\n")
+        frozen = HISTORIES / f"{name}.json"
+        if not frozen.exists():  # a recorded history is frozen: never rewritten
+            frozen.write_text(json.dumps(body, separators=(",", ":")) + "\n")
     return history
 
 
@@ -52,9 +58,10 @@ async def test_order_workflow_history_replays(harness: Harness) -> None:
     await harness.until(harness.phase_is(Phase.READY))
     outcome = await handle.execute_update("replan", result_type=ReplanOutcome)
     assert outcome.planned
+    harness.world.delete_order("replayed")
     await handle.signal(OrderWorkflow.delete)
     assert await handle.result() == "deleted"
-    await replay(await record(handle, "order-ready-replan-delete"))
+    await replay(await record(handle, "v2-order-ready-replan-delete"))
 
 
 async def test_preemption_workflow_history_replays(preemption_stand: Stand) -> None:
@@ -77,7 +84,7 @@ async def test_preemption_workflow_history_replays(preemption_stand: Stand) -> N
     await stand.until(lambda: stand.sim("high").placed == 2, what="high grows at low's expense")
     await stand.until(lambda: stand.sim("low").ceiling == 2, what="low held at 2")
     await replay(await record(stand.preemption(), "preemption-take-and-hold"))
-    await replay(await record(stand.handles["low"], "order-donor-held"))
+    await replay(await record(stand.handles["low"], "v2-order-donor-held"))
 
 
 RECORDED = sorted(HISTORIES.glob("*.json"))
@@ -88,3 +95,18 @@ RECORDED = sorted(HISTORIES.glob("*.json"))
 async def test_recorded_history_replays_on_this_code(path: Path) -> None:
     body = json.loads(path.read_text())
     await replay(History.from_json(body["workflowId"], body["history"]))
+
+
+LEGACY = sorted((HISTORIES / "legacy").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", LEGACY, ids=[p.stem for p in LEGACY])
+def test_a_legacy_history_is_of_a_type_the_resync_moves(path: Path) -> None:
+    body = json.loads(path.read_text())
+    started = body["history"]["events"][0]["workflowExecutionStartedEventAttributes"]
+    workflow_type = started["workflowType"]["name"]
+    assert workflow_type in LEGACY_ORDER_WORKFLOW_TYPES
+    # The worker no longer runs it: a run of that type is terminated and started again as the current one.
+    registered = {getattr(w, "__temporal_workflow_definition").name for w in WORKFLOWS}
+    assert workflow_type not in registered
+    assert ORDER_WORKFLOW_TYPE in registered

@@ -5,6 +5,11 @@ gives, whether the endpoint answers) and records what they write (statuses, appl
 finalizers), every order's in one list, in order. Its activities are fakes over that state: the
 workflows' decisions are under test here; the real activities run end to end in tests/e2e.
 
+The observer (the watch process) is played by ``FakeObserver``: it looks at the world every tenth
+of a second and signals what the real one would — a health flip after ``failureThreshold`` failed
+looks, one success after; a new HPA observation of an autoscaled order. A deletion is the world's
+``delete_order`` (the order gets its deletionTimestamp) followed by the observer's ``delete`` signal.
+
 With a simulated device class (``sim``, a ``DeviceClassSim``) the world also stands in for the
 autoscalers and the scheduler: each order has a *load* (the replicas its HPA would want without
 bounds); its HPA wants that, clamped to the class's bounds and the ceiling of its last apply; the
@@ -21,6 +26,7 @@ Drivers:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -30,19 +36,15 @@ from typing import Any, overload
 
 from temporalio import activity, workflow
 from temporalio.client import Client, WorkflowHandle
-from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from activities.builders.autoscaling import constraints_status
-from activities.health import watch_health_loop
 from activities.metrics import PreemptionMetricsCollector
 from activities.preemption import PreemptionActivities
-from activities.scaling import watch_scaling_loop
+from inference_api.observation import HealthReport, OrderSignal
 from inference_api.payloads import (
     ApplyInput,
     ApplyResult,
-    HealthChange,
-    HealthWatchInput,
     ModelResolution,
     OrderEvent,
     OrderRef,
@@ -54,7 +56,7 @@ from inference_api.payloads import (
     order_workflow_id,
 )
 from inference_api.plan import PlanOutcome
-from inference_api.preemption import HpaCondition, ScalingObservation, ScalingWatchInput, preemption_workflow_id
+from inference_api.preemption import HpaCondition, ScalingObservation, preemption_workflow_id
 from inference_api.types import (
     ConditionStatus,
     ConstraintsStatus,
@@ -173,6 +175,19 @@ class World:
     applies: list[ApplyInput] = field(default_factory=list)
     finalizers: set[str] = field(default_factory=set)
     events: list[OrderEvent] = field(default_factory=list)
+    # The workflows the fake observer watches, by order key, with the timings they were started with.
+    handles: dict[str, WorkflowHandle[Any, Any]] = field(default_factory=dict)
+    timings: dict[str, OrderTimings] = field(default_factory=dict)
+    # How the first probe answers when it differs from ``healthy`` (None: as ``healthy``); "hang"
+    # makes it wait until cancelled, as a first probe of a replica that never loads.
+    first_probe: str | None = None
+    # Stands in for the apply step when set (an API server that refuses, say).
+    apply_override: Callable[[ApplyInput], Awaitable[ApplyResult]] | None = None
+
+    def delete_order(self, name: str) -> None:
+        """What `kubectl delete` does to an order with a finalizer: it gets a deletionTimestamp."""
+        order = self.orders[_key(name)]
+        order.metadata.deletionTimestamp = "2026-11-30T12:00:00Z"
 
     @overload
     def last(self) -> StatusUpdate: ...
@@ -221,6 +236,8 @@ class World:
 
         @activity.defn(name=act.APPLY_WORKLOAD)
         async def apply_workload(request: ApplyInput) -> ApplyResult:
+            if world.apply_override is not None:
+                return await world.apply_override(request)
             world.applies.append(request)
             endpoint = EndpointStatus(url=f"https://{request.ref.name}.example", type=ExposureType.EXTERNAL)
             if world.sim is None:
@@ -248,28 +265,13 @@ class World:
 
         @activity.defn(name=act.AWAIT_SERVING)
         async def await_serving(request: ProbeInput) -> ProbeResult:
-            return ProbeResult(ok=world.healthy, detail="200 /v1/models" if world.healthy else "503")
-
-        @activity.defn(name=act.WATCH_HEALTH)
-        async def watch_health(request: HealthWatchInput) -> HealthChange:
-            async def probe() -> ProbeResult:
-                return ProbeResult(ok=world.healthy, detail="200" if world.healthy else "503")
-
-            return await watch_health_loop(request, probe, asyncio.sleep, activity.heartbeat)
-
-        @activity.defn(name=act.WATCH_SCALING)
-        async def watch_scaling(request: ScalingWatchInput) -> ScalingObservation:
-            sim = world.sim
-            if sim is None:
-                raise ApplicationError(
-                    "an autoscaled order needs a World with a simulated device class", non_retryable=True
-                )
-            priority = PRIORITIES.get(request.priorityClassName or "", 0)
-
-            async def read() -> ScalingObservation:
-                return sim.observe(request.ref.key, priority)
-
-            return await watch_scaling_loop(request, read, asyncio.sleep, activity.heartbeat)
+            if world.first_probe == "hang":
+                while True:  # a replica that never loads: only a cancellation ends the wait
+                    activity.heartbeat("no replica is ready yet")
+                    await asyncio.sleep(0.1)
+            return ProbeResult(
+                ok=world.healthy, workloadReady=True, detail="200 /v1/models" if world.healthy else "503"
+            )
 
         @activity.defn(name=act.PUBLISH_STATUS)
         async def publish_status(update: StatusUpdate) -> None:
@@ -293,8 +295,6 @@ class World:
             plan_launch,
             apply_workload,
             await_serving,
-            watch_health,
-            watch_scaling,
             publish_status,
             record_event,
             finalize_order,
@@ -321,10 +321,11 @@ async def start_order(
     start_signal: str = "spec_changed",
     start_signal_args: list[Any] | None = None,
 ) -> WorkflowHandle[Any, Any]:
-    """The order in the world and its workflow started as the watcher starts it (signal-with-start)."""
-    world.orders[_key(order.metadata.name)] = order
+    """The order in the world and its workflow started as the observer starts it (signal-with-start)."""
+    key = _key(order.metadata.name)
+    world.orders[key] = order
     ref = OrderRef(namespace="support", name=order.metadata.name, uid=order.metadata.uid or "")
-    return await client.start_workflow(
+    handle = await client.start_workflow(
         OrderWorkflow.run,
         OrderState(ref=ref, timings=timings),
         id=order_workflow_id(ref.namespace, ref.name, ref.uid),
@@ -332,6 +333,73 @@ async def start_order(
         start_signal=start_signal,
         start_signal_args=[order.metadata.generation or 1] if start_signal_args is None else start_signal_args,
     )
+    world.handles[key] = handle
+    world.timings[key] = timings
+    return handle
+
+
+class FakeObserver:
+    """What the observer signals, read off the world: health flips and HPA observations."""
+
+    def __init__(self, world: World, interval: float = 0.1) -> None:
+        self.world = world
+        self.interval = interval
+        self.failures: dict[str, int] = {}
+        self.told_healthy: dict[str, bool] = {}
+        self.told_scaling: dict[str, tuple[object, ...]] = {}
+
+    async def run(self) -> None:
+        while True:
+            for key, handle in list(self.world.handles.items()):
+                try:
+                    await self._look(key, handle)
+                except Exception:  # a workflow that ended takes no signals: the next look skips it
+                    self.world.handles.pop(key, None)
+            await asyncio.sleep(self.interval)
+
+    async def _look(self, key: str, handle: WorkflowHandle[Any, Any]) -> None:
+        world = self.world
+        last = world.last(key.split("/", 1)[1])
+        serving = last is not None and last.phase in (Phase.READY, Phase.DEGRADED, Phase.FAILED)
+        if serving:
+            await self._health(key, handle)
+        sim = world.sim
+        order = world.orders.get(key)
+        if sim is not None and order is not None and key in sim.orders and sim.orders[key].applied:
+            cls = world.classes.get(order.spec.inferenceServiceClassName)
+            names = cls.spec.scalingPolicy.allowedPriorityClassNames if cls and cls.spec.scalingPolicy else []
+            observation = sim.observe(key, PRIORITIES.get(names[0] if names else "", 0))
+            if self.told_scaling.get(key) != observation.signature():
+                self.told_scaling[key] = observation.signature()
+                await handle.signal(OrderSignal.SCALING_CHANGED, observation)
+
+    async def _health(self, key: str, handle: WorkflowHandle[Any, Any]) -> None:
+        healthy = self.world.healthy
+        told = self.told_healthy.get(key, True)
+        if healthy:
+            self.failures[key] = 0
+            if not told:
+                self.told_healthy[key] = True
+                await handle.signal(OrderSignal.HEALTH_CHANGED, HealthReport(healthy=True, detail="200"))
+            return
+        self.failures[key] = self.failures.get(key, 0) + 1
+        threshold = self.world.timings[key].failureThreshold
+        if told and self.failures[key] >= threshold:
+            self.told_healthy[key] = False
+            report = HealthReport(healthy=False, detail="503", failures=self.failures[key])
+            await handle.signal(OrderSignal.HEALTH_CHANGED, report)
+
+
+@asynccontextmanager
+async def observing(world: World) -> AsyncIterator[FakeObserver]:
+    observer = FakeObserver(world)
+    task = asyncio.create_task(observer.run())
+    try:
+        yield observer
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 # ---------------------------------------------------------------------------------------- drivers
@@ -378,7 +446,8 @@ async def open_harness(client: Client) -> AsyncIterator[Harness]:
         workflow_failure_exception_types=[workflow.NondeterminismError],
     ):
         world.classes["default-llm"] = make_class()
-        yield Harness(client, world, task_queue)
+        async with observing(world):
+            yield Harness(client, world, task_queue)
 
 
 @dataclass
@@ -455,7 +524,8 @@ async def running_worker(
     )
     running = asyncio.create_task(worker.run())
     try:
-        yield worker
+        async with observing(world):
+            yield worker
     finally:
         try:
             await asyncio.wait_for(worker.shutdown(), 60)

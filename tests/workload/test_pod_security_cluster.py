@@ -24,13 +24,13 @@ from activities.builders import build_statefulset
 from activities.builders.common import LABEL_ORDER
 from activities.builders.exposure import CUSTOM_CERTIFICATE_LABEL
 from activities.order import OrderActivities
-from devstack.cluster.kube import wait_until
 from devstack.cluster.launcher import LocalCluster
 from inference_api.payloads import ApplyInput, ModelResolution, OrderRef
 from inference_api.reasons import Reason
 from inference_api.settings import ModuleSettings
 from inference_api.types import GROUP, VERSION, EndpointType, InferenceService, InferenceServiceClass
-from tests.builders import factories as f
+from tests import factories as f
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.cluster
 
