@@ -264,11 +264,11 @@ def catalog_disabled_outcome(ref: ModelRef) -> CatalogOutcome:
 # ----------------------------------------------------------------------------- REST
 
 
-class _RestUnavailable(Exception):
+class _RestUnavailableError(Exception):
     """REST gave no usable answer; carries why, for the log line and the outcome."""
 
 
-class _RestNotFound(Exception):
+class _RestNotFoundError(Exception):
     """REST said the model does not exist."""
 
 
@@ -316,34 +316,34 @@ async def _rest_lookup(
             "aiModels.catalogLookup.allowInsecureHttp",
         )
     except InsecureTransportError as err:
-        raise _RestUnavailable(str(err)) from None
+        raise _RestUnavailableError(str(err)) from None
     url = lookup.baseURL.rstrip("/") + lookup.path
     try:
         # httpx times each phase separately; this bounds the whole exchange by timeoutSeconds.
         async with asyncio.timeout(lookup.timeoutSeconds):
             response = await client.get(url, params=rest_lookup_params(kind, name, namespace))
     except TimeoutError as err:
-        raise _RestUnavailable(f"timed out: no answer within {lookup.timeoutSeconds:g}s") from err
+        raise _RestUnavailableError(f"timed out: no answer within {lookup.timeoutSeconds:g}s") from err
     except httpx.TimeoutException as err:
-        raise _RestUnavailable(f"timed out ({type(err).__name__}) within {lookup.timeoutSeconds:g}s") from err
+        raise _RestUnavailableError(f"timed out ({type(err).__name__}) within {lookup.timeoutSeconds:g}s") from err
     except httpx.HTTPError as err:
-        raise _RestUnavailable(f"{type(err).__name__}: {err}") from err
+        raise _RestUnavailableError(f"{type(err).__name__}: {err}") from err
 
     if response.status_code == 404:
         # Only a 404 that is the lookup's own verdict counts as "not found". A bare 404 (a proxy,
         # or an ai-models without this API) says nothing about the model: let the objects decide.
         if _is_not_found_body(response):
-            raise _RestNotFound
-        raise _RestUnavailable("HTTP 404 without a ModelNotFound body: is the lookup path served?")
+            raise _RestNotFoundError
+        raise _RestUnavailableError("HTTP 404 without a ModelNotFound body: is the lookup path served?")
     if response.status_code != 200:
-        raise _RestUnavailable(f"HTTP {response.status_code}")
+        raise _RestUnavailableError(f"HTTP {response.status_code}")
     try:
         result = CatalogLookupAnswer.model_validate_json(response.content)
     except ValidationError as err:
-        raise _RestUnavailable(f"malformed lookup body ({err.error_count()} errors)") from err
+        raise _RestUnavailableError(f"malformed lookup body ({err.error_count()} errors)") from err
     if result.kind != kind.value or result.name != name:
         # A wrong model's facts are worse than none: never let them judge the order.
-        raise _RestUnavailable(f"answer names {result.kind}/{result.name}, not {kind.value}/{name}")
+        raise _RestUnavailableError(f"answer names {result.kind}/{result.name}, not {kind.value}/{name}")
     return result
 
 
@@ -413,16 +413,16 @@ async def lookup_model(
             try:
                 own_client = default_http_client(settings)
             except OSError as err:  # an unreadable or invalid CA bundle: REST cannot be asked
-                raise _RestUnavailable(f"cannot set up the HTTP client: {type(err).__name__}: {err}") from err
+                raise _RestUnavailableError(f"cannot set up the HTTP client: {type(err).__name__}: {err}") from err
             except TokenUnavailableError as err:  # names the file and audiences, never the token
-                raise _RestUnavailable(f"cannot set up the HTTP client: {err}") from None
+                raise _RestUnavailableError(f"cannot set up the HTTP client: {err}") from None
             async with own_client as client:
                 rest_result = await _rest_lookup(client, settings, kind, ref.name, namespace)
         else:
             rest_result = await _rest_lookup(http_client, settings, kind, ref.name, namespace)
-    except _RestNotFound:
+    except _RestNotFoundError:
         outcome = outcome_from_result(None, ref, namespace, settings, CatalogPath.REST)
-    except _RestUnavailable as err:
+    except _RestUnavailableError as err:
         why = str(err)
         log.warning("catalog REST lookup unavailable; reading the catalog object instead", why=why, **fields)
         result = await _read_objects(reader, kind, ref.name, namespace)

@@ -15,13 +15,12 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
 
-from inference_api.payloads import HealthChange, HealthWatchInput, ProbeResult
+from inference_api.payloads import ProbeResult
 
 MODELS_PATH = "/v1/models"
 
@@ -82,30 +81,3 @@ async def probe_models(
     except httpx.HTTPError as err:
         return ProbeResult(ok=False, detail=f"GET {MODELS_PATH}: {type(err).__name__}")
     return models_verdict(response.status_code, response.content, served_name)
-
-
-async def watch_health_loop(
-    request: HealthWatchInput,
-    probe: Callable[[], Awaitable[ProbeResult]],
-    sleep: Callable[[float], Awaitable[None]],
-    heartbeat: Callable[[str], None],
-    clock: Callable[[], float] = time.monotonic,
-) -> HealthChange:
-    """Sustained failures (failureThreshold in a row) flip healthy → unhealthy; one success flips back."""
-    deadline = clock() + request.maxDurationSeconds
-    failures = 0
-    last = ""
-    while clock() < deadline:
-        await sleep(request.intervalSeconds)
-        result = await probe()
-        last = result.detail
-        heartbeat(f"ok={result.ok} failures={failures}")
-        if result.ok:
-            failures = 0
-            if not request.healthy:
-                return HealthChange(healthy=True, changed=True, detail=result.detail)
-        else:
-            failures += 1
-            if request.healthy and failures >= request.failureThreshold:
-                return HealthChange(healthy=False, changed=True, detail=result.detail)
-    return HealthChange(healthy=request.healthy, changed=False, detail=last)

@@ -9,11 +9,10 @@ without a cluster.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from inference_api.preemption import HpaCondition, ScalingObservation, ScalingWatchInput
+from inference_api.preemption import HpaCondition, ScalingObservation
 
 
 def pod_is_placed(pod: Mapping[str, Any]) -> bool:
@@ -78,21 +77,3 @@ def scaling_observation(
         conditions=sorted(conditions, key=lambda c: c.type),
         priority=priority,
     )
-
-
-async def watch_scaling_loop(
-    request: ScalingWatchInput,
-    read: Callable[[], Awaitable[ScalingObservation]],
-    sleep: Callable[[float], Awaitable[None]],
-    heartbeat: Callable[[str], None],
-    clock: Callable[[], float] = time.monotonic,
-) -> ScalingObservation:
-    """Returns the first observation that differs from ``request.last``, or the last one at the deadline."""
-    deadline = clock() + request.maxDurationSeconds
-    last_signature = request.last.signature() if request.last is not None else None
-    while True:
-        observed = await read()
-        if observed.signature() != last_signature or clock() >= deadline:
-            return observed
-        heartbeat(f"desired={observed.desiredReplicas} placed={observed.placedReplicas}")
-        await sleep(request.intervalSeconds)

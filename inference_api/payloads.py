@@ -137,21 +137,6 @@ class ProbeResult(_Payload):
     workloadReady: bool = True
 
 
-class HealthWatchInput(_Payload):
-    probe: ProbeInput
-    intervalSeconds: float
-    failureThreshold: int
-    # The state the workflow believes: the watch returns when it changes.
-    healthy: bool
-    maxDurationSeconds: float
-
-
-class HealthChange(_Payload):
-    healthy: bool
-    changed: bool
-    detail: str = ""
-
-
 class StatusUpdate(_Payload):
     ref: OrderRef
     phase: Phase

@@ -73,19 +73,10 @@ class ScalingObservation(_Payload):
         )
 
     @property
-    def wantsAboveBound(self) -> bool:
+    def wants_above_bound(self) -> bool:
         """The HPA would go higher than its maxReplicas (ScalingLimited=True, TooManyReplicas)."""
         limited = self.condition(SCALING_LIMITED)
         return limited is not None and limited.status == "True" and limited.reason == TOO_MANY_REPLICAS
-
-
-class ScalingWatchInput(_Payload):
-    ref: OrderRef
-    priorityClassName: str | None = None
-    intervalSeconds: float = 15
-    maxDurationSeconds: float = 6 * 3600
-    # What the workflow last saw: the watch returns when the cluster differs from it.
-    last: ScalingObservation | None = None
 
 
 class MemberReport(_Payload):

@@ -97,7 +97,8 @@ def fit(
             if sized is None or len(sized) == 2:
                 if sized is not None:
                     need, share = sized[0], sized[1]
-                    assert isinstance(share, ShareDecision) and isinstance(need, int)
+                    assert isinstance(share, ShareDecision)
+                    assert isinstance(need, int)
                     trace.tooSmall.extend((s.deviceClass, s.device, need, share) for s in group)
                 continue
             n, need, share = sized

@@ -78,7 +78,7 @@ def scaling_health(
         f"(bounds {observation.minReplicas}..{observation.maxReplicas})"
     )
     limited = observation.condition(SCALING_LIMITED)
-    if observation.wantsAboveBound:
+    if observation.wants_above_bound:
         if ceiling is not None:
             message += f"; held at maxReplicas {ceiling}, lowered by preemption for higher-priority orders"
         else:

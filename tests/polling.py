@@ -1,7 +1,7 @@
 """The one way tests wait: poll a check until it holds, or fail saying what was awaited.
 
 * ``wait_until`` (blocking) and ``until`` (async) poll ``check`` until it returns something truthy
-  and return that; on timeout they raise ``WaitTimeout`` (an ``AssertionError``) naming ``what``
+  and return that; on timeout they raise ``WaitTimeoutError`` (an ``AssertionError``) naming ``what``
   and the last error the check raised.
 * ``stays`` asserts the opposite: ``check`` holds for the whole period.
 * ``settled`` waits until a reading stops changing.
@@ -26,7 +26,7 @@ What = str | Callable[[], str]
 Errors = tuple[type[BaseException], ...]
 
 
-class WaitTimeout(AssertionError):
+class WaitTimeoutError(AssertionError):
     """A wait ran out of time (a test failure, like a failed assertion)."""
 
 
@@ -35,9 +35,9 @@ def _describe(what: What, check: object) -> str:
     return text or getattr(check, "__qualname__", repr(check))
 
 
-def _timed_out(timeout: float, what: What, check: object, error: BaseException | None) -> WaitTimeout:
+def _timed_out(timeout: float, what: What, check: object, error: BaseException | None) -> WaitTimeoutError:
     suffix = f" (last error: {error!r})" if error is not None else ""
-    return WaitTimeout(f"timed out after {timeout:g}s waiting for {_describe(what, check)}{suffix}")
+    return WaitTimeoutError(f"timed out after {timeout:g}s waiting for {_describe(what, check)}{suffix}")
 
 
 def wait_until(
@@ -134,7 +134,7 @@ def settled(read: Callable[[], T], *, quiet: float, timeout: float, what: str, i
     quiet_since = time.monotonic()
     while time.monotonic() - quiet_since < quiet:
         if time.monotonic() > deadline:
-            raise WaitTimeout(f"{what} never stopped changing in {timeout:g}s: {last}")
+            raise WaitTimeoutError(f"{what} never stopped changing in {timeout:g}s: {last}")
         time.sleep(interval)
         now = read()
         if now != last:

@@ -596,7 +596,8 @@ class OrderWorkflow(PreemptionMembership):
 
     def _probe_input(self) -> ProbeInput:
         state = self._require_state()
-        assert state.applied is not None and state.resolution is not None
+        assert state.applied is not None
+        assert state.resolution is not None
         return ProbeInput(
             ref=state.ref,
             endpointUrl=state.applied.endpoint.url or "",

@@ -111,7 +111,7 @@ class PreemptionMembership:
             desired=observation.desiredReplicas,
             placed=observation.placedReplicas,
             unschedulable=observation.unschedulableReplicas,
-            limited=observation.wantsAboveBound,
+            limited=observation.wants_above_bound,
         )
         last = state.lastReport
         if last is not None and not last.leaving and report.model_copy(update={"sequence": last.sequence}) == last:

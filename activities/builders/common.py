@@ -96,7 +96,7 @@ SERVICE_PORT = 80
 MODEL_MOUNT_PATH = "/models"
 
 
-class UnsupportedModelSource(ValueError):
+class UnsupportedModelSourceError(ValueError):
     """The catalog names an origin the model fetcher cannot download from."""
 
 
@@ -137,7 +137,7 @@ def parse_catalog_source(source: str) -> tuple[str, str | None]:
         # https://huggingface.co/org/repo/tree/<revision>
         rest, revision = rest.split("/tree/", 1)
     if not _HF_REPO.match(rest):
-        raise UnsupportedModelSource(
+        raise UnsupportedModelSourceError(
             f"the catalog source {source!r} is not a Hugging Face repository (hf://org/repo); "
             "the model fetcher cannot download it"
         )
@@ -158,7 +158,7 @@ def artifact_for_order(
     if model.src == ModelSource.HUGGING_FACE:
         return ModelArtifact(repository=model.ref.name, served_name=served_name or model.ref.name)
     if not catalog_source:
-        raise UnsupportedModelSource(
+        raise UnsupportedModelSourceError(
             f"the catalog model {model.ref.name!r} has no source to fetch from; resolve it from the catalog first"
         )
     repository, revision = parse_catalog_source(catalog_source)

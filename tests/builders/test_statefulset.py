@@ -7,7 +7,7 @@ import json
 import pytest
 
 from activities.builders import (
-    UnsupportedModelSource,
+    UnsupportedModelSourceError,
     artifact_for_order,
     build_statefulset,
 )
@@ -155,7 +155,8 @@ def test_fetcher_downloads_into_the_model_volume_with_the_users_token_by_referen
     ]
     script = fetcher["command"][2]
     assert fetcher["command"][:2] == ["/bin/sh", "-c"]
-    assert "hf download" in script and "huggingface-cli download" in script
+    assert "hf download" in script
+    assert "huggingface-cli download" in script
     # The order's values reach the script only through the environment.
     assert MODEL not in script
 
@@ -191,9 +192,9 @@ def test_catalog_model_is_fetched_from_the_catalog_source_and_served_under_its_n
 
 def test_catalog_model_without_a_fetchable_source_is_refused() -> None:
     the_order = f.order(catalog={"kind": "ClusterModel", "name": "qwen"})
-    with pytest.raises(UnsupportedModelSource):
+    with pytest.raises(UnsupportedModelSourceError):
         artifact_for_order(the_order)
-    with pytest.raises(UnsupportedModelSource):
+    with pytest.raises(UnsupportedModelSourceError):
         artifact_for_order(the_order, catalog_source="s3://bucket/qwen")
 
 
@@ -344,7 +345,8 @@ def test_pods_meet_the_restricted_pod_security_profile(the_class: object) -> Non
         assert context["capabilities"] == {"drop": ["ALL"]}, container["name"]
         assert context["runAsNonRoot"] is True, container["name"]
         assert context["seccompProfile"] == {"type": "RuntimeDefault"}, container["name"]
-        assert "privileged" not in context and "runAsUser" not in context
+        assert "privileged" not in context
+        assert "runAsUser" not in context
         for port in container.get("ports", []):
             assert "hostPort" not in port
 

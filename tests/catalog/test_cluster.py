@@ -125,7 +125,8 @@ async def test_kubernetes_transport_reads_a_ready_cluster_model(admin_api: ApiCl
         make_settings(transport="Kubernetes"),
         KubernetesCatalogReader(admin_api),
     )
-    assert outcome.ok and outcome.answeredBy is CatalogPath.KUBERNETES
+    assert outcome.ok
+    assert outcome.answeredBy is CatalogPath.KUBERNETES
     assert outcome.resolved is not None
     assert outcome.resolved.scope is ModelScope.CLUSTER
     assert outcome.resolved.facts == QWEN_FACTS
@@ -146,7 +147,8 @@ async def test_kubernetes_transport_model_in_the_orders_namespace(
     )
     elsewhere = await lookup_model(ModelRef(kind=ModelKind.MODEL, name=name), "default", settings, reader)
     for outcome in (own, named):
-        assert outcome.ok and outcome.resolved is not None
+        assert outcome.ok
+        assert outcome.resolved is not None
         assert outcome.resolved.scope is ModelScope.NAMESPACE
         assert outcome.resolved.servedName == name
         assert team_namespace not in outcome.resolved.model_dump_json()
@@ -171,7 +173,8 @@ async def test_not_ready_then_ready_on_the_object(admin_api: ApiClient, catalog:
     settings = make_settings(transport="Kubernetes", requeue=9)
     reader = KubernetesCatalogReader(admin_api)
     first = await lookup_model(ref, "support", settings, reader)
-    assert first.reason is Reason.MODEL_NOT_READY and first.requeueAfterSeconds == 9
+    assert first.reason is Reason.MODEL_NOT_READY
+    assert first.requeueAfterSeconds == 9
     catalog.set_status(ModelKind.CLUSTER_MODEL, name, None, phase="Ready", facts=QWEN_FACTS)
     second = await lookup_model(ref, "support", settings, reader)
     assert second.ok
@@ -186,15 +189,18 @@ async def test_rest_absent_reads_the_object_from_the_api_server_in_the_same_call
     with CatalogServiceProcess([]) as service:  # knows nothing: a REST answer would be ModelNotFound
         settings = make_settings(base_url=service.base_url)
         via_rest = await lookup_model(ref, "support", settings, KubernetesCatalogReader(admin_api))
-        assert via_rest.reason is Reason.MODEL_NOT_FOUND and via_rest.answeredBy is CatalogPath.REST
+        assert via_rest.reason is Reason.MODEL_NOT_FOUND
+        assert via_rest.answeredBy is CatalogPath.REST
         service.set_mode("fail")
         failing = await lookup_model(ref, "support", settings, KubernetesCatalogReader(admin_api))
         service.stop()
         stopped = await lookup_model(ref, "support", settings, KubernetesCatalogReader(admin_api))
     for outcome in (failing, stopped):
-        assert outcome.ok and outcome.answeredBy is CatalogPath.KUBERNETES
+        assert outcome.ok
+        assert outcome.answeredBy is CatalogPath.KUBERNETES
         assert outcome.restUnavailable is not None
-        assert outcome.resolved is not None and outcome.resolved.source == QWEN_SOURCE
+        assert outcome.resolved is not None
+        assert outcome.resolved.source == QWEN_SOURCE
 
 
 async def test_forbidden_read_is_an_outage_not_a_verdict(

@@ -63,7 +63,8 @@ async def test_rest_answers_and_no_object_is_read() -> None:
     settings = make_settings(base_url="http://catalog.test:8080/")
     async with rest.client() as client:
         outcome = await lookup_model(QWEN, "support", settings, ExplodingReader(), http_client=client)
-    assert outcome.ok and outcome.answeredBy is CatalogPath.REST
+    assert outcome.ok
+    assert outcome.answeredBy is CatalogPath.REST
     assert outcome.resolved is not None
     assert outcome.resolved.scope is ModelScope.CLUSTER
     assert outcome.resolved.servedName == "Qwen/Qwen2.5-32B-Instruct-AWQ"
@@ -131,12 +132,16 @@ async def test_rest_without_a_usable_answer_reads_the_object_in_the_same_call(
             outcome = await lookup_model(QWEN, "support", make_settings(), fake_reader, http_client=client)
     assert len(rest.requests) == 1
     assert fake_reader.calls == [(ModelKind.CLUSTER_MODEL, "qwen2-5-32b-instruct-awq", None)]
-    assert outcome.ok and outcome.answeredBy is CatalogPath.KUBERNETES
-    assert outcome.restUnavailable is not None and why in outcome.restUnavailable
-    assert outcome.resolved is not None and outcome.resolved.facts == QWEN_FACTS
+    assert outcome.ok
+    assert outcome.answeredBy is CatalogPath.KUBERNETES
+    assert outcome.restUnavailable is not None
+    assert why in outcome.restUnavailable
+    assert outcome.resolved is not None
+    assert outcome.resolved.facts == QWEN_FACTS
     # The log says which path answered and why REST did not.
     answered = [e for e in logs if e["event"] == "catalog lookup answered"]
-    assert answered and answered[-1]["answered_by"] is CatalogPath.KUBERNETES
+    assert answered
+    assert answered[-1]["answered_by"] is CatalogPath.KUBERNETES
     assert any(e["log_level"] == "warning" and why in e["why"] for e in logs)
 
 
@@ -157,8 +162,10 @@ async def test_fallback_gives_not_found_and_not_ready_too(fake_reader: FakeReade
             fake_reader,
             http_client=client,
         )
-    assert missing.reason is Reason.MODEL_NOT_FOUND and missing.answeredBy is CatalogPath.KUBERNETES
-    assert pending.reason is Reason.MODEL_NOT_READY and pending.requeueAfterSeconds == 30
+    assert missing.reason is Reason.MODEL_NOT_FOUND
+    assert missing.answeredBy is CatalogPath.KUBERNETES
+    assert pending.reason is Reason.MODEL_NOT_READY
+    assert pending.requeueAfterSeconds == 30
 
 
 async def test_rest_timeout_falls_back_within_the_timeout(fake_reader: FakeReader) -> None:
@@ -174,8 +181,10 @@ async def test_rest_timeout_falls_back_within_the_timeout(fake_reader: FakeReade
     async with client:
         outcome = await lookup_model(QWEN, "support", make_settings(timeout=0.2), fake_reader, http_client=client)
     assert loop.time() - started < 2
-    assert outcome.ok and outcome.answeredBy is CatalogPath.KUBERNETES
-    assert outcome.restUnavailable is not None and "0.2s" in outcome.restUnavailable
+    assert outcome.ok
+    assert outcome.answeredBy is CatalogPath.KUBERNETES
+    assert outcome.restUnavailable is not None
+    assert "0.2s" in outcome.restUnavailable
 
 
 async def test_both_paths_down_is_an_outage_not_a_verdict() -> None:
@@ -196,8 +205,11 @@ async def test_kubernetes_transport_never_calls_rest(fake_reader: FakeReader) ->
                 ModelRef(kind=ModelKind.MODEL, name="e5-large"), "elsewhere", settings, fake_reader, http_client=client
             )
     assert rest.requests == []
-    assert found.ok and found.answeredBy is CatalogPath.KUBERNETES and found.restUnavailable is None
-    assert found.resolved is not None and found.resolved.scope is ModelScope.NAMESPACE
+    assert found.ok
+    assert found.answeredBy is CatalogPath.KUBERNETES
+    assert found.restUnavailable is None
+    assert found.resolved is not None
+    assert found.resolved.scope is ModelScope.NAMESPACE
     assert missing.reason is Reason.MODEL_NOT_FOUND
     assert fake_reader.calls == [(ModelKind.MODEL, "e5-large", "team-a"), (ModelKind.MODEL, "e5-large", "elsewhere")]
     assert [e["answered_by"] for e in logs if e["event"] == "catalog lookup answered"] == [CatalogPath.KUBERNETES] * 2
@@ -212,7 +224,8 @@ async def test_kubernetes_transport_read_failure_is_an_outage() -> None:
 
 async def test_the_blocking_reader_runs_off_the_event_loop_thread(fake_reader: FakeReader) -> None:
     await lookup_model(QWEN, "support", make_settings(transport="Kubernetes"), fake_reader)
-    assert fake_reader.threads and fake_reader.threads[0] != threading.get_ident()
+    assert fake_reader.threads
+    assert fake_reader.threads[0] != threading.get_ident()
 
 
 @pytest.mark.parametrize("transport", ["Rest", "Kubernetes"])
@@ -262,8 +275,10 @@ async def test_the_projected_catalog_token_is_sent_never_the_pods_own_nor_logged
     failing.aiModels.catalogLookup.tokenFile = str(projected)
     with capture_logs() as logs:
         outcome = await lookup_model(QWEN, "support", failing, fake_reader)
-    assert outcome.restUnavailable is not None and "ConnectError" in outcome.restUnavailable
-    assert logs and "sekret-token-value" not in repr(logs)
+    assert outcome.restUnavailable is not None
+    assert "ConnectError" in outcome.restUnavailable
+    assert logs
+    assert "sekret-token-value" not in repr(logs)
 
 
 async def test_a_token_for_another_audience_is_not_sent_and_the_objects_answer(
@@ -279,8 +294,10 @@ async def test_a_token_for_another_audience_is_not_sent_and_the_objects_answer(
     settings.aiModels.catalogLookup.tokenFile = str(tmp_path / "catalog")
     with capture_logs() as logs:
         outcome = await lookup_model(QWEN, "support", settings, fake_reader)
-    assert outcome.ok and outcome.answeredBy is CatalogPath.KUBERNETES
-    assert outcome.restUnavailable is not None and "not 'ai-models'" in outcome.restUnavailable
+    assert outcome.ok
+    assert outcome.answeredBy is CatalogPath.KUBERNETES
+    assert outcome.restUnavailable is not None
+    assert "not 'ai-models'" in outcome.restUnavailable
     assert token not in repr(logs) + outcome.model_dump_json()
 
 
@@ -291,8 +308,10 @@ async def test_plain_http_is_refused_unless_allowed_and_the_objects_answer(fake_
     async with rest.client() as client:
         outcome = await lookup_model(QWEN, "support", settings, fake_reader, http_client=client)
     assert rest.requests == []
-    assert outcome.ok and outcome.answeredBy is CatalogPath.KUBERNETES
-    assert outcome.restUnavailable is not None and "plain http is refused" in outcome.restUnavailable
+    assert outcome.ok
+    assert outcome.answeredBy is CatalogPath.KUBERNETES
+    assert outcome.restUnavailable is not None
+    assert "plain http is refused" in outcome.restUnavailable
     assert "allowInsecureHttp" in outcome.restUnavailable
 
 
@@ -302,5 +321,7 @@ async def test_an_unusable_ca_bundle_counts_as_rest_unavailable(
     (tmp_path / "ca.crt").write_text("not a certificate")
     monkeypatch.setattr(catalog, "SERVICE_ACCOUNT_DIR", tmp_path)
     outcome = await lookup_model(QWEN, "support", make_settings(), fake_reader)
-    assert outcome.ok and outcome.answeredBy is CatalogPath.KUBERNETES
-    assert outcome.restUnavailable is not None and "HTTP client" in outcome.restUnavailable
+    assert outcome.ok
+    assert outcome.answeredBy is CatalogPath.KUBERNETES
+    assert outcome.restUnavailable is not None
+    assert "HTTP client" in outcome.restUnavailable

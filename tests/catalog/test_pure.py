@@ -75,7 +75,8 @@ def test_ready_result_resolves_without_the_models_namespace() -> None:
         kind="Model", name="e5", namespace="shared-models", ready=True, scope=ModelScope.NAMESPACE, facts=E5_FACTS
     )
     outcome = outcome_from_result(result, ref, "shared-models", make_settings(), CatalogPath.REST)
-    assert outcome.ok and outcome.reason is None
+    assert outcome.ok
+    assert outcome.reason is None
     assert outcome.resolved is not None
     assert outcome.resolved.scope is ModelScope.NAMESPACE
     assert outcome.resolved.servedName == "e5"
@@ -89,7 +90,8 @@ def test_scope_comes_from_the_reference_not_the_answer() -> None:
     ref = ModelRef(kind=ModelKind.CLUSTER_MODEL, name="q")
     lying = CatalogLookupResult(kind="ClusterModel", name="q", ready=True, scope=ModelScope.NAMESPACE)
     outcome = outcome_from_result(lying, ref, None, make_settings(), CatalogPath.REST)
-    assert outcome.resolved is not None and outcome.resolved.scope is ModelScope.CLUSTER
+    assert outcome.resolved is not None
+    assert outcome.resolved.scope is ModelScope.CLUSTER
 
 
 def test_not_ready_asks_to_look_again_after_the_configured_seconds() -> None:
@@ -143,5 +145,6 @@ def test_model_resolution_payload_for_the_workflow() -> None:
     refused = model_resolution(waiting, ref)
     assert refused.refusal is Reason.MODEL_NOT_READY
     assert refused.retryAfterSeconds == 20
-    assert refused.facts is None and refused.source is None
+    assert refused.facts is None
+    assert refused.source is None
     assert refused.message == waiting.message

@@ -79,13 +79,17 @@ async def test_rest_answers_cluster_model_and_model(service: CatalogServiceProce
     qwen = await lookup_model(QWEN, "support", settings, ExplodingReader())
     e5 = await lookup_model(E5, "team-a", settings, ExplodingReader())
     assert service.lookups() == before + 2
-    assert qwen.ok and qwen.answeredBy is CatalogPath.REST
-    assert qwen.resolved is not None and qwen.resolved.scope is ModelScope.CLUSTER
+    assert qwen.ok
+    assert qwen.answeredBy is CatalogPath.REST
+    assert qwen.resolved is not None
+    assert qwen.resolved.scope is ModelScope.CLUSTER
     assert qwen.resolved.facts == QWEN_FACTS
     assert qwen.resolved.servedName == "Qwen/Qwen2.5-32B-Instruct-AWQ"
     assert qwen.resolved.source == QWEN_SOURCE
-    assert e5.ok and e5.answeredBy is CatalogPath.REST
-    assert e5.resolved is not None and e5.resolved.scope is ModelScope.NAMESPACE
+    assert e5.ok
+    assert e5.answeredBy is CatalogPath.REST
+    assert e5.resolved is not None
+    assert e5.resolved.scope is ModelScope.NAMESPACE
     assert e5.resolved.servedName == "e5-large"
 
 
@@ -107,8 +111,10 @@ async def test_stopped_service_the_object_is_read_in_the_same_call(
     settings = settings_for(service)
     service.stop()
     outcome = await lookup_model(QWEN, "support", settings, fake_reader)
-    assert outcome.ok and outcome.answeredBy is CatalogPath.KUBERNETES
-    assert outcome.restUnavailable is not None and "ConnectError" in outcome.restUnavailable
+    assert outcome.ok
+    assert outcome.answeredBy is CatalogPath.KUBERNETES
+    assert outcome.restUnavailable is not None
+    assert "ConnectError" in outcome.restUnavailable
     assert fake_reader.calls == [(ModelKind.CLUSTER_MODEL, QWEN.name, None)]
     # Back on the same port: the next lookup is REST's again.
     service.start()
@@ -123,7 +129,8 @@ async def test_failing_service_5xx_the_object_is_read_in_the_same_call(
     before = service.lookups()
     outcome = await lookup_model(E5, "team-a", settings_for(service), fake_reader)
     assert service.lookups() == before + 1
-    assert outcome.ok and outcome.answeredBy is CatalogPath.KUBERNETES
+    assert outcome.ok
+    assert outcome.answeredBy is CatalogPath.KUBERNETES
     assert outcome.restUnavailable == "HTTP 502"
     assert fake_reader.calls == [(ModelKind.MODEL, E5.name, "team-a")]
 
@@ -136,15 +143,18 @@ async def test_slow_service_times_out_and_the_object_is_read_in_the_same_call(
     started = loop.time()
     outcome = await lookup_model(QWEN, "support", settings_for(service, timeout=0.3), fake_reader)
     assert loop.time() - started < 2.5
-    assert outcome.ok and outcome.answeredBy is CatalogPath.KUBERNETES
-    assert outcome.restUnavailable is not None and "time" in outcome.restUnavailable.lower()
+    assert outcome.ok
+    assert outcome.answeredBy is CatalogPath.KUBERNETES
+    assert outcome.restUnavailable is not None
+    assert "time" in outcome.restUnavailable.lower()
     assert fake_reader.calls == [(ModelKind.CLUSTER_MODEL, QWEN.name, None)]
 
 
 async def test_kubernetes_transport_never_calls_rest(service: CatalogServiceProcess, fake_reader: FakeReader) -> None:
     before = service.lookups()
     outcome = await lookup_model(QWEN, "support", settings_for(service, transport="Kubernetes"), fake_reader)
-    assert outcome.ok and outcome.answeredBy is CatalogPath.KUBERNETES
+    assert outcome.ok
+    assert outcome.answeredBy is CatalogPath.KUBERNETES
     assert service.lookups() == before
 
 
@@ -167,7 +177,8 @@ async def test_not_ready_then_marked_ready_resolves_on_the_next_lookup(service: 
     stored = service.put_model(ModelKind.CLUSTER_MODEL, ref.name, ready=True)
     assert stored["facts"]["parameterCount"] == "32B"  # marking ready keeps the facts
     second = await lookup_model(ref, "support", settings, ExplodingReader())
-    assert second.ok and second.resolved is not None
+    assert second.ok
+    assert second.resolved is not None
     assert second.resolved.facts == QWEN_FACTS
 
 
@@ -176,7 +187,8 @@ async def test_model_added_and_deleted_at_run_time(service: CatalogServiceProces
     settings = settings_for(service)
     service.put_model(ModelKind.MODEL, ref.name, namespace="shared", facts={"endpointTypes": ["Rerank"]})
     added = await lookup_model(ref, "support", settings, ExplodingReader())
-    assert added.ok and added.resolved is not None
+    assert added.ok
+    assert added.resolved is not None
     assert [t.value for t in added.resolved.facts.endpointTypes] == ["Rerank"]
     assert service.delete_model(ModelKind.MODEL, ref.name, "shared")
     gone = await lookup_model(ref, "support", settings, ExplodingReader())
@@ -203,13 +215,16 @@ def test_wire_format(service: CatalogServiceProcess) -> None:
         },
     }
     missing = httpx.get(url, params={"kind": "Model", "name": "x", "namespace": "y"})
-    assert missing.status_code == 404 and missing.json()["reason"] == "ModelNotFound"
+    assert missing.status_code == 404
+    assert missing.json()["reason"] == "ModelNotFound"
     for params in ({"kind": "Pod", "name": "x"}, {"kind": "Model", "name": "x"}, {"kind": "ClusterModel"}):
         bad = httpx.get(url, params=params)
-        assert bad.status_code == 400 and bad.json()["reason"] == "BadRequest"
+        assert bad.status_code == 400
+        assert bad.json()["reason"] == "BadRequest"
     service.set_mode("fail")
     failing = httpx.get(url, params={"kind": "ClusterModel", "name": QWEN.name})
-    assert failing.status_code == 503 and failing.json()["reason"] == "Unavailable"
+    assert failing.status_code == 503
+    assert failing.json()["reason"] == "Unavailable"
     assert httpx.post(service.base_url + "/admin/mode", json={"mode": "sideways"}).status_code == 400
 
 
@@ -230,5 +245,6 @@ async def test_object_fallback_matches_what_rest_said(service: CatalogServicePro
     via_rest = await lookup_model(QWEN, "support", settings_for(service), reader)
     service.stop()
     via_objects = await lookup_model(QWEN, "support", settings_for(service), reader)
-    assert via_rest.answeredBy is CatalogPath.REST and via_objects.answeredBy is CatalogPath.KUBERNETES
+    assert via_rest.answeredBy is CatalogPath.REST
+    assert via_objects.answeredBy is CatalogPath.KUBERNETES
     assert via_rest.resolved == via_objects.resolved

@@ -156,7 +156,8 @@ def test_the_chart_requires_kubernetes_1_34(helm: Helm) -> None:
     args = template_args()
     args[args.index("--kube-version") + 1] = "1.33.0"
     result = helm(*args, check=False)
-    assert result.returncode != 0 and "kubeVersion" in result.stderr
+    assert result.returncode != 0
+    assert "kubeVersion" in result.stderr
 
 
 # -- the bundled class ------------------------------------------------------------------------
@@ -176,7 +177,8 @@ def test_default_llm_is_the_admin_guides_bundled_class(docs: list[Doc]) -> None:
     assert set(accel["allowedSharingModes"]) == {"Shared", "Dedicated"}
     assert set(accel["allowedPlacementTypes"]) == {"WholeDevice", "Partition"}
     assert accel["maxAcceleratorCount"] == 1
-    assert "minSharePercent" not in accel and "maxSharePercent" not in accel
+    assert "minSharePercent" not in accel
+    assert "maxSharePercent" not in accel
     assert "allowedDeviceClasses" not in accel
     # "bounds replicas at one to two"
     assert spec["scalingPolicy"] == {"minReplicas": 1, "maxReplicas": 2}
@@ -203,7 +205,8 @@ def test_default_llm_is_the_admin_guides_bundled_class(docs: list[Doc]) -> None:
     assert cls.spec.acceleratorPolicy.allowedPlacementTypes == [PlacementType.WHOLE_DEVICE, PlacementType.PARTITION]
     assert cls.spec.exposurePolicy.type == ExposureType.EXTERNAL
     assert cls.spec.exposurePolicy.authentication == Authentication.TOKEN
-    assert cls.spec.exposurePolicy.https is not None and cls.spec.exposurePolicy.https.mode == HttpsMode.CERT_MANAGER
+    assert cls.spec.exposurePolicy.https is not None
+    assert cls.spec.exposurePolicy.https.mode == HttpsMode.CERT_MANAGER
     assert cls.spec.updatePolicy.strategy == UpdateStrategy.ROLLING_UPDATE
 
 
@@ -250,7 +253,8 @@ def test_default_values_reach_each_process_as_settings(
     assert settings.temporal.address == "temporal-frontend.temporal.svc.cluster.local:7233"
     assert settings.temporal.namespace == "default"
     assert settings.temporal.taskQueue == "ai-inference"
-    assert settings.temporal.tls.enabled is False and settings.temporal.apiKeyFile is None
+    assert settings.temporal.tls.enabled is False
+    assert settings.temporal.apiKeyFile is None
     assert settings.moduleNamespace == NAMESPACE
 
 
@@ -373,7 +377,8 @@ def test_deployment_runs_its_process_locked_down_with_probes(
     assert sc["allowPrivilegeEscalation"] is False
     assert sc["runAsNonRoot"] is True
     assert sc["capabilities"] == {"drop": ["ALL"]}
-    assert container["resources"]["requests"]["cpu"] and container["resources"]["limits"]["memory"]
+    assert container["resources"]["requests"]["cpu"]
+    assert container["resources"]["limits"]["memory"]
     # A read-only root filesystem still needs a writable /tmp.
     assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
     assert {"name": "tmp", "emptyDir": {}} in pod["volumes"]
@@ -441,7 +446,9 @@ def test_temporal_mtls_and_api_key_secrets_are_mounted_and_their_paths_read(
     deployment = find(docs, "Deployment", "ai-inference-worker")
     assert "temporal-tls" not in {v["name"] for v in deployment["spec"]["template"]["spec"]["volumes"]}
     temporal = _settings_of(deployment, monkeypatch).temporal
-    assert temporal.tls.enabled and temporal.tls.serverCAFile is None and temporal.tls.clientCertFile is None
+    assert temporal.tls.enabled
+    assert temporal.tls.serverCAFile is None
+    assert temporal.tls.clientCertFile is None
 
 
 # -- credentials of the services the worker calls ---------------------------------------------
@@ -482,7 +489,8 @@ def test_the_planner_serves_a_certificate_from_cert_manager_or_helm_or_yours(hel
 
     # No cert-manager: Helm makes a CA and a serving certificate for the Service's names.
     secret = find(helm.render(), "Secret", "ai-inference-planner-tls")
-    assert secret["type"] == "kubernetes.io/tls" and set(secret["data"]) == {"tls.crt", "tls.key", "ca.crt"}
+    assert secret["type"] == "kubernetes.io/tls"
+    assert set(secret["data"]) == {"tls.crt", "tls.key", "ca.crt"}
     for key in ("tls.crt", "ca.crt"):
         (tmp_path / key).write_bytes(base64.b64decode(secret["data"][key]))
     verified = subprocess.run(
@@ -511,7 +519,8 @@ def test_the_planner_serves_a_certificate_from_cert_manager_or_helm_or_yours(hel
 
     # Your own Secret: nothing is made.
     docs = helm.render({"planner.tls.mode": "Secret", "planner.tls.secretName": "my-planner-tls"})
-    assert of_kind(docs, "Secret") == [] and of_kind(docs, "Certificate") == []
+    assert of_kind(docs, "Secret") == []
+    assert of_kind(docs, "Certificate") == []
     worker_pod = find(docs, "Deployment", "ai-inference-worker")["spec"]["template"]["spec"]
     assert (
         next(v for v in worker_pod["volumes"] if v["name"] == "planner-ca")["secret"]["secretName"] == "my-planner-tls"
@@ -555,7 +564,8 @@ def test_the_worker_guard_holds_the_worker_to_what_orders_own(docs: list[Doc], h
         assert rule["operations"] == ["CREATE", "UPDATE", "DELETE"]
     namespaces, ownership = (v["expression"] for v in spec["validations"])
     assert '["kube-","d8-"]' in namespaces
-    assert f"'{LABEL_MANAGED_BY}'" in ownership and f"== '{MANAGED_BY}'" in ownership
+    assert f"'{LABEL_MANAGED_BY}'" in ownership
+    assert f"== '{MANAGED_BY}'" in ownership
     assert of_kind(helm.render({"rbac.workerGuard.enabled": False}), "ValidatingAdmissionPolicy") == []
 
 
@@ -584,7 +594,9 @@ def test_human_roles_deny_what_the_guide_denies(docs: list[Doc]) -> None:
     for role in roles:
         for rule in _rules(role):
             where = f"{role['metadata']['name']}: {rule}"
-            assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"], where
+            assert "*" not in rule["verbs"], where
+            assert "*" not in rule["resources"], where
+            assert "*" not in rule["apiGroups"], where
             assert not any("/" in r for r in rule["resources"]), where  # no */status, no /planner
             assert "secrets" not in rule["resources"], where
             assert not {"bind", "escalate", "impersonate"} & set(rule["verbs"]), where
@@ -718,7 +730,8 @@ def test_the_admin_guide_tables_the_workers_rules() -> None:
         group = rule["apiGroups"][0] or "core"
         for resource in rule["resources"]:
             row = next((line for line in section.splitlines() if f"`{resource}`" in line), None)
-            assert row is not None and f"`{group}`" in row, (group, resource)
+            assert row is not None, (group, resource)
+            assert f"`{group}`" in row, (group, resource)
             assert all(f"`{verb}`" in row for verb in rule["verbs"]), row
 
 
@@ -734,23 +747,28 @@ def test_prometheus_rule_alerts(docs: list[Doc]) -> None:
     assert "increase(ai_inference_capacity_preemptions_total[10m])" in preempted["expr"]
     assert preempted["expr"].rstrip().endswith("> 0")
     for label in ("device_class", "recipient_namespace", "recipient"):
-        assert label in preempted["expr"] and "{{ $labels." + label + " }}" in preempted["annotations"]["summary"]
+        assert label in preempted["expr"]
+        assert "{{ $labels." + label + " }}" in preempted["annotations"]["summary"]
 
     held = alerts["D8AIInferenceDonorHeldAtLoweredBound"]
     assert "ai_inference_donor_held_replicas" in held["expr"]
-    assert "increase(" not in held["expr"] and held["expr"].rstrip().endswith("> 0")
+    assert "increase(" not in held["expr"]
+    assert held["expr"].rstrip().endswith("> 0")
     assert held["for"] == "30m"
     for label in ("device_class", "donor_namespace", "donor"):
-        assert label in held["expr"] and "{{ $labels." + label + " }}" in held["annotations"]["summary"]
+        assert label in held["expr"]
+        assert "{{ $labels." + label + " }}" in held["annotations"]["summary"]
     for alert in alerts.values():
         assert alert["annotations"]["description"].strip()
 
 
 def test_prometheus_operator_objects_render_only_where_the_api_is_served(helm: Helm) -> None:
     docs = helm.render()
-    assert of_kind(docs, "PrometheusRule") == [] and of_kind(docs, "PodMonitor") == []
+    assert of_kind(docs, "PrometheusRule") == []
+    assert of_kind(docs, "PodMonitor") == []
     docs = helm.render({"monitoring.prometheusRule.enabled": False}, api_versions=MONITORING_APIS)
-    assert of_kind(docs, "PrometheusRule") == [] and len(of_kind(docs, "PodMonitor")) == 2
+    assert of_kind(docs, "PrometheusRule") == []
+    assert len(of_kind(docs, "PodMonitor")) == 2
 
 
 def test_readme_documents_the_metrics_and_the_values() -> None:
@@ -793,7 +811,9 @@ def test_grafana_dashboards_cover_the_runtime_metrics(helm: Helm, docs: list[Doc
         ((key, text),) = m["data"].items()
         assert key.endswith(".json")
         dashboard = json.loads(text)
-        assert dashboard["uid"] and dashboard["title"] and dashboard["panels"]
+        assert dashboard["uid"]
+        assert dashboard["title"]
+        assert dashboard["panels"]
         exprs[m["metadata"]["name"]] = " ".join(t["expr"] for p in dashboard["panels"] for t in p["targets"])
     performance, queries = exprs["ai-inference-dashboard-performance"], exprs["ai-inference-dashboard-queries"]
     for metric in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:gpu_cache_usage_perc"):
@@ -817,12 +837,15 @@ def test_examples_are_one_manifest_a_file() -> None:
         assert len([d for d in yaml.safe_load_all((EXAMPLES_DIR / name).read_text()) if d]) == 1, name
     for name, cls_name in EXAMPLE_CLASSES.items():
         doc = example(name)
-        assert doc["kind"] == "InferenceServiceClass" and doc["metadata"]["name"] == cls_name
+        assert doc["kind"] == "InferenceServiceClass"
+        assert doc["metadata"]["name"] == cls_name
         InferenceServiceClass.model_validate(doc)
     for name, (pc_name, value) in EXAMPLE_PRIORITY_CLASSES.items():
         doc = example(name)
-        assert doc["kind"] == "PriorityClass" and doc["metadata"]["name"] == pc_name
-        assert doc["value"] == value and doc["globalDefault"] is False
+        assert doc["kind"] == "PriorityClass"
+        assert doc["metadata"]["name"] == pc_name
+        assert doc["value"] == value
+        assert doc["globalDefault"] is False
 
 
 def test_llm_strict_admits_the_normal_priority_class() -> None:

@@ -8,7 +8,7 @@ from kubernetes.client import ApiClient
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError
 
-from devstack.cluster import kube
+import devstack.cluster.kube as kube
 
 
 def dynamic(api: ApiClient) -> DynamicClient:

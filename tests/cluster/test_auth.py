@@ -56,12 +56,15 @@ def test_token_review_of_users_and_service_accounts(
     local_cluster: LocalCluster, kube_admin: ApiClient, namespace: str
 ) -> None:
     status = _review(kube_admin, local_cluster.token("ns-user")).status
-    assert status and status.authenticated and status.user
+    assert status
+    assert status.authenticated
+    assert status.user
     assert status.user.username == "ns-user"
     assert "ai-inference:users" in (status.user.groups or [])
 
     status = _review(kube_admin, "not-a-token").status
-    assert status is not None and not status.authenticated
+    assert status is not None
+    assert not status.authenticated
 
     # A ServiceAccount token (TokenRequest) is signed with the cluster's SA key and validates.
     core = CoreV1Api(kube_admin)
@@ -69,9 +72,12 @@ def test_token_review_of_users_and_service_accounts(
     issued = core.create_namespaced_service_account_token(
         "caller", namespace, AuthenticationV1TokenRequest(spec=V1TokenRequestSpec(audiences=[], expiration_seconds=600))
     )
-    assert issued.status is not None and issued.status.token
+    assert issued.status is not None
+    assert issued.status.token
     status = _review(kube_admin, issued.status.token).status
-    assert status and status.authenticated and status.user
+    assert status
+    assert status.authenticated
+    assert status.user
     assert status.user.username == f"system:serviceaccount:{namespace}:caller"
 
 

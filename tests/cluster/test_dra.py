@@ -62,13 +62,15 @@ def test_inventory_is_published(kube_admin: ApiClient) -> None:
     for node in inv.nodes:
         obj = get(dyn, "v1", "Node", node.name)
         ready = [c for c in obj["status"]["conditions"] if c["type"] == "Ready"]
-        assert ready and ready[0]["status"] == "True", node.name
+        assert ready, node.name
+        assert ready[0]["status"] == "True", node.name
     slices = dyn.get(dyn.resources.get(api_version=RESOURCE, kind="ResourceSlice")).to_dict()["items"]
     published = {(s["spec"]["nodeName"], d["name"]) for s in slices for d in s["spec"]["devices"]}
     assert published == {(d.node, d.name) for d in inv.devices}
     shared = [d for s in slices for d in s["spec"]["devices"] if d.get("allowMultipleAllocations")]
     # The consumable-capacity fields survive only with DRAConsumableCapacity on the apiserver.
-    assert shared and all(d["capacity"][MEMORY_CAPACITY].get("requestPolicy") for d in shared)
+    assert shared
+    assert all(d["capacity"][MEMORY_CAPACITY].get("requestPolicy") for d in shared)
     gpu = get(dyn, "gpu.deckhouse.io/v1alpha1", "PhysicalGPU", "gpu-h100-mig-0-gpu-0")
     assert gpu["status"]["productName"] == "NVIDIA H100 80GB HBM3"
     assert gpu["status"]["migProfiles"] == ["3g.40gb", "3g.40gb"]

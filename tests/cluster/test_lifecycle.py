@@ -33,7 +33,8 @@ def test_cli_up_is_idempotent_and_down_leaves_no_process_or_port(tmp_path: Path)
     try:
         cluster = LocalCluster(state)
         st = cluster.state()
-        assert st is not None and cluster.is_up()
+        assert st is not None
+        assert cluster.is_up()
         pids = [p.pid for p in st.processes]
         ports = {port for p in st.processes for port in p.ports.values()}
         assert {p.name for p in st.processes} == {
@@ -48,7 +49,8 @@ def test_cli_up_is_idempotent_and_down_leaves_no_process_or_port(tmp_path: Path)
         assert all(Path(p.log).is_file() for p in st.processes)
 
         again = _cli("up", "--state-dir", str(state))
-        assert again.returncode == 0 and "already up" in again.stderr
+        assert again.returncode == 0
+        assert "already up" in again.stderr
         assert [p.pid for p in (cluster.state() or st).processes] == pids
 
         env = _cli("env", "--state-dir", str(state))
@@ -56,10 +58,12 @@ def test_cli_up_is_idempotent_and_down_leaves_no_process_or_port(tmp_path: Path)
         assert f"export KUBECONFIG={cluster.kubeconfig('admin')}" in env.stdout
         # Tokens appear only where asked for: in `env`, never in up/status output.
         token = cluster.token("ns-user")
-        assert token in env.stdout and token not in up.stderr + up.stdout
+        assert token in env.stdout
+        assert token not in up.stderr + up.stdout
 
         status = _cli("status", "--state-dir", str(state))
-        assert status.returncode == 0 and status.stdout.startswith("up"), status.stdout
+        assert status.returncode == 0, status.stdout
+        assert status.stdout.startswith("up"), status.stdout
         assert token not in status.stdout
         logs = "".join(Path(p.log).read_text(errors="replace") for p in st.processes)
         assert token not in logs

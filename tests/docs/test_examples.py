@@ -87,7 +87,8 @@ def test_orders_match_the_api_types(name: str) -> None:
 
 def test_the_gated_order_names_its_secret_in_its_own_namespace() -> None:
     secret, order = example_docs("order-gated-huggingface.yaml")
-    assert secret["kind"] == "Secret" and order["kind"] == "InferenceService"
+    assert secret["kind"] == "Secret"
+    assert order["kind"] == "InferenceService"
     assert secret["metadata"]["namespace"] == order["metadata"]["namespace"]
     ref = order["spec"]["model"]["authSecretRef"]
     assert ref["name"] == secret["metadata"]["name"]
@@ -99,10 +100,12 @@ def test_the_gated_order_names_its_secret_in_its_own_namespace() -> None:
 @pytest.mark.parametrize("name", MODULE_CONFIGS)
 def test_module_configs_carry_only_the_public_setting(name: str) -> None:
     (doc,) = example_docs(name)
-    assert doc["apiVersion"] == "deckhouse.io/v1alpha1" and doc["kind"] == "ModuleConfig"
+    assert doc["apiVersion"] == "deckhouse.io/v1alpha1"
+    assert doc["kind"] == "ModuleConfig"
     assert doc["metadata"] == {"name": "ai-inference"}
     spec = doc["spec"]
-    assert spec["enabled"] is True and spec["version"] == 1
+    assert spec["enabled"] is True
+    assert spec["version"] == 1
     settings = spec.get("settings", {})
     # The module has exactly one setting: catalog.mode.
     assert set(settings) <= {"catalog"}

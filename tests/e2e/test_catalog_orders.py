@@ -85,7 +85,8 @@ async def test_a_catalog_embedding_model_is_served_as_embeddings_and_its_hf_twin
     assert status["model"]["endpointType"] == "Embeddings"
     assert status["constraints"]["modelScope"] == "Cluster"
     resolved = stand.condition("embedder", "ModelResolved")
-    assert resolved is not None and resolved["status"] == "True"
+    assert resolved is not None
+    assert resolved["status"] == "True"
     assert catalog.lookups() >= 1, "the REST lookup was never asked"
     # The catalog's servedName is what the runtime serves (and what the probe found listed).
     args = runtime_args(stand, "embedder")
@@ -112,7 +113,8 @@ async def test_a_model_not_ready_in_the_catalog_waits_and_proceeds_without_an_ed
     catalog.put_model(ModelKind.CLUSTER_MODEL, model, ready=True)
     await stand.until_phase("waiting", "Ready")
     order = stand.order("waiting")
-    assert order is not None and order["metadata"]["generation"] == 1, "the order was edited"
+    assert order is not None, "the order was edited"
+    assert order["metadata"]["generation"] == 1, "the order was edited"
     assert order["status"]["model"]["endpointType"] == "Embeddings"
 
 
@@ -133,10 +135,12 @@ async def test_with_the_rest_service_stopped_the_cluster_model_object_answers_in
     # The first resolve-model call, on its first attempt, already had the facts: REST failing was
     # answered by the object within that same call, not by a retry or a later reconcile.
     runs = await stand.activity_runs("fallback", act.RESOLVE_MODEL)
-    assert runs and all(run.attempt == 1 and run.completed for run in runs), runs
+    assert runs, runs
+    assert all(run.attempt == 1 and run.completed for run in runs), runs
     first = json.loads(runs[0].result)
     assert first.get("refusal") is None, first
-    assert first["facts"]["endpointTypes"] == ["Embeddings"] and first["scope"] == "Cluster"
+    assert first["facts"]["endpointTypes"] == ["Embeddings"]
+    assert first["scope"] == "Cluster"
 
 
 async def test_with_catalog_mode_none_a_catalog_order_is_refused_and_a_hugging_face_order_serves(
@@ -191,6 +195,7 @@ async def test_a_gated_model_waits_for_its_token_secret_which_never_enters_the_h
 
     # Neither the value nor its base64 form is anywhere in the workflow's history; the reference is.
     history = await stand.history_text("gated")
-    assert "hf-token" in history and GATED_REPO in history, "the history was not decoded"
+    assert "hf-token" in history, "the history was not decoded"
+    assert GATED_REPO in history, "the history was not decoded"
     assert token not in history
     assert base64.b64encode(token.encode()).decode() not in history

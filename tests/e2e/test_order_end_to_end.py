@@ -32,9 +32,11 @@ async def test_minimal_order_becomes_ready_serves_and_is_deleted_with_everything
         assert conditions[type_]["status"] == "True", conditions[type_]
     assert conditions["Planned"]["reason"] == "LaunchPlanCalculated"
     assert status["model"]["endpointType"] == "Chat"
-    assert status["endpoint"]["type"] == "External" and status["endpoint"]["url"].startswith("https://")
+    assert status["endpoint"]["type"] == "External"
+    assert status["endpoint"]["url"].startswith("https://")
     assert status["authSecretName"] == "support-llm-auth"
-    assert status["resolved"]["deviceClass"] and 1 <= status["resolved"]["sharePercent"] <= 100
+    assert status["resolved"]["deviceClass"]
+    assert 1 <= status["resolved"]["sharePercent"] <= 100
     assert (status["constraints"]["minReplicas"], status["constraints"]["maxReplicas"]) == (1, 2)
     assert "ai.deckhouse.io/inference-service" in order["metadata"]["finalizers"]
 
@@ -48,7 +50,8 @@ async def test_minimal_order_becomes_ready_serves_and_is_deleted_with_everything
 
     # The API really answered the probe with the order's token.
     runtime = stand.fleet.runtime(stand.namespace, "support-llm")
-    assert runtime is not None and runtime.config.token
+    assert runtime is not None
+    assert runtime.config.token
 
     # Deleting the order runs the workflow's teardown, and garbage collection takes the rest.
     handle = stand.client.get_workflow_handle(order_workflow_id(stand.namespace, "support-llm", uid))
@@ -95,7 +98,8 @@ async def test_manual_replan_counts_and_an_edit_replans(stand: Stand) -> None:
         order_workflow_id(stand.namespace, "replanned", created["metadata"]["uid"])
     )
     outcome = await handle.execute_update("replan", result_type=ReplanOutcome)
-    assert outcome.planned and outcome.replanCount == 1
+    assert outcome.planned
+    assert outcome.replanCount == 1
 
     def counted() -> bool:
         obj = stand.order("replanned") or {}

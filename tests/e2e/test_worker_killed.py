@@ -230,7 +230,8 @@ async def test_worker_sigkilled_mid_apply_leaves_one_of_each_object_and_the_same
     after = await asyncio.to_thread(auth_token, stand, secret_name)
     assert after == before, "the auth Secret was replaced or its token rotated across the kill"
     runtime = stand.fleet.runtime(stand.namespace, name)
-    assert runtime is not None and runtime.config.token == before[1]
+    assert runtime is not None
+    assert runtime.config.token == before[1]
 
     # No secret in histories: the token is nowhere in the workflow's history (payloads decoded)
     # nor in either worker's log.
@@ -244,7 +245,8 @@ async def test_worker_sigkilled_mid_apply_leaves_one_of_each_object_and_the_same
 
     # The SDK runtime of the new worker serves its Prometheus metrics.
     sdk = await asyncio.to_thread(scrape, second_metrics)
-    assert "temporal_" in sdk and "temporal_workflow_task" in sdk, sdk[:2000]
+    assert "temporal_" in sdk, sdk[:2000]
+    assert "temporal_workflow_task" in sdk, sdk[:2000]
 
 
 async def test_watch_process_serves_its_counters_and_the_sdk_metrics(sub_stand: Stand, processes: Processes) -> None:

@@ -118,7 +118,8 @@ async def test_orders_classes_owned_objects_and_scaling(temporal_client: Client)
     assert obs.orders_synced.is_set()
     await settle()
     queued = obs.outbox.pending[(order_workflow_id("team", "chat", "u-chat"), OrderSignal.SPEC_CHANGED)]
-    assert queued.start is not None and queued.args == [1]
+    assert queued.start is not None
+    assert queued.args == [1]
     first = sent(obs)
     assert first[("chat", OrderSignal.SPEC_CHANGED)] == [1]
     assert first[("other", OrderSignal.SPEC_CHANGED)] == [1]
@@ -221,7 +222,8 @@ async def test_orders_classes_owned_objects_and_scaling(temporal_client: Client)
     obs.handle(Watched(inf.ORDER, d.DELETED, deleting))
     await settle()
     assert sent(obs) == {}
-    assert "u-chat" not in obs.memory and "u-chat" not in obs.uid_key
+    assert "u-chat" not in obs.memory
+    assert "u-chat" not in obs.uid_key
 
 
 async def test_health_flip_is_queued_for_the_order(temporal_client: Client) -> None:

@@ -124,7 +124,8 @@ async def test_resync_starts_moves_ends_orphans_and_tells_a_new_release(
         assert await signals_of(client, wid(missing.ref)) == [[OrderSignal.SPEC_CHANGED, 3]]
         assert await signals_of(client, wid(deleting.ref)) == [[OrderSignal.DELETE]]
         described = await client.get_workflow_handle(wid(missing.ref)).describe()
-        assert described.workflow_type == ORDER_WORKFLOW_TYPE and described.status == WorkflowExecutionStatus.RUNNING
+        assert described.workflow_type == ORDER_WORKFLOW_TYPE
+        assert described.status == WorkflowExecutionStatus.RUNNING
 
         # Legacy: its run terminated (with the reason), a new-type run started in its place.
         old = await client.get_workflow_handle(wid(legacy.ref), run_id=legacy_run).describe()
@@ -137,7 +138,8 @@ async def test_resync_starts_moves_ends_orphans_and_tells_a_new_release(
         ]
         assert reasons == [MOVE_REASON]
         moved = await client.get_workflow_handle(wid(legacy.ref)).describe()
-        assert moved.workflow_type == ORDER_WORKFLOW_TYPE and moved.run_id != legacy_run
+        assert moved.workflow_type == ORDER_WORKFLOW_TYPE
+        assert moved.run_id != legacy_run
         assert await signals_of(client, wid(legacy.ref)) == [[OrderSignal.SPEC_CHANGED, 2]]
 
         # Orphan: told delete first, still running.

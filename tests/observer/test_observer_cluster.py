@@ -285,7 +285,8 @@ def test_every_informer_of_the_observer_lists_and_watches(kube_admin: ApiClient)
         items, resource_version = list_all(resource, page=2)
         assert resource_version, resource.kind
         for item in items:
-            assert item["kind"] == resource.kind and item["apiVersion"], resource.kind
+            assert item["kind"] == resource.kind, resource.kind
+            assert item["apiVersion"], resource.kind
         response = resource.list_fn(
             watch=True,
             resource_version=resource_version,

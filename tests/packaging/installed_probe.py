@@ -28,6 +28,8 @@ TOKEN = "probe-token"
 class OneCallerReviewer:
     """Stands in for TokenReview/SubjectAccessReview: one known token, allowed."""
 
+    audience = "ai-inference-planner"
+
     def authenticate(self, token: str) -> Caller | None:
         return Caller("system:serviceaccount:probe:worker") if token == TOKEN else None
 

@@ -158,7 +158,8 @@ def test_compiled_programs_are_cached() -> None:
     assert first is second
     assert compile_selector.cache_info().hits == 1
     broken = compile_selector("((")
-    assert broken.error is not None and broken is compile_selector("((")
+    assert broken.error is not None
+    assert broken is compile_selector("((")
 
 
 @pytest.mark.parametrize(

@@ -75,14 +75,18 @@ def test_parameter_count_from_name(name: str, count: int | None) -> None:
 def test_size_ladder_fact_then_order_then_name() -> None:
     name = "Qwen/Qwen2.5-32B-Instruct"
     fact = resolve_parameter_count(OrderFacts(modelName=name, parameterCount="33B", orderParameterCount="34B"))
-    assert fact is not None and (fact.parameters, fact.source) == (33 * 10**9, SizeSource.FACT)
+    assert fact is not None
+    assert (fact.parameters, fact.source) == (33 * 10**9, SizeSource.FACT)
     order = resolve_parameter_count(OrderFacts(modelName=name, orderParameterCount="34B"))
-    assert order is not None and (order.parameters, order.source) == (34 * 10**9, SizeSource.ORDER)
+    assert order is not None
+    assert (order.parameters, order.source) == (34 * 10**9, SizeSource.ORDER)
     by_name = resolve_parameter_count(OrderFacts(modelName=name))
-    assert by_name is not None and (by_name.parameters, by_name.source) == (32 * 10**9, SizeSource.NAME)
+    assert by_name is not None
+    assert (by_name.parameters, by_name.source) == (32 * 10**9, SizeSource.NAME)
     # An unreadable rung is skipped, not fatal.
     skipped = resolve_parameter_count(OrderFacts(modelName=name, parameterCount="huge"))
-    assert skipped is not None and skipped.source is SizeSource.NAME
+    assert skipped is not None
+    assert skipped.source is SizeSource.NAME
     assert resolve_parameter_count(OrderFacts(modelName="org/no-size-here")) is None
 
 
@@ -127,7 +131,8 @@ def test_quantization_from_name(name: str, method: str, bpp: float) -> None:
 )
 def test_parse_quantization_fact(fact: str, method: str) -> None:
     q = parse_quantization(fact)
-    assert q is not None and q.method == method
+    assert q is not None
+    assert q.method == method
 
 
 def test_parse_quantization_absent() -> None:

@@ -97,7 +97,8 @@ def assert_not_over_committed(inventory: InventorySnapshot, plan: LaunchPlan, ho
     for name in plan.deviceNames:
         d = by_key[f"{plan.nodeName}/{name}"]
         others = [a for a in d.allocations if a.holder != holder]
-        assert d.memoryMiB is not None and plan.modelMemoryMiB is not None
+        assert d.memoryMiB is not None
+        assert plan.modelMemoryMiB is not None
         # The model fits the device beside what others hold, memory and compute share alike.
         assert sum(held_mib(d, a) for a in others) + plan.modelMemoryMiB <= d.memoryMiB
         assert sum(a.sharePercent for a in others) + plan.sharePercent <= 100
@@ -139,7 +140,8 @@ def test_a_plan_never_over_commits_and_stays_in_the_allow_list(
     inventory = InventorySnapshot(devices=fleet, deviceClasses=SIM_CLASSES)
     outcome = plan_launch(request(model, accelerator, inventory, holder))
     if outcome.plan is None:
-        assert outcome.refusal is not None and outcome.refusal.message
+        assert outcome.refusal is not None
+        assert outcome.refusal.message
         return
     assert_not_over_committed(inventory, outcome.plan, holder)
     assert_in_allow_list(inventory, outcome.plan, accelerator)

@@ -275,7 +275,8 @@ def test_no_runtime_on_an_unknown_family() -> None:
 def test_quantization_mismatch_against_the_compiled_recipe() -> None:
     problem, message = fail("Qwen/Qwen2.5-32B-Instruct-AWQ", "hopper", quantization="gptq")
     assert problem is RecipeProblem.QUANTIZATION
-    assert "AWQ" in message and "GPTQ" in message
+    assert "AWQ" in message
+    assert "GPTQ" in message
 
 
 def test_quantization_mismatch_when_the_family_cannot_run_a_compiled_models_quantization() -> None:

@@ -83,11 +83,12 @@ def test_whole_device_says_why(
         need_mib=need, device_mib=device, sharing_mode=mode, placement=placement, allow_multiple_allocations=shareable
     )
     assert decision.percent == 100
-    assert decision.wholeBecause is not None and why in decision.wholeBecause
+    assert decision.wholeBecause is not None
+    assert why in decision.wholeBecause
 
 
 def test_smallest_admitting_percent_rejects_an_empty_device() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="device memory must be positive"):
         smallest_admitting_percent(1, 0)
 
 

@@ -32,8 +32,14 @@ def serving(app: Any, timeout: float = 10, tls: tuple[Path, Path] | None = None)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    files = {"ssl_certfile": str(tls[0]), "ssl_keyfile": str(tls[1])} if tls else {}
-    config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False, **files)
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        lifespan="off",
+        access_log=False,
+        ssl_certfile=str(tls[0]) if tls else None,
+        ssl_keyfile=str(tls[1]) if tls else None,
+    )
     config.load()
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name=f"planner-{port}")

@@ -70,14 +70,16 @@ def test_the_request_carries_facts_policy_fallback_class_and_holder() -> None:
         format="safetensors",
         endpointType=EndpointType.CHAT,
     )
-    assert body.acceleratorPolicy is not None and body.acceleratorPolicy.maxAcceleratorCount == 2
+    assert body.acceleratorPolicy is not None
+    assert body.acceleratorPolicy.maxAcceleratorCount == 2
     assert body.runtimeFallback.enabled is False
     assert body.className == "default-llm"
     assert body.holder == "support/support-llm"
     assert body.currentPlan is None
 
     bare = launch_plan_request(plan_input(), ModuleSettings())
-    assert bare.facts.parameterCount is None and bare.facts.orderParameterCount is None
+    assert bare.facts.parameterCount is None
+    assert bare.facts.orderParameterCount is None
     assert bare.acceleratorPolicy is None  # a class without one: one whole, dedicated device
     assert bare.runtimeFallback.enabled is True
 
@@ -126,7 +128,12 @@ def test_a_token_for_another_audience_or_no_token_is_never_sent(tmp_path: Path) 
         ProjectedToken(tmp_path / "missing", "ai-inference-planner")()
 
     sent: list[httpx.Request] = []
-    transport = httpx.MockTransport(lambda r: sent.append(r) or httpx.Response(500))
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(500)
+
+    transport = httpx.MockTransport(answer)
     planner = HttpPlanner(
         "https://planner.test", ProjectedToken(token_file, "ai-inference-planner"), 5, ModuleSettings(), transport
     )
@@ -230,7 +237,8 @@ def test_make_planner_chooses_https_or_in_process(monkeypatch: pytest.MonkeyPatc
     local = make_planner(ModuleSettings(planner={"timeoutSeconds": 7}), api)
     outcome = local(plan_input(**DEFAULT_LLM.model_dump(exclude_none=True)))
     assert calls == [(api, {"timeout": 7})]
-    assert outcome.plan is not None and outcome.plan.recipe.hardwareFamily == "hopper"
+    assert outcome.plan is not None
+    assert outcome.plan.recipe.hardwareFamily == "hopper"
 
 
 def test_over_https_the_server_is_verified_against_the_ca_file(tmp_path: Path) -> None:

@@ -266,9 +266,13 @@ def test_in_process_and_http_give_the_same_outcome(kube_admin: ApiClient, http_p
         None,
     ]
     t4 = outcomes[1].plan
-    assert t4 is not None and t4.deviceCount == 2 and "--tensor-parallel-size" in t4.recipe.args
+    assert t4 is not None
+    assert t4.deviceCount == 2
+    assert "--tensor-parallel-size" in t4.recipe.args
     dedicated = outcomes[4].plan
-    assert dedicated is not None and dedicated.sharingMode == SharingMode.DEDICATED and dedicated.sharePercent == 100
+    assert dedicated is not None
+    assert dedicated.sharingMode == SharingMode.DEDICATED
+    assert dedicated.sharePercent == 100
 
 
 # ------------------------------------------------------------------------- authorization
@@ -492,7 +496,8 @@ def test_two_half_card_orders_land_on_the_same_card(
         # 46 % + 58 % of the memory does not fit one card: a bigger order takes the other one.
         c = _plan_of(http_planner.request(request("acme/llm-20B", "order-c")))
         assert c.sharePercent == 58
-        assert c.deviceNames != [card] and c.deviceNames[0] in {"gpu-2", "gpu-3"}
+        assert c.deviceNames != [card]
+        assert c.deviceNames[0] in {"gpu-2", "gpu-3"}
     finally:
         dyn.delete(classes, name=pair)
 
@@ -616,7 +621,7 @@ def test_the_planner_command_serves_https_to_the_local_stacks_worker_token(
         settings = ModuleSettings(
             planner={"baseURL": f"https://127.0.0.1:{port}", "caFile": str(served.ca), "tokenFile": str(token_file)}
         )
-        planner = make_planner(settings, kube_admin)
+        planner: Any = make_planner(settings, kube_admin)  # the HttpPlanner behind the PlanFunction
         outcome = eventually(
             lambda: planner.request(REQUESTS[0]), timeout=60, what="the planner command to plan for the worker's token"
         )

@@ -164,9 +164,11 @@ def test_physical_gpus_fill_what_a_slice_leaves_out_and_name_a_partitions_parent
     snap = build_snapshot([], [slice_], [], [gpu], {})
     whole, part = snap.devices
     assert (whole.productName, whole.hardwareFamily, whole.memoryMiB) == ("NVIDIA H100 80GB HBM3", "hopper", 81920)
-    assert whole.placement == PlacementType.WHOLE_DEVICE and whole.parentDevice is None
+    assert whole.placement == PlacementType.WHOLE_DEVICE
+    assert whole.parentDevice is None
     assert whole.attributes["version"] == "1.2.3"
-    assert part.placement == PlacementType.PARTITION and part.migProfile == "3g.40gb"
+    assert part.placement == PlacementType.PARTITION
+    assert part.migProfile == "3g.40gb"
     assert part.memoryMiB == 40 * 1024  # the partition's own capacity, not the card's
     assert part.productName == "NVIDIA H100 80GB HBM3"
     assert part.parentDevice == "gpu-0"

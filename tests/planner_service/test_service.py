@@ -115,8 +115,10 @@ def test_the_token_review_requires_the_planners_audience(monkeypatch: pytest.Mon
     reviewer = KubernetesAccessReviewer(object(), audience="planner-aud")
     answered_audiences.append(["planner-aud"])
     caller = reviewer.authenticate("t")
-    assert caller is not None and caller.username.endswith(":ai-inference-worker")
-    assert asked[-1].spec.audiences == ["planner-aud"] and asked[-1].spec.token == "t"
+    assert caller is not None
+    assert caller.username.endswith(":ai-inference-worker")
+    assert asked[-1].spec.audiences == ["planner-aud"]
+    assert asked[-1].spec.token == "t"
     for other in (None, [], ["https://kubernetes.default.svc.cluster.local"]):
         answered_audiences.append(other)
         assert reviewer.authenticate("t") is None, other
@@ -224,7 +226,8 @@ def test_openapi_schemas_are_the_models_and_every_reference_resolves() -> None:
                 yield from refs(item)
 
     for ref in refs(document):
-        assert ref.startswith("#/components/schemas/") and ref.rsplit("/", 1)[1] in schemas, ref
+        assert ref.startswith("#/components/schemas/"), ref
+        assert ref.rsplit("/", 1)[1] in schemas, ref
 
 
 def test_the_planner_command_serves_the_app_over_https_only(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -245,9 +248,12 @@ def test_the_planner_command_serves_the_app_over_https_only(monkeypatch: pytest.
 
     # No certificate: refused, unless the unsafe test-only flag says otherwise.
     refused = runner.invoke(cli.app, ["planner", "--port", "9099"])
-    assert refused.exit_code == 2 and "plain http" in refused.output and not served
+    assert refused.exit_code == 2
+    assert "plain http" in refused.output
+    assert not served
     half = runner.invoke(cli.app, ["planner", "--tls-cert-file", str(tmp_path / "tls.crt")])
-    assert half.exit_code != 0 and not served
+    assert half.exit_code != 0
+    assert not served
 
     material = Material.make(tmp_path)
     args = ["--tls-cert-file", str(material.server.cert), "--tls-key-file", str(material.server.key)]
@@ -255,15 +261,18 @@ def test_the_planner_command_serves_the_app_over_https_only(monkeypatch: pytest.
     assert result.exit_code == 0, result.output
     (config,) = served
     assert (config.host, config.port) == ("0.0.0.0", 9099)
-    assert isinstance(config.ssl, ssl.SSLContext) and config.ssl.minimum_version >= ssl.TLSVersion.TLSv1_2
-    with TestClient(config.app) as client:
+    assert isinstance(config.ssl, ssl.SSLContext)
+    assert config.ssl.minimum_version >= ssl.TLSVersion.TLSv1_2
+    with TestClient(config.app) as client:  # type: ignore[arg-type]
         assert client.get("/healthz").text == "ok\n"
         response = client.post(PATH, content=b"{}")
-        assert response.status_code == 401 and "planner-aud" not in response.text  # no token: never reviewed
+        assert response.status_code == 401
+        assert "planner-aud" not in response.text
 
     served.clear()
     settings.planner.allowInsecureHttp = True
-    assert runner.invoke(cli.app, ["planner"]).exit_code == 0 and served[0].ssl is None
+    assert runner.invoke(cli.app, ["planner"]).exit_code == 0
+    assert served[0].ssl is None
 
 
 def test_a_renewed_serving_certificate_is_served_to_new_connections(tmp_path: Path) -> None:
@@ -297,7 +306,8 @@ def test_a_renewed_serving_certificate_is_served_to_new_connections(tmp_path: Pa
     app = create_app(lambda: sim_snapshot(), FakeReviewer())
     with serving(app, tls=(cert, key)) as served:
         port = int(served.url.rsplit(":", 1)[1])
-        assert served.url.startswith("https://") and served_certificate(port) == der(first.server.cert)
+        assert served.url.startswith("https://")
+        assert served_certificate(port) == der(first.server.cert)
         assert isinstance(served.config.ssl, ssl.SSLContext)
         reloader = CertificateReloader(served.config.ssl, str(cert), str(key))
         assert reloader.check() is False  # nothing changed yet

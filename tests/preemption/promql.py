@@ -1,7 +1,7 @@
 """A tiny evaluator for exactly the expressions of the chart's capacity alerts — not PromQL at large.
 
 Supported: ``(sum|max) by (labels) (INNER) > N`` where INNER is ``increase(metric[duration])`` or a
-bare ``metric`` (optionally in parentheses). Anything else raises :class:`Unsupported`, so a
+bare ``metric`` (optionally in parentheses). Anything else raises :class:`UnsupportedExpressionError`, so a
 change of the chart's expressions is noticed rather than evaluated wrongly.
 
 Semantics follow Prometheus where they matter for these alerts:
@@ -27,7 +27,7 @@ LOOKBACK = 300.0
 Labels = tuple[tuple[str, str], ...]
 
 
-class Unsupported(ValueError):
+class UnsupportedExpressionError(ValueError):
     pass
 
 
@@ -61,7 +61,7 @@ _BARE = re.compile(r"^\(?\s*(?P<metric>[a-zA-Z_:][\w:]*)\s*\)?$")
 def seconds(duration: str) -> float:
     match = _DURATION.match(duration.strip())
     if not match:
-        raise Unsupported(f"duration {duration!r}")
+        raise UnsupportedExpressionError(f"duration {duration!r}")
     return float(match.group(1)) * _UNITS[match.group(2)]
 
 
@@ -76,7 +76,7 @@ def evaluate(expr: str, timeline: Timeline, at: float) -> dict[Labels, float]:
     """The expression's result at time ``at``: output labels -> value."""
     match = _EXPR.match(" ".join(expr.split()))
     if not match:
-        raise Unsupported(expr)
+        raise UnsupportedExpressionError(expr)
     by = [label.strip() for label in match.group("by").split(",") if label.strip()]
     inner = match.group("inner")
     values: dict[Labels, float] = {}
@@ -94,7 +94,7 @@ def evaluate(expr: str, timeline: Timeline, at: float) -> dict[Labels, float]:
             if recent and recent[-1][0] == latest:
                 values[labels] = recent[-1][1]
     else:
-        raise Unsupported(inner)
+        raise UnsupportedExpressionError(inner)
     grouped: dict[Labels, list[float]] = {}
     for labels, value in values.items():
         kept = tuple((k, v) for k, v in labels if k in by)

@@ -154,10 +154,12 @@ async def test_a_high_order_takes_a_replica_of_a_low_one_through_real_hpas(stand
     await stand.until(lambda: placed(stand, "low") == 2, timeout=120, what="low scaled down")
     await stand.until(lambda: placed(stand, "high") == 2, timeout=330, what="high's second replica placed")
     state: PreemptionState = await handle.query(PreemptionWorkflow.query_state)
-    assert [(h.replicas) for h in state.ledger.holds] == [1] and sum(state.preemptions.values()) == 1
+    assert [(h.replicas) for h in state.ledger.holds] == [1]
+    assert sum(state.preemptions.values()) == 1
 
     # Demand falls: the low order's bound comes back.
     want(stand, "high", 1)
     scale(stand, "high", 1)
     await stand.until(lambda: hpa(stand, "low").spec.max_replicas == 4, timeout=90, what="low maxReplicas restored")
-    assert stand.phase("low")[0] == "Ready" and stand.phase("high")[0] == "Ready"
+    assert stand.phase("low")[0] == "Ready"
+    assert stand.phase("high")[0] == "Ready"

@@ -25,7 +25,7 @@ from inference_api.preemption import PreemptionMetrics, ReplicaCount
 from tests.chart.helm import MONITORING_APIS, Helm
 from worker.processes import serve_health
 
-from .promql import Labels, Timeline, Unsupported, alert_states, evaluate, seconds
+from .promql import Labels, Timeline, UnsupportedExpressionError, alert_states, evaluate, seconds
 
 PREEMPTED = "D8AIInferenceCapacityPreempted"
 HELD_ALERT = "D8AIInferenceDonorHeldAtLoweredBound"
@@ -104,9 +104,11 @@ def states(rule: dict[str, Any], endpoint: Endpoint, evaluations: list[float]) -
 
 async def test_the_rule_is_what_this_evaluator_reads(rules: dict[str, dict[str, Any]]) -> None:
     assert set(rules) >= {PREEMPTED, HELD_ALERT}
-    assert PREEMPTIONS in rules[PREEMPTED]["expr"] and HELD in rules[HELD_ALERT]["expr"]
-    assert rules[HELD_ALERT]["for"] == "30m" and "for" not in rules[PREEMPTED]
-    with pytest.raises(Unsupported):
+    assert PREEMPTIONS in rules[PREEMPTED]["expr"]
+    assert HELD in rules[HELD_ALERT]["expr"]
+    assert rules[HELD_ALERT]["for"] == "30m"
+    assert "for" not in rules[PREEMPTED]
+    with pytest.raises(UnsupportedExpressionError):
         evaluate("rate(x[5m]) > 0", Timeline(), 0)
 
 
@@ -136,7 +138,8 @@ async def test_a_preemption_fires_capacity_preempted_and_a_long_hold_fires_held_
     # Two orders joined the device class: counters at 0, nothing held. No alert.
     await endpoint.publish({"high": 0, "low": 0}, {})
     quiet = await endpoint.minutes(3)
-    assert states(preempted, endpoint, quiet) == {} and states(held, endpoint, quiet) == {}
+    assert states(preempted, endpoint, quiet) == {}
+    assert states(held, endpoint, quiet) == {}
 
     # A preemption: the counter steps to 1, one replica is held.
     await endpoint.publish({"high": 1, "low": 0}, {"low": 1})

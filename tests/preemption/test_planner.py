@@ -60,7 +60,8 @@ def test_a_decision_repeated_on_the_same_reports_changes_nothing() -> None:
     first = decide(members, Ledger())
     again = decide(members, first.ledger)
     assert again.ledger == first.ledger
-    assert not again.changed and again.preempted == ()
+    assert not again.changed
+    assert again.preempted == ()
 
 
 def test_while_pods_move_the_same_shortage_is_not_taken_twice() -> None:
@@ -87,10 +88,12 @@ def test_when_demand_falls_the_donor_is_restored() -> None:
 def test_a_partial_fall_gives_back_part() -> None:
     members = by_key(m("low", LOW, desired=4, placed=4), m("high", HIGH, desired=4, placed=1, unschedulable=1))
     first = decide(members, Ledger())
-    assert first.ceilings == {"low": 1} and first.ledger.held_for("high") == 3
+    assert first.ceilings == {"low": 1}
+    assert first.ledger.held_for("high") == 3
     fell = by_key(m("low", LOW, desired=1, placed=1), m("high", HIGH, desired=3, placed=4))
     second = decide(fell, first.ledger)
-    assert second.ceilings == {"low": 2} and second.ledger.held_for("high") == 2
+    assert second.ceilings == {"low": 2}
+    assert second.ledger.held_for("high") == 2
 
 
 def test_the_lowest_priority_gives_first() -> None:
@@ -107,7 +110,8 @@ def test_equal_priority_never_gives() -> None:
     members = by_key(m("peer", HIGH, desired=3, placed=3), m("high", HIGH, desired=2, placed=1, unschedulable=1))
     decision = decide(members, Ledger())
     assert decision.ledger.holds == ()
-    assert "high" in decision.blocked and "minReplicas" in decision.blocked["high"]
+    assert "high" in decision.blocked
+    assert "minReplicas" in decision.blocked["high"]
 
 
 def test_a_donor_at_its_minimum_gives_nothing_and_the_recipient_is_blocked() -> None:
@@ -127,7 +131,8 @@ def test_donors_exhausted_part_way_take_what_there_is_and_block() -> None:
     # Demand falls to what was freed: unblocked, hold kept.
     fell = by_key(m("low", LOW, desired=1, placed=1), m("high", HIGH, desired=2, placed=2))
     after = decide(fell, decision.ledger)
-    assert after.blocked == {} and after.ledger.holds == decision.ledger.holds
+    assert after.blocked == {}
+    assert after.ledger.holds == decision.ledger.holds
 
 
 def test_units_small_donor_replicas_make_up_a_large_one() -> None:
@@ -195,7 +200,8 @@ def test_capacity_coming_back_goes_to_a_blocked_recipient_first() -> None:
     )
     # "other" (NORMAL) is a donor too, but at its minimum; "low" gives one; one more is missing.
     first = decide(members, Ledger())
-    assert "high" in first.blocked and first.ceilings == {"low": 1}
+    assert "high" in first.blocked
+    assert first.ceilings == {"low": 1}
     gone = {k: v for k, v in members.items() if k != "other"}
     freed = freed_units(members["other"], None, first.ledger)
     second = decide(gone, first.ledger, freed)
@@ -226,7 +232,8 @@ def test_holds_of_a_departed_member_go() -> None:
     members = by_key(m("low", LOW, desired=3, placed=3), m("high", HIGH, desired=2, placed=1, unschedulable=1))
     ledger = decide(members, Ledger()).ledger
     without_recipient = decide({"low": members["low"]}, ledger)
-    assert without_recipient.ceilings == {"low": None} and without_recipient.ledger == Ledger()
+    assert without_recipient.ceilings == {"low": None}
+    assert without_recipient.ledger == Ledger()
     without_donor = decide({"high": members["high"]}, ledger)
     assert without_donor.ceilings == {"low": None}
     assert "high" in without_donor.blocked
@@ -276,7 +283,10 @@ def test_member_from_report() -> None:
         limited=True,
     )
     member = member_from_report(report)
-    assert member.key == "order/ns/a/u" and member.unit == 1 and member.need == 1 and member.limited
+    assert member.key == "order/ns/a/u"
+    assert member.unit == 1
+    assert member.need == 1
+    assert member.limited
 
 
 # ---------------------------------------------------------------- properties
@@ -359,7 +369,9 @@ def check_invariants(members: Mapping[str, Member], decision: Decision) -> None:
                     assert effective_replicas(other, ledger.ceilings.get(other.key)) <= other.minReplicas
     # Stable: the same reports again change nothing.
     again = decide(members, ledger)
-    assert not again.changed and again.ledger == ledger and again.blocked == decision.blocked
+    assert not again.changed
+    assert again.ledger == ledger
+    assert again.blocked == decision.blocked
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
@@ -399,7 +411,8 @@ def test_property_when_demand_falls_every_donor_is_restored(members: dict[str, M
         member = fallen[recipient.key]
         fallen[recipient.key] = member.model_copy(update={"desired": recipient.baseUnits // member.unit})
     after = decide(fallen, first.ledger)
-    assert after.ledger.holds == () and after.ledger.ceilings == {}
+    assert after.ledger.holds == ()
+    assert after.ledger.ceilings == {}
     assert all(after.ceilings[d] is None for d in first.ledger.ceilings)
     assert after.blocked == {}
 
@@ -412,7 +425,8 @@ def test_property_a_fall_in_demand_never_lowers_a_donor(members: dict[str, Membe
     after = decide(lowered, first.ledger)
     # A held replica may pass from one recipient to another; no donor goes lower, none is added.
     for donor, ceiling in after.ledger.ceilings.items():
-        assert donor in first.ledger.ceilings and ceiling >= first.ledger.ceilings[donor]
+        assert donor in first.ledger.ceilings
+        assert ceiling >= first.ledger.ceilings[donor]
     assert sum(held_replicas(after.ledger).values()) <= sum(held_replicas(first.ledger).values())
     assert after.preempted == () or set(after.preempted) <= set(first.blocked)
 

@@ -22,7 +22,7 @@ from inference_api.preemption import PreemptionMetrics
 from inference_api.reasons import EventReason, Reason
 from inference_api.types import ConditionStatus, Phase
 from tests.factories import make_order
-from tests.polling import WaitTimeout, until
+from tests.polling import WaitTimeoutError, until
 from tests.workflows.world import TIMINGS, Stand, new_world, running_worker
 from workflows import activity_names as act
 from workflows.order import OrderState, OrderWorkflow
@@ -44,7 +44,7 @@ async def replay_settled(handle: WorkflowHandle[Any, Any], client: Client) -> No
 
     try:
         history = await until(between_tasks, timeout=10, interval=0.1, what="the workflow between tasks")
-    except WaitTimeout:
+    except WaitTimeoutError:
         history = fetched[-1] if fetched else await asyncio.wait_for(handle.fetch_history(), 30)
     replayer = Replayer(workflows=[PreemptionWorkflow, OrderWorkflow], data_converter=client.data_converter)
     await asyncio.wait_for(replayer.replay_workflow(history), 60)
@@ -76,7 +76,8 @@ async def test_a_high_order_grows_at_a_low_ones_expense_and_gives_back_when_dema
 
     stand.sim("high").load = 2
     await stand.until(lambda: stand.sim("high").placed == 2, what="high grows to 2")
-    assert stand.sim("low").ceiling == 2 and stand.sim("low").placed == 2
+    assert stand.sim("low").ceiling == 2
+    assert stand.sim("low").placed == 2
     low_state = await stand.order_state("low")
     assert low_state.replicaCeiling == 2
     assert stand.world.applies_of("low")[-1].replicaCeiling == 2
@@ -95,7 +96,8 @@ async def test_a_high_order_grows_at_a_low_ones_expense_and_gives_back_when_dema
     # The donor's autoscaler still wants 3: held below that, it cannot grow (and keeps serving).
     await stand.until(stand.phase_is("low", Phase.DEGRADED, Reason.SCALE_UP_BLOCKED), what="low Degraded")
     reasons = {(e.ref.name, e.reason) for e in stand.world.events}
-    assert ("low", EventReason.CAPACITY_PREEMPTED) in reasons and ("high", EventReason.CAPACITY_PREEMPTED) in reasons
+    assert ("low", EventReason.CAPACITY_PREEMPTED) in reasons
+    assert ("high", EventReason.CAPACITY_PREEMPTED) in reasons
 
     # The Temporal UI tells the story.
     async def blocked_while_holding() -> bool:
@@ -149,7 +151,8 @@ async def test_with_no_donor_left_the_recipient_serves_degraded_then_recovers(st
     status, reason = stand.world.condition("high", "ScalingHealthy") or (None, None)
     assert (status, reason) == (ConditionStatus.FALSE, Reason.SCALE_UP_BLOCKED)
     last = stand.world.last("high")
-    assert last is not None and last.endpoint is not None  # it keeps serving
+    assert last is not None
+    assert last.endpoint is not None
 
     async def blocked() -> bool:
         described = await stand.preemption().describe()
@@ -290,7 +293,9 @@ async def test_a_ceiling_set_before_the_first_apply_is_used_and_survives_continu
         await stand.until(stand.phase_is("held", Phase.READY), what="Ready")
         assert world.applies_of("held")[0].replicaCeiling == 2
         last = world.last("held")
-        assert last is not None and last.constraints is not None and last.constraints.maxReplicas == 2
+        assert last is not None
+        assert last.constraints is not None
+        assert last.constraints.maxReplicas == 2
         first_run = (await step("describe", handle.describe())).run_id
         current = temporal_client.get_workflow_handle(handle.id)
 
@@ -299,7 +304,8 @@ async def test_a_ceiling_set_before_the_first_apply_is_used_and_survives_continu
 
         await stand.until(continued, what="continue-as-new")
         state = await step("query", current.query(OrderWorkflow.query_state))
-        assert state.replicaCeiling == 2 and state.lastReport is not None
+        assert state.replicaCeiling == 2
+        assert state.lastReport is not None
         applies, replans = len(world.applies_of("held")), state.replanCount
         await step("lift", current.signal(OrderWorkflow.set_replica_ceiling, None))
         await stand.until(lambda: world.applies_of("held")[-1].replicaCeiling is None, what="lifted")

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-from activities.scaling import pod_is_placed, pod_is_unschedulable, scaling_observation, watch_scaling_loop
-from inference_api.payloads import OrderRef
-from inference_api.preemption import HpaCondition, ScalingObservation, ScalingWatchInput
+from activities.scaling import pod_is_placed, pod_is_unschedulable, scaling_observation
+from inference_api.preemption import HpaCondition, ScalingObservation
 from inference_api.reasons import Reason
 from inference_api.types import ConditionStatus, InferenceServiceClass
 from planner.scaling import autoscaled, class_bounds, priority_class_name, scaling_health
@@ -54,34 +52,42 @@ def test_blocked_by_preemption_wins_over_everything() -> None:
 def test_able_to_scale_false_is_unhealthy() -> None:
     obs = observation(conditions=with_condition("AbleToScale", "False", "FailedGetScale", "no scale"))
     verdict = scaling_health(obs, None, None)
-    assert verdict is not None and verdict[:2] == (ConditionStatus.FALSE, Reason.AUTOSCALER_UNABLE_TO_SCALE)
+    assert verdict is not None
+    assert verdict[:2] == (ConditionStatus.FALSE, Reason.AUTOSCALER_UNABLE_TO_SCALE)
     assert "FailedGetScale" in verdict[2]
 
 
 def test_no_metrics_is_unknown_not_degraded() -> None:
     obs = observation(conditions=with_condition("ScalingActive", "False", "FailedGetPodsMetric", "no metrics API"))
     verdict = scaling_health(obs, None, None)
-    assert verdict is not None and verdict[:2] == (ConditionStatus.UNKNOWN, Reason.AUTOSCALER_METRICS_UNAVAILABLE)
+    assert verdict is not None
+    assert verdict[:2] == (ConditionStatus.UNKNOWN, Reason.AUTOSCALER_METRICS_UNAVAILABLE)
     assert "no metrics API" in verdict[2]
 
 
 def test_not_yet_observed() -> None:
     assert scaling_health(None, None, None) is None
     missing = scaling_health(ScalingObservation(autoscalerFound=False), None, None)
-    assert missing is not None and missing[:2] == (ConditionStatus.UNKNOWN, Reason.AUTOSCALER_NOT_OBSERVED)
+    assert missing is not None
+    assert missing[:2] == (ConditionStatus.UNKNOWN, Reason.AUTOSCALER_NOT_OBSERVED)
     silent = scaling_health(observation(conditions=[]), None, None)
-    assert silent is not None and silent[1] == Reason.AUTOSCALER_NOT_OBSERVED
+    assert silent is not None
+    assert silent[1] == Reason.AUTOSCALER_NOT_OBSERVED
 
 
 def test_limited_by_a_ceiling_or_by_the_class() -> None:
     limited = observation(conditions=with_condition("ScalingLimited", "True", "TooManyReplicas"), maxReplicas=2)
-    assert limited.wantsAboveBound
+    assert limited.wants_above_bound
     held = scaling_health(limited, None, 2)
-    assert held is not None and held[0] == ConditionStatus.TRUE and "lowered by preemption" in held[2]
+    assert held is not None
+    assert held[0] == ConditionStatus.TRUE
+    assert "lowered by preemption" in held[2]
     at_class = scaling_health(limited, None, None)
-    assert at_class is not None and "at the class's maxReplicas" in at_class[2]
+    assert at_class is not None
+    assert "at the class's maxReplicas" in at_class[2]
     waiting = scaling_health(observation(unschedulableReplicas=1), None, None)
-    assert waiting is not None and "1 replica(s) wait for capacity" in waiting[2]
+    assert waiting is not None
+    assert "1 replica(s) wait for capacity" in waiting[2]
 
 
 def test_signature_ignores_messages() -> None:
@@ -99,11 +105,15 @@ def make_class(**scaling: Any) -> InferenceServiceClass:
 
 
 def test_class_scaling_profile() -> None:
-    assert not autoscaled(None) and not autoscaled(make_class())
+    assert not autoscaled(None)
+    assert not autoscaled(make_class())
     assert not autoscaled(make_class(minReplicas=1, maxReplicas=1))
     cls = make_class(minReplicas=2, maxReplicas=4, allowedPriorityClassNames=["inference-high", "x"])
-    assert autoscaled(cls) and class_bounds(cls) == (2, 4) and priority_class_name(cls) == "inference-high"
-    assert class_bounds(make_class()) == (1, 1) and priority_class_name(make_class()) is None
+    assert autoscaled(cls)
+    assert class_bounds(cls) == (2, 4)
+    assert priority_class_name(cls) == "inference-high"
+    assert class_bounds(make_class()) == (1, 1)
+    assert priority_class_name(make_class()) is None
 
 
 # ----------------------------------------------------------------- parsing
@@ -122,8 +132,11 @@ def pod(node: str | None = None, unschedulable: bool = False, deleting: bool = F
 
 
 def test_pods_placed_and_unschedulable() -> None:
-    assert pod_is_placed(pod("n1")) and not pod_is_placed(pod()) and not pod_is_placed(pod("n1", deleting=True))
-    assert pod_is_unschedulable(pod(unschedulable=True)) and not pod_is_unschedulable(pod())
+    assert pod_is_placed(pod("n1"))
+    assert not pod_is_placed(pod())
+    assert not pod_is_placed(pod("n1", deleting=True))
+    assert pod_is_unschedulable(pod(unschedulable=True))
+    assert not pod_is_unschedulable(pod())
     assert not pod_is_unschedulable(pod("n1"))
 
 
@@ -143,41 +156,8 @@ def test_scaling_observation_from_an_hpa() -> None:
     assert (obs.desiredReplicas, obs.currentReplicas, obs.minReplicas, obs.maxReplicas) == (3, 2, 1, 3)
     assert (obs.placedReplicas, obs.unschedulableReplicas, obs.priority) == (2, 1, 1000)
     assert [c.type for c in obs.conditions] == ["AbleToScale", "ScalingLimited"]
-    assert obs.wantsAboveBound
+    assert obs.wants_above_bound
     missing = scaling_observation(None, [pod("n1")], priority=5)
-    assert not missing.autoscalerFound and missing.placedReplicas == 1 and missing.priority == 5
-
-
-def test_watch_returns_on_change_only() -> None:
-    seen = [observation(), observation(), observation(desiredReplicas=3)]
-    beats: list[str] = []
-
-    async def read() -> ScalingObservation:
-        return seen.pop(0)
-
-    async def sleep(_: float) -> None:
-        return None
-
-    request = ScalingWatchInput(ref=OrderRef(namespace="n", name="o", uid="u"), last=observation())
-    result = asyncio.run(watch_scaling_loop(request, read, sleep, beats.append))
-    assert result.desiredReplicas == 3 and len(beats) == 2
-
-    first = ScalingWatchInput(ref=request.ref, last=None)
-    seen[:] = [observation()]
-    assert asyncio.run(watch_scaling_loop(first, read, sleep, beats.append)) == observation()
-
-
-def test_watch_returns_the_unchanged_observation_at_its_deadline() -> None:
-    now = [0.0]
-
-    async def read() -> ScalingObservation:
-        return observation()
-
-    async def sleep(seconds: float) -> None:
-        now[0] += seconds
-
-    request = ScalingWatchInput(
-        ref=OrderRef(namespace="n", name="o", uid="u"), last=observation(), intervalSeconds=10, maxDurationSeconds=35
-    )
-    result = asyncio.run(watch_scaling_loop(request, read, sleep, lambda _: None, clock=lambda: now[0]))
-    assert result == observation() and now[0] == 40
+    assert not missing.autoscalerFound
+    assert missing.placedReplicas == 1
+    assert missing.priority == 5

@@ -462,7 +462,8 @@ def _sa_token(kube_admin: ApiClient, component: str, audiences: tuple[str, ...] 
         MODULE_NAMESPACE,
         AuthenticationV1TokenRequest(spec=V1TokenRequestSpec(audiences=list(audiences), expiration_seconds=600)),
     )
-    assert issued.status is not None and issued.status.token
+    assert issued.status is not None
+    assert issued.status.token
     return str(issued.status.token)
 
 
@@ -579,14 +580,17 @@ def test_the_planner_authorizes_its_callers_with_its_own_token(bound: Bound, kub
         review = AuthenticationV1Api(planner).create_token_review(
             V1TokenReview(spec=V1TokenReviewSpec(token=worker_token, audiences=[PLANNER_AUDIENCE]))
         )
-        assert review.status is not None and review.status.authenticated and review.status.user
+        assert review.status is not None
+        assert review.status.authenticated
+        assert review.status.user
         assert review.status.audiences == [PLANNER_AUDIENCE]
         # The worker's token for the API server is no token for the planner.
         for_api_server = _sa_token(kube_admin, "worker")
         refused = AuthenticationV1Api(planner).create_token_review(
             V1TokenReview(spec=V1TokenReviewSpec(token=for_api_server, audiences=[PLANNER_AUDIENCE]))
         )
-        assert refused.status is not None and not refused.status.authenticated
+        assert refused.status is not None
+        assert not refused.status.authenticated
         caller = review.status.user
         assert caller.username == _service_account("worker")[0]
         sar = AuthorizationV1Api(planner).create_subject_access_review(
@@ -600,7 +604,8 @@ def test_the_planner_authorizes_its_callers_with_its_own_token(bound: Bound, kub
                 )
             )
         )
-        assert sar.status is not None and sar.status.allowed
+        assert sar.status is not None
+        assert sar.status.allowed
         # And the same question about a human is answered no.
         sar = AuthorizationV1Api(planner).create_subject_access_review(
             V1SubjectAccessReview(
@@ -613,6 +618,7 @@ def test_the_planner_authorizes_its_callers_with_its_own_token(bound: Bound, kub
                 )
             )
         )
-        assert sar.status is not None and not sar.status.allowed
+        assert sar.status is not None
+        assert not sar.status.allowed
         # The planner itself reads no Secrets.
         assert _status(lambda: CoreV1Api(planner).list_namespaced_secret(MODULE_NAMESPACE)) == 403

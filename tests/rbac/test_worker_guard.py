@@ -113,7 +113,8 @@ def test_the_workers_role_suffices_for_every_step_of_an_order(
 
         worker = OrderActivities(worker_api, ModuleSettings(), planner=no_planner)
         snapshot = worker.read_order(ref)
-        assert snapshot.order is not None and snapshot.cls is not None
+        assert snapshot.order is not None
+        assert snapshot.cls is not None
         worker.ensure_finalizer(ref)
         request = ApplyInput(
             ref=ref,
@@ -134,7 +135,8 @@ def test_the_workers_role_suffices_for_every_step_of_an_order(
         assert _status(lambda: core.read_namespaced_secret("steady-auth", namespace))[0] == 404
         worker.finalize_order(ref)
         stored = admin.get_namespaced_custom_object(GROUP, VERSION, namespace, ORDERS, "steady")
-        assert stored["status"]["phase"] == "Pending" and not stored["metadata"].get("finalizers")
+        assert stored["status"]["phase"] == "Pending"
+        assert not stored["metadata"].get("finalizers")
     finally:
         for name in (external, internal):
             admin.delete_cluster_custom_object(GROUP, VERSION, CLASSES, name)
@@ -177,7 +179,8 @@ def test_the_worker_guard_refuses_what_rbac_cannot(
         "create unlabelled": lambda: worker.create_namespaced_secret(namespace, secret("x", False), dry_run=DRY),
     }.items():
         status, body = _status(call)
-        assert status == 403 and "managed-by=ai-inference" in body, (what, status, body)
+        assert status == 403, (what, status, body)
+        assert "managed-by=ai-inference" in body, (what, status, body)
 
     # What orders own stays the worker's to write; and the guard is the worker's alone.
     assert _status(lambda: worker.create_namespaced_secret(namespace, secret("mine", True), dry_run=DRY))[0] == 200

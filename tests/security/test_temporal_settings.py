@@ -47,7 +47,8 @@ def test_files_are_read_into_the_sdk_config_and_never_shown(tmp_path: Path, monk
         monkeypatch.setenv(f"AI_INFERENCE_TEMPORAL__{key}", value)
     temporal = ModuleSettings().temporal
     config = tls_config(temporal)
-    assert config is not False and config is not True
+    assert config is not False
+    assert config is not True
     assert (config.server_root_ca_cert, config.client_cert, config.client_private_key, config.domain) == (
         b"CA",
         b"CERT",

@@ -200,7 +200,8 @@ def test_injected_failure_and_recovery_in_thread(client: httpx.Client) -> None:
         assert client.post(f"{runtime.url}/admin/fail", json={"status": 500}).json() == {"failing": 500}
         assert client.get(f"{runtime.url}/v1/models", headers=AUTH).status_code == 500
         stats = client.get(f"{runtime.url}/admin/stats").json()
-        assert stats["failing"] == 500 and stats["requests"]["models"] >= 3
+        assert stats["failing"] == 500
+        assert stats["requests"]["models"] >= 3
         client.post(f"{runtime.url}/admin/recover")
         assert client.get(f"{runtime.url}/v1/models", headers=AUTH).status_code == 200
     # Stopped: nothing answers on the port any more.
@@ -233,7 +234,7 @@ def test_resolve_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert resolve_token(None, None) is None
     assert resolve_token(None, "UNSET_VARIABLE_XYZ") is None
     (tmp_path / "empty").write_text("")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="is empty"):
         resolve_token(tmp_path / "empty", None)
 
 

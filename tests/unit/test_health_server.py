@@ -59,7 +59,7 @@ async def test_healthz_readyz_and_metrics() -> None:
 async def test_port_zero_takes_a_free_port_and_a_taken_port_fails() -> None:
     async with await serve_health(0, host="127.0.0.1") as server:
         assert server.port > 0
-        with pytest.raises(OSError):
+        with pytest.raises(OSError, match="in use"):
             await serve_health(server.port, host="127.0.0.1")
         async with httpx.AsyncClient(timeout=5) as http:
             assert (await http.get(f"http://127.0.0.1:{server.port}/healthz")).text == "ok\n"

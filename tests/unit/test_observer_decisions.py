@@ -174,7 +174,9 @@ class TestOrderIntent:
     def test_deleting_order_seen_first_on_the_listing_gets_delete(self) -> None:
         # No workflow may exist (a lost database): signal-with-start still removes the finalizer.
         intent = d.order_intent(d.SYNC, order(deleting=True), d.OrderMemory())
-        assert intent is not None and intent.signal == OrderSignal.DELETE and intent.start
+        assert intent is not None
+        assert intent.signal == OrderSignal.DELETE
+        assert intent.start
 
     def test_gone_without_a_deletion_seen_gets_a_plain_delete(self) -> None:
         intent = d.order_intent(d.DELETED, order(), d.OrderMemory(generation=1))
@@ -184,7 +186,8 @@ class TestOrderIntent:
     def test_remember(self) -> None:
         memory = d.OrderMemory()
         d.remember(memory, d.Intent(OrderSignal.SPEC_CHANGED, 4, start=True))
-        assert memory.generation == 4 and not memory.delete_sent
+        assert memory.generation == 4
+        assert not memory.delete_sent
         d.remember(memory, d.Intent(OrderSignal.DELETE, start=True))
         assert memory.delete_sent
 
@@ -614,7 +617,7 @@ class TestShards:
 
     def test_settings(self) -> None:
         assert ObserverSettings().shards == 1
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=r"is not below observer\.shards"):
             ObserverSettings(shards=2, shard=2)
 
     def test_observer_settings_are_not_part_of_the_release(self) -> None:
@@ -657,7 +660,8 @@ class TestResyncPlan:
     def test_legacy_workflow_is_moved(self) -> None:
         plan = d.plan_resync([d.ListedOrder(ref("a"), 2)], [wf("a", "OrderWorkflow", None, "old")], "fp")
         assert plan.move == [(ref("a"), "old", d.Intent(OrderSignal.SPEC_CHANGED, 2, start=True))]
-        assert not plan.start and not plan.settings
+        assert not plan.start
+        assert not plan.settings
 
     def test_orphan_hears_delete_then_is_terminated(self) -> None:
         first = d.plan_resync([], [wf("gone")], "fp")
@@ -665,16 +669,19 @@ class TestResyncPlan:
         assert first.orphans == {("order/team/o/gone", "r1")}
         second = d.plan_resync([], [wf("gone")], "fp", previous_orphans=first.orphans)
         assert second.terminate == [("order/team/o/gone", "r1")]
-        assert not second.delete and not second.orphans
+        assert not second.delete
+        assert not second.orphans
 
     def test_an_orphan_that_continued_as_new_hears_delete_again(self) -> None:
         first = d.plan_resync([], [wf("gone", run="r1")], "fp")
         second = d.plan_resync([], [wf("gone", run="r2")], "fp", previous_orphans=first.orphans)
-        assert second.delete == [ref("gone")] and not second.terminate
+        assert second.delete == [ref("gone")]
+        assert not second.terminate
 
     def test_legacy_orphan_is_an_orphan(self) -> None:
         plan = d.plan_resync([], [wf("gone", "OrderWorkflow")], "fp")
-        assert plan.delete == [ref("gone")] and not plan.move
+        assert plan.delete == [ref("gone")]
+        assert not plan.move
 
     def test_stale_release_hears_settings_changed(self) -> None:
         plan = d.plan_resync([d.ListedOrder(ref("a"), 1)], [wf("a", release="old")], "fp")
@@ -694,7 +701,8 @@ class TestResyncPlan:
 
     def test_deleting_order_with_a_running_workflow_hears_delete_again(self) -> None:
         plan = d.plan_resync([d.ListedOrder(ref("a"), 1, deleting=True)], [wf("a", release="old")], "fp")
-        assert plan.redelete == [ref("a")] and not plan.settings
+        assert plan.redelete == [ref("a")]
+        assert not plan.settings
 
     def test_foreign_ids_and_types_are_left_alone(self) -> None:
         running = [
@@ -710,7 +718,8 @@ class TestResyncPlan:
         running = [wf(f"gone{i}") for i in range(40)]
         plans = [d.plan_resync(orders, running, "fp", shards=2, shard=s) for s in range(2)]
         started = [{r.uid for r, _ in p.start} for p in plans]
-        assert started[0] | started[1] == set(uids) and not started[0] & started[1]
+        assert started[0] | started[1] == set(uids)
+        assert not started[0] & started[1]
         for s, p in enumerate(plans):
             assert all(d.in_shard(r.uid, 2, s) for r in p.delete)
         assert len(plans[0].delete) + len(plans[1].delete) == 40
@@ -736,7 +745,8 @@ class TestInformerCache:
         inf = Informer("InferenceService")
         changes = inf.listed([order(uid="a", name="a"), order(uid="b", name="b")])
         assert [c.type for c in changes] == [d.SYNC, d.SYNC]
-        assert inf.synced and set(inf.cache) == {"team/a", "team/b"}
+        assert inf.synced
+        assert set(inf.cache) == {"team/a", "team/b"}
 
     def test_relist_delivers_only_differences(self) -> None:
         inf = Informer("InferenceService")
@@ -751,12 +761,15 @@ class TestInformerCache:
         inf = Informer("InferenceService")
         inf.listed([])
         (added,) = inf.watched(d.ADDED, order())
-        assert added.type == d.ADDED and added.old is None
+        assert added.type == d.ADDED
+        assert added.old is None
         assert inf.watched(d.MODIFIED, order()) == []  # same resourceVersion: nothing new
         (modified,) = inf.watched(d.MODIFIED, order(rv="2"))
-        assert modified.type == d.MODIFIED and modified.old is not None
+        assert modified.type == d.MODIFIED
+        assert modified.old is not None
         (deleted,) = inf.watched(d.DELETED, order(rv="3"))
-        assert deleted.type == d.DELETED and "team/chat" not in inf.cache
+        assert deleted.type == d.DELETED
+        assert "team/chat" not in inf.cache
 
     def test_same_name_other_uid_is_a_delete_and_an_add(self) -> None:
         inf = Informer("InferenceService")
@@ -783,7 +796,8 @@ class TestOutboxMerge:
         merge(queued, signal_to(ref("a"), "spec_changed", [2], start=True))
         assert queued.args == [3]
         merge(queued, signal_to(ref("a"), "spec_changed", [5], start=True))
-        assert queued.args == [5] and queued.start == ref("a")
+        assert queued.args == [5]
+        assert queued.start == ref("a")
 
     def test_observed_joins(self) -> None:
         queued = signal_to(ref("a"), "observed", [ObservedChange(what="Pod x ready", kind="Pod")])

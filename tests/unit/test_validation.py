@@ -67,28 +67,34 @@ EMBEDDING_FACTS = ModelFacts(parameterCount="560M", format="safetensors", endpoi
 
 def test_missing_class_is_class_not_found() -> None:
     refusal = check_class(make_order(), None)
-    assert refusal is not None and refusal.reason is Reason.CLASS_NOT_FOUND
-    assert "default-llm" in refusal.message and "spec.inferenceServiceClassName" in refusal.message
+    assert refusal is not None
+    assert refusal.reason is Reason.CLASS_NOT_FOUND
+    assert "default-llm" in refusal.message
+    assert "spec.inferenceServiceClassName" in refusal.message
 
 
 def test_class_without_ready_condition_is_class_not_ready() -> None:
     refusal = check_class(make_order(), make_class(ready=False))
-    assert refusal is not None and refusal.reason is Reason.CLASS_NOT_READY
+    assert refusal is not None
+    assert refusal.reason is Reason.CLASS_NOT_READY
 
 
 def test_class_without_contracts_is_class_not_ready() -> None:
     cls = make_class()
     cls.spec.modelPolicy.allowedEndpointTypes = []
     refusal = check_class(make_order(), cls)
-    assert refusal is not None and refusal.reason is Reason.CLASS_NOT_READY
+    assert refusal is not None
+    assert refusal.reason is Reason.CLASS_NOT_READY
     assert "allowedEndpointTypes" in refusal.message
 
 
 def test_namespace_outside_allow_list_is_refused() -> None:
     cls = make_class(admissionPolicy={"allowedNamespaces": ["analytics"]})
     refusal = check_class(make_order(namespace="support"), cls)
-    assert refusal is not None and refusal.reason is Reason.NAMESPACE_NOT_ALLOWED
-    assert "support" in refusal.message and "analytics" in refusal.message
+    assert refusal is not None
+    assert refusal.reason is Reason.NAMESPACE_NOT_ALLOWED
+    assert "support" in refusal.message
+    assert "analytics" in refusal.message
 
 
 @pytest.mark.parametrize("allowed", [["*"], ["support"], ["analytics", "support"]])
@@ -118,14 +124,17 @@ def test_contract_order_follows_the_class_list() -> None:
 def test_no_intersection_is_endpoint_type_policy_conflict() -> None:
     cls = make_class(modelPolicy={"allowedEndpointTypes": ["Chat"]})
     refusal = check_model_policy(make_order(), cls, EMBEDDING_FACTS)
-    assert refusal is not None and refusal.reason is Reason.ENDPOINT_TYPE_POLICY_CONFLICT
-    assert "Embeddings" in refusal.message and "Chat" in refusal.message
+    assert refusal is not None
+    assert refusal.reason is Reason.ENDPOINT_TYPE_POLICY_CONFLICT
+    assert "Embeddings" in refusal.message
+    assert "Chat" in refusal.message
 
 
 def test_format_outside_allow_list_is_format_not_allowed() -> None:
     cls = make_class(modelPolicy={"allowedEndpointTypes": ["Embeddings"], "allowedFormats": ["gguf"]})
     refusal = check_model_policy(make_order(), cls, EMBEDDING_FACTS)
-    assert refusal is not None and refusal.reason is Reason.FORMAT_NOT_ALLOWED
+    assert refusal is not None
+    assert refusal.reason is Reason.FORMAT_NOT_ALLOWED
     assert "safetensors" in refusal.message
 
 
@@ -176,14 +185,17 @@ def test_catalog_fact_over_limit_is_parameter_count_not_allowed() -> None:
     cls = make_class(modelPolicy={"allowedEndpointTypes": ["Chat"], "maxParameterCount": "1B"})
     facts = ModelFacts(parameterCount="7B", endpointTypes=[EndpointType.CHAT])
     refusal = check_model_policy(make_order(name="acme/tiny"), cls, facts)
-    assert refusal is not None and refusal.reason is Reason.PARAMETER_COUNT_NOT_ALLOWED
-    assert "7B" in refusal.message and "1B" in refusal.message
+    assert refusal is not None
+    assert refusal.reason is Reason.PARAMETER_COUNT_NOT_ALLOWED
+    assert "7B" in refusal.message
+    assert "1B" in refusal.message
 
 
 def test_name_token_over_limit_is_parameter_count_not_allowed() -> None:
     cls = make_class(modelPolicy={"allowedEndpointTypes": ["Chat"], "maxParameterCount": "1B"})
     refusal = check_model_policy(make_order(name="Qwen/Qwen2.5-32B-Instruct-AWQ"), cls, None)
-    assert refusal is not None and refusal.reason is Reason.PARAMETER_COUNT_NOT_ALLOWED
+    assert refusal is not None
+    assert refusal.reason is Reason.PARAMETER_COUNT_NOT_ALLOWED
     assert "32B" in refusal.message
 
 
@@ -202,7 +214,8 @@ def test_catalog_fact_wins_over_order_value() -> None:
 def test_unknown_size_under_a_limit_is_refused_with_advice() -> None:
     cls = make_class(modelPolicy={"allowedEndpointTypes": ["Chat"], "maxParameterCount": "1B"})
     refusal = check_model_policy(make_order(name="acme/mystery-model"), cls, None)
-    assert refusal is not None and refusal.reason is Reason.PARAMETER_COUNT_NOT_ALLOWED
+    assert refusal is not None
+    assert refusal.reason is Reason.PARAMETER_COUNT_NOT_ALLOWED
     assert "spec.model.parameterCount" in refusal.message
 
 
@@ -214,7 +227,8 @@ def test_model_within_every_policy_passes() -> None:
 def test_catalog_order_with_catalog_off_is_catalog_disabled() -> None:
     order = make_order(name="qwen2-5-8b", src="ai-models", kind="ClusterModel")
     refusal = check_catalog_enabled(order, catalog_enabled=False)
-    assert refusal is not None and refusal.reason is Reason.CATALOG_DISABLED
+    assert refusal is not None
+    assert refusal.reason is Reason.CATALOG_DISABLED
     assert "catalog.mode" in refusal.message
 
 

@@ -40,7 +40,9 @@ async def test_order_becomes_ready_after_every_step(harness: Harness) -> None:
     for type_ in ("ClassResolved", "ModelResolved", "Planned", "WorkloadReady", "Ready"):
         assert cond(last, type_).status == ConditionStatus.TRUE, type_
     assert cond(last, "Planned").reason == Reason.LAUNCH_PLAN_CALCULATED
-    assert last.resolved is not None and last.resolved.sharePercent == 30 and last.resolved.replanCount == 0
+    assert last.resolved is not None
+    assert last.resolved.sharePercent == 30
+    assert last.resolved.replanCount == 0
     assert last.endpointType == "Chat"
     assert "support/happy" in harness.world.finalizers
     # The workload is applied only after the model resolved and the plan was made.
@@ -48,7 +50,8 @@ async def test_order_becomes_ready_after_every_step(harness: Harness) -> None:
     description = await handle.describe()
     assert description.typed_search_attributes.get(ORDER_PHASE) == "Ready"
     state = await handle.query(OrderWorkflow.query_state)
-    assert state.everReady and state.plan is not None
+    assert state.everReady
+    assert state.plan is not None
 
 
 async def test_missing_class_waits_then_proceeds_when_the_class_appears(harness: Harness) -> None:
@@ -101,7 +104,8 @@ async def test_old_generations_are_dropped_and_an_edit_replans(harness: Harness)
     await handle.signal(OrderWorkflow.spec_changed, 3)
     await harness.until(lambda: share_of(harness.world.last()) == 50)
     last = harness.world.last()
-    assert last.resolved is not None and last.resolved.replanCount == 1
+    assert last.resolved is not None
+    assert last.resolved.replanCount == 1
     assert last.observedGeneration == 3
     assert len(harness.world.applies) == 2
 
@@ -110,7 +114,9 @@ async def test_replan_update_returns_the_outcome(harness: Harness) -> None:
     handle = await harness.start(make_order("replanned"))
     await harness.until(harness.phase_is(Phase.READY))
     outcome = await handle.execute_update("replan", result_type=ReplanOutcome)
-    assert outcome.planned and outcome.reason == Reason.LAUNCH_PLAN_CALCULATED and outcome.replanCount == 1
+    assert outcome.planned
+    assert outcome.reason == Reason.LAUNCH_PLAN_CALCULATED
+    assert outcome.replanCount == 1
 
 
 async def test_failed_replan_of_a_serving_order_keeps_it_ready_with_launch_plan_in_force(harness: Harness) -> None:
@@ -120,10 +126,12 @@ async def test_failed_replan_of_a_serving_order_keeps_it_ready_with_launch_plan_
         refusal=PlanRefusal(reason=Reason.NO_CAPACITY, message="no H100 has 30% free")
     )
     outcome = await handle.execute_update("replan", result_type=ReplanOutcome)
-    assert outcome.planned and outcome.reason == Reason.LAUNCH_PLAN_IN_FORCE
+    assert outcome.planned
+    assert outcome.reason == Reason.LAUNCH_PLAN_IN_FORCE
     assert "no H100 has 30% free" in outcome.message
     last = harness.world.last()
-    assert last.phase == Phase.READY and last.reason == Reason.LAUNCH_PLAN_IN_FORCE
+    assert last.phase == Phase.READY
+    assert last.reason == Reason.LAUNCH_PLAN_IN_FORCE
     assert len(harness.world.applies) == 2  # the plan in force is re-applied unchanged
 
 
@@ -179,7 +187,9 @@ async def test_continue_as_new_carries_the_state(harness: Harness) -> None:
 
     await harness.until(continued, timeout=30, what="continue-as-new")
     state = await harness.client.get_workflow_handle(handle.id).query(OrderWorkflow.query_state)
-    assert state.everReady and state.plan is not None and state.phase == Phase.READY
+    assert state.everReady
+    assert state.plan is not None
+    assert state.phase == Phase.READY
 
 
 async def test_a_serving_order_costs_one_timer_and_a_simulated_day_stays_under_50_history_events(
@@ -223,7 +233,8 @@ async def test_an_observed_change_reapplies_without_a_new_plan(harness: Harness)
     assert plans == []
     assert share_of(harness.world.last()) == 30
     state = await handle.query(OrderWorkflow.query_state)
-    assert state.replanCount == 0 and state.lastObserved == "StatefulSet support/observed deleted"
+    assert state.replanCount == 0
+    assert state.lastObserved == "StatefulSet support/observed deleted"
 
 
 async def test_a_forged_delete_leaves_a_live_order_serving(harness: Harness) -> None:

@@ -202,7 +202,8 @@ def test_a_second_apply_of_the_same_input_changes_nothing(bench: Bench) -> None:
     declared = {"endpoint", "authSecretName", "constraints", "settledRegionKept"}
     assert second.model_dump(include=declared) == first.model_dump(include=declared)
     secret = bench.get("v1", "Secret", "steady-auth")
-    assert secret is not None and secret["data"]["token"] == token_before, "the auth token was rotated"
+    assert secret is not None, "the auth token was rotated"
+    assert secret["data"]["token"] == token_before, "the auth token was rotated"
 
 
 def test_every_object_is_owned_by_the_order(bench: Bench) -> None:
@@ -224,12 +225,14 @@ def test_a_new_storage_class_keeps_the_standing_volume_and_is_recorded(bench: Be
     first = bench.apply(bench.apply_input(order, external_class("region-a"), the_plan))
     assert not first.settledRegionKept
     sts = bench.get("apps/v1", "StatefulSet", "settled")
-    assert sts is not None and model_volume_storage_class(sts) == "region-a"
+    assert sts is not None
+    assert model_volume_storage_class(sts) == "region-a"
 
     moved = bench.apply(bench.apply_input(order, external_class("region-b"), the_plan))
     assert moved.settledRegionKept
     sts = bench.get("apps/v1", "StatefulSet", "settled")
-    assert sts is not None and model_volume_storage_class(sts) == "region-a"
+    assert sts is not None
+    assert model_volume_storage_class(sts) == "region-a"
 
     # The workflow records the divergence with the record_event activity: a real Event on the order.
     assert order.metadata.uid
@@ -239,7 +242,8 @@ def test_a_new_storage_class_keeps_the_standing_volume_and_is_recorded(bench: Be
     (event,) = bench.events("settled", EventReason.SETTLED_REGION_KEPT)
     assert event.involved_object.kind == "InferenceService"
     assert event.involved_object.uid == order.metadata.uid
-    assert event.message == message and event.type == "Normal"
+    assert event.message == message
+    assert event.type == "Normal"
 
     # Applying the new class again is still no change to the kept template.
     again = bench.apply(bench.apply_input(order, external_class("region-b"), the_plan))
@@ -267,7 +271,8 @@ def test_cluster_local_without_authentication_has_no_secret_and_no_ingress(bench
     assert result.authSecretName is None
     assert result.endpoint.type == "ClusterLocal"
     objects = bench.owned("internal")
-    assert "Secret" not in objects and "Ingress" not in objects
+    assert "Secret" not in objects
+    assert "Ingress" not in objects
     assert {"NetworkPolicy", "ResourceClaimTemplate", "Service", "StatefulSet"} <= set(objects)
     assert bench.core.list_namespaced_secret(bench.namespace, label_selector=_order_label("internal")).items == []
     for obj in objects.values():

@@ -165,7 +165,8 @@ def test_the_api_server_admits_the_workload_pods_under_restricted(
     (message, *_) = wait_until(
         lambda: restricted.failed_creates("unhardened"), timeout=60, what="FailedCreate for unhardened"
     )
-    assert "violates PodSecurity" in message and "restricted" in message, message
+    assert "violates PodSecurity" in message, message
+    assert "restricted" in message, message
     assert restricted.pods("unhardened") == []
 
 
@@ -240,5 +241,6 @@ def test_only_a_certificate_the_administrator_marked_is_copied(
     assert copied["data"] == {"tls.crt": "Q0VSVA==", "tls.key": "S0VZ"}
     assert CUSTOM_CERTIFICATE_LABEL not in (copied["metadata"].get("labels") or {})
     ingress = orders.get("networking.k8s.io/v1", "Ingress", "public")
-    assert ingress is not None and ingress["spec"]["tls"][0]["secretName"] == "public-tls"
+    assert ingress is not None
+    assert ingress["spec"]["tls"][0]["secretName"] == "public-tls"
     assert [p["path"] for p in ingress["spec"]["rules"][0]["http"]["paths"]] == ["/v1"]
