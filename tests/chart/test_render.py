@@ -697,7 +697,7 @@ def test_process_roles_are_least_privilege(docs: list[Doc]) -> None:
     # Worker: exactly its table. No update or watch anywhere (server-side apply is create + patch,
     # the observer watches), no class write, no inventory (it plans through the planner Service).
     assert _rules(worker) == WORKER_RULES
-    # Watcher: list/watch orders and classes, class status; nothing else.
+    # Watcher (the observer): list/watch orders and classes, class status.
     for resource in ("inferenceservices", "inferenceserviceclasses"):
         assert _grants(watcher, "ai.deckhouse.io", resource, "watch")
         assert not _grants(watcher, "ai.deckhouse.io", resource, "patch")
@@ -719,8 +719,18 @@ def test_process_roles_are_least_privilege(docs: list[Doc]) -> None:
         ("authentication.k8s.io", "tokenreviews"),
         ("authorization.k8s.io", "subjectaccessreviews"),
     }
-    for role in (watcher, planner):
-        assert not _grants(role, "", "secrets", "get")
+    assert not _grants(planner, "", "secrets", "get")
+    # The observer reads what orders own (the auth Secret for a Token order's probes) and writes only
+    # the class status.
+    assert _grants(watcher, "", "secrets", "watch")
+    watcher_writes = {
+        (g, r)
+        for rule in _rules(watcher)
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        if set(rule["verbs"]) - {"get", "list", "watch"}
+    }
+    assert watcher_writes == {("ai.deckhouse.io", "inferenceserviceclasses/status")}
 
 
 def test_the_admin_guide_tables_the_workers_rules() -> None:
