@@ -40,6 +40,9 @@ class PreemptionMembership:
     async def _publish(self) -> None: ...
 
     @abstractmethod
+    async def _read(self) -> OrderSnapshot: ...
+
+    @abstractmethod
     def _cond(self, type_: ConditionType, ok: bool, reason: str, message: str) -> None: ...
 
     def _ceiling_changed(self, ceiling: int | None) -> None:
@@ -152,14 +155,7 @@ class PreemptionMembership:
     async def _reapply(self) -> None:
         """The workload again, with the replica ceiling the preemption workflow set: no replan, no probe."""
         state = self._require_state()
-        snapshot: OrderSnapshot = await workflow.execute_activity(
-            act.READ_ORDER,
-            state.ref,
-            result_type=OrderSnapshot,
-            start_to_close_timeout=SHORT,
-            retry_policy=K8S_RETRY,
-            summary="read order and class",
-        )
+        snapshot = await self._read()
         order, cls = snapshot.order, snapshot.cls
         if order is None:
             state.gone = True
