@@ -37,7 +37,7 @@ from inference_api.payloads import PlanInput
 from inference_api.plan import LaunchPlanRequest, OrderFacts, PlanOutcome, RuntimeFallbackFlag
 from inference_api.settings import ModuleSettings, require_https
 from planner import PlanningRequest, plan_launch
-from planner.recipes import RecipeBook
+from planner.recipes import RecipeBook, load_recipe_book
 
 log = structlog.get_logger(__name__)
 
@@ -243,8 +243,10 @@ def make_planner(settings: ModuleSettings, api: ApiClient) -> PlanFunction:
         )
         return HttpPlanner(base_url, token, timeout, settings, verify=verify)
 
+    recipes = load_recipe_book(planner.recipesDirectory)
+
     def in_process(request: PlanInput) -> PlanOutcome:
-        return plan_in_process(launch_plan_request(request, settings), api, timeout=timeout)
+        return plan_in_process(launch_plan_request(request, settings), api, recipes=recipes, timeout=timeout)
 
     log.info("planner: in-process")
     return in_process

@@ -29,7 +29,7 @@ def module_version() -> str:
 
 def release_fingerprint(settings: ModuleSettings, book: RecipeBook | None = None) -> str:
     """A short, stable digest (no secret enters it: settings hold addresses and timings only)."""
-    tables = book or load_recipe_book()
+    tables = book or load_recipe_book(settings.planner.recipesDirectory)
     shaping = settings.model_dump(mode="json", exclude={"temporal"})
     document = {
         "module": module_version(),

@@ -92,6 +92,10 @@ class PlannerSettings(BaseModel):
     baseURL: str | None = None
     timeoutSeconds: float = Field(default=10, gt=0)
     runtimeFallback: RuntimeFallback = Field(default_factory=RuntimeFallback)
+    # The recipe tables to plan with: a directory with the three tables (an administrator's own, or a
+    # new runtime release ahead of a module release); empty: the tables the module ships. Part of the
+    # release fingerprint: a new runtime release here reaches every order without an edit.
+    recipesDirectory: str | None = None
     # How the service is reached and who may call it, not what an order gets: exclude=True keeps
     # these out of the release fingerprint.
     # The audience the planner's TokenReview requires, and the worker's token is bound to.

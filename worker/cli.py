@@ -112,6 +112,7 @@ def planner(
     import uvicorn
 
     from activities.inventory import read_inventory
+    from planner.recipes import load_recipe_book
     from planner.service import CertificateReloader, KubernetesAccessReviewer, create_app
 
     if (tls_cert_file is None) != (tls_key_file is None):
@@ -126,7 +127,8 @@ def planner(
         raise typer.Exit(2)
     timeout = settings.planner.timeoutSeconds
     reviewer = KubernetesAccessReviewer(api, timeout, audience=settings.planner.audience)
-    service = create_app(lambda: read_inventory(api, timeout=timeout), reviewer)
+    recipes = load_recipe_book(settings.planner.recipesDirectory)
+    service = create_app(lambda: read_inventory(api, timeout=timeout), reviewer, recipes=recipes)
     tls: dict[str, Any] = {}
     if tls_cert_file is not None and tls_key_file is not None:
         tls = {"ssl_certfile": str(tls_cert_file), "ssl_keyfile": str(tls_key_file)}

@@ -14,21 +14,25 @@ import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes.client import ApiClient, AutoscalingV2Api, CustomObjectsApi, NetworkingV1Api
 from kubernetes.client.exceptions import ApiException
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.testing import WorkflowEnvironment
 
+from activities.builders.common import ANNOTATION_RUNTIME_VERSION
 from devstack.cluster.launcher import LocalCluster
 from devstack.standins.fleet import StandInFleet
 from inference_api.catalog_types import ModelFacts
 from inference_api.observation import ORDER_WORKFLOW_TYPE, OrderSignal
 from inference_api.payloads import OrderRef, order_workflow_id
 from inference_api.types import CLASSES, GROUP, VERSION, EndpointType
+from planner.recipes import COMPILED_FILE, FAMILIES_FILE, TAXONOMY_FILE, shipped_recipes
 from tests.e2e.catalog_models import ClusterModels
 from tests.e2e.stand import DEFAULT_LLM, MakeStand, Stand, e2e_settings
 from worker.processes import order_worker, run_watcher
@@ -223,6 +227,69 @@ async def test_turning_the_catalog_on_clears_catalog_disabled_without_an_edit(
             started = time.monotonic()
             await stand.until_phase("switched", "Ready", timeout=90)
             print(f"\nCatalogDisabled cleared by a settings change in {time.monotonic() - started:.1f}s")
+            stand.delete_orders()
+            await stand.until(lambda: not stand.order_names(), timeout=30, what="orders deleted")
+    finally:
+        fleet.stop()
+        with contextlib.suppress(ApiException):
+            stand.core.delete_namespace(namespace)
+
+
+def _tables(directory: Path, version: str | None = None) -> Path:
+    """The shipped recipe tables in ``directory``; with ``version``, as a new runtime release."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in (COMPILED_FILE, TAXONOMY_FILE, FAMILIES_FILE):
+        data = yaml.safe_load((shipped_recipes() / name).read_text())
+        if version and name == COMPILED_FILE:
+            data["runtime"]["version"] = version
+            data["runtime"]["image"] = f"vllm/vllm-openai:v{version}"
+        (directory / name).write_text(yaml.safe_dump(data))
+    return directory
+
+
+async def test_a_new_runtime_release_in_the_recipes_reaches_every_order_without_an_edit(
+    local_cluster: LocalCluster, kube_admin: ApiClient, temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    client, api = temporal_env.client, kube_admin
+    task_queue = f"e2e-{uuid.uuid4().hex[:6]}"
+    namespace = local_cluster.create_namespace(f"e2e-{uuid.uuid4().hex[:6]}", users=())
+    with contextlib.suppress(ApiException):  # 409: another test made it
+        CustomObjectsApi(api).create_cluster_custom_object(GROUP, VERSION, CLASSES, DEFAULT_LLM)
+    fleet = StandInFleet(api).start()
+    stand = Stand(api, client, fleet, namespace, e2e_settings(task_queue))
+    shipped = _tables(tmp_path / "shipped")
+    released = _tables(tmp_path / "released", version="0.99.0")
+    names = ("first", "second")
+
+    def runtime_version(name: str) -> str | None:
+        sts = stand.apps.read_namespaced_stateful_set(name, namespace)
+        return str((sts.spec.template.metadata.annotations or {}).get(ANNOTATION_RUNTIME_VERSION))
+
+    try:
+        async with processes(client, api, {"planner": {"recipesDirectory": str(shipped)}, **FAST_RESYNC}, task_queue):
+            for name in names:
+                stand.create_order(name, SMALL)
+            for name in names:
+                await stand.until_phase(name, "Ready")
+            old = runtime_version("first")
+        # The module restarts with a new runtime release in its recipes: no order is edited.
+        new = {"planner": {"recipesDirectory": str(released)}, **FAST_RESYNC}
+        async with processes(client, api, new, task_queue):
+            started = time.monotonic()
+
+            def released_to(name: str) -> Callable[[], bool]:
+                return lambda: runtime_version(name) == "0.99.0"
+
+            def judged(name: str) -> Callable[[], bool]:
+                judged_reasons = ("RuntimeUpToDate", "ReplicasHeldOnPreviousRuntime")
+                return lambda: (stand.condition(name, "RuntimeCurrent") or {}).get("reason") in judged_reasons
+
+            for name in names:
+                await stand.until(released_to(name), timeout=90, what=f"{name} on the new release")
+                await stand.until(judged(name), what=f"{name} RuntimeCurrent judged")
+            print(f"\nruntime {old} -> 0.99.0 reached {len(names)} orders in {time.monotonic() - started:.1f}s")
+            for name in names:
+                assert stand.order(name)["metadata"]["generation"] == 1  # type: ignore[index]
             stand.delete_orders()
             await stand.until(lambda: not stand.order_names(), timeout=30, what="orders deleted")
     finally:
