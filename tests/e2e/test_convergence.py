@@ -23,6 +23,7 @@ from kubernetes.client import ApiClient, AutoscalingV2Api, CustomObjectsApi, Net
 from kubernetes.client.exceptions import ApiException
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import WorkflowIDReusePolicy
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from activities.builders.common import ANNOTATION_RUNTIME_VERSION
@@ -35,6 +36,7 @@ from inference_api.types import CLASSES, GROUP, VERSION, EndpointType
 from planner.recipes import COMPILED_FILE, FAMILIES_FILE, TAXONOMY_FILE, shipped_recipes
 from tests.e2e.catalog_models import ClusterModels
 from tests.e2e.stand import DEFAULT_LLM, MakeStand, Stand, e2e_settings
+from tests.tcp_proxy import Proxy
 from worker.processes import order_worker, run_watcher
 from workflows.order import OrderState
 
@@ -293,6 +295,57 @@ async def test_a_new_runtime_release_in_the_recipes_reaches_every_order_without_
             stand.delete_orders()
             await stand.until(lambda: not stand.order_names(), timeout=30, what="orders deleted")
     finally:
+        fleet.stop()
+        with contextlib.suppress(ApiException):
+            stand.core.delete_namespace(namespace)
+
+
+async def test_orders_made_edited_and_deleted_while_temporal_is_unreachable_converge_after(
+    local_cluster: LocalCluster, kube_admin: ApiClient, temporal_env: WorkflowEnvironment
+) -> None:
+    # The worker and the observer reach Temporal through a relay that stops answering for 30 s.
+    proxy = Proxy(temporal_env.client.service_client.config.target_host)
+    await proxy.open()
+    client = await Client.connect(proxy.address, data_converter=pydantic_data_converter)
+    api = kube_admin
+    task_queue = f"e2e-{uuid.uuid4().hex[:6]}"
+    namespace = local_cluster.create_namespace(f"e2e-{uuid.uuid4().hex[:6]}", users=())
+    with contextlib.suppress(ApiException):  # 409: another test made it
+        CustomObjectsApi(api).create_cluster_custom_object(GROUP, VERSION, CLASSES, DEFAULT_LLM)
+    fleet = StandInFleet(api).start()
+    stand = Stand(api, client, fleet, namespace, e2e_settings(task_queue))
+    try:
+        async with processes(client, api, FAST_RESYNC, task_queue):
+            stand.create_order("kept", SMALL)
+            stand.create_order("doomed", SMALL)
+            for name in ("kept", "doomed"):
+                await stand.until_phase(name, "Ready")
+            token = stand.core.read_namespaced_secret("kept-auth", namespace).data["token"]
+
+            await proxy.close()
+            stand.create_order("born", SMALL)
+            edit = {"spec": {"model": {"ref": {"name": "Qwen/Qwen2.5-1.5B-Instruct"}}}}
+            stand.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, "inferenceservices", "kept", edit)
+            stand.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "inferenceservices", "doomed")
+            await asyncio.sleep(30)
+            await proxy.open()
+
+            started = time.monotonic()
+            await stand.until(lambda: stand.order("doomed") is None, timeout=120, what="doomed gone")
+            await stand.until_phase("born", "Ready", timeout=120)
+            await stand.until(
+                lambda: stand.status("kept").get("observedGeneration") == 2, timeout=120, what="the edit reconciled"
+            )
+            await stand.until_phase("kept", "Ready", timeout=120)
+            print(f"\nconverged {time.monotonic() - started:.1f}s after Temporal answered again")
+            # One of each owned object per live order, the same token, no workflow of the deleted order.
+            statefulsets = sorted(s.metadata.name for s in stand.apps.list_namespaced_stateful_set(namespace).items)
+            assert statefulsets == ["born", "kept"]
+            assert stand.core.read_namespaced_secret("kept-auth", namespace).data["token"] == token
+            stand.delete_orders()
+            await stand.until(lambda: not stand.order_names(), timeout=60, what="orders deleted")
+    finally:
+        await proxy.close()
         fleet.stop()
         with contextlib.suppress(ApiException):
             stand.core.delete_namespace(namespace)

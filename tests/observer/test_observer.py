@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -24,6 +23,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from inference_api.observation import ORDER_WORKFLOW_TYPE, ObservedChange, OrderSignal
 from inference_api.payloads import OrderRef, order_workflow_id
+from tests.tcp_proxy import Proxy
 from worker.observer.decisions import ListedOrder, running_order_query
 from worker.observer.outbox import MOVE_REASON, Outbox, signal_to
 from worker.observer.resync import Resync
@@ -170,52 +170,6 @@ async def test_resync_starts_moves_ends_orphans_and_tells_a_new_release(
 
 
 # ------------------------------------------------------------------- Temporal unreachable
-
-
-class Proxy:
-    """A TCP relay in front of the dev server that can stop answering (connections cut, port closed)
-    and answer again on the same port."""
-
-    def __init__(self, target: str) -> None:
-        host, port = target.rsplit(":", 1)
-        self.target = (host, int(port))
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.server: asyncio.Server | None = None
-        self.transports: set[asyncio.WriteTransport] = set()
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    async def open(self) -> None:
-        self.server = await asyncio.start_server(self._relay, "127.0.0.1", self.port, reuse_address=True)
-
-    async def close(self) -> None:
-        if self.server is not None:
-            self.server.close()
-            self.server = None
-        for transport in list(self.transports):
-            transport.abort()
-        self.transports.clear()
-
-    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            up_reader, up_writer = await asyncio.open_connection(*self.target)
-        except OSError:
-            writer.close()
-            return
-        self.transports |= {writer.transport, up_writer.transport}
-
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            with contextlib.suppress(OSError, ConnectionError):
-                while data := await src.read(65536):
-                    dst.write(data)
-                    await dst.drain()
-            dst.close()
-
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
 
 
 async def test_signals_refused_while_temporal_is_unreachable_are_delivered_once_it_answers(
