@@ -200,7 +200,14 @@ class ModelRef(_Model):
 
 class SecretKeyRef(_Model):
     name: str = Field(description="Name of a Secret in the order's namespace.", min_length=1, max_length=253)
-    key: str = Field(default="token", description="Key inside the Secret that holds the token.", min_length=1)
+    # A Secret's data key: at most 253 characters of [-._a-zA-Z0-9] (what the API server allows).
+    key: str = Field(
+        default="token",
+        description="Key inside the Secret that holds the token.",
+        min_length=1,
+        max_length=253,
+        pattern=r"^[-._a-zA-Z0-9]+$",
+    )
 
 
 class ModelSpec(_Model):

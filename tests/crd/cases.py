@@ -113,6 +113,20 @@ ORDER_CASES = [
         error="spec.model.parameterCount must be a number with a magnitude",
     ),
     Case(
+        "auth-secret-key-too-long",
+        "InferenceService",
+        order(_with(HF, authSecretRef={"name": "hf-token", "key": "k" * 254})),
+        error="Too long: may not be more than 253",
+        via="schema",
+    ),
+    Case(
+        "auth-secret-key-not-a-data-key",
+        "InferenceService",
+        order(_with(HF, authSecretRef={"name": "hf-token", "key": "the token"})),
+        error="should match",
+        via="schema",
+    ),
+    Case(
         "unknown-kind",
         "InferenceService",
         order({"src": "ai-models", "ref": {"kind": "Dataset", "name": "q"}}),
