@@ -202,8 +202,11 @@ class Outbox:
                 return queued
             timeout = (self._heap[0][0] - now) if self._heap else None
             self._wake.clear()
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation that
+            # arrives as the wake-up does, and the outbox would never stop.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
 
     async def _sender(self) -> None:
         while True:
@@ -253,9 +256,8 @@ class Outbox:
             if delivery.terminate_run is not None:
                 handle = self.client.get_workflow_handle(delivery.workflow_id, run_id=delivery.terminate_run)
                 try:
-                    await asyncio.wait_for(
-                        handle.terminate(reason=delivery.terminate_reason, rpc_timeout=self.rpc_timeout), timeout
-                    )
+                    async with asyncio.timeout(timeout):
+                        await handle.terminate(reason=delivery.terminate_reason, rpc_timeout=self.rpc_timeout)
                 except RPCError as err:
                     if err.status != RPCStatusCode.NOT_FOUND:  # NOT_FOUND: that run already ended
                         raise
@@ -265,8 +267,8 @@ class Outbox:
                     return "sent"
             if delivery.start is not None:
                 ref = delivery.start
-                await asyncio.wait_for(
-                    self.client.start_workflow(
+                async with asyncio.timeout(timeout):
+                    await self.client.start_workflow(
                         ORDER_WORKFLOW_TYPE,
                         OrderState(ref=ref),
                         id=delivery.workflow_id,
@@ -278,14 +280,11 @@ class Outbox:
                         id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
                         static_summary=f"order {ref.namespace}/{ref.name}",
                         rpc_timeout=self.rpc_timeout,
-                    ),
-                    timeout,
-                )
+                    )
             else:
                 handle = self.client.get_workflow_handle(delivery.workflow_id)
-                await asyncio.wait_for(
-                    handle.signal(delivery.signal, args=delivery.args, rpc_timeout=self.rpc_timeout), timeout
-                )
+                async with asyncio.timeout(timeout):
+                    await handle.signal(delivery.signal, args=delivery.args, rpc_timeout=self.rpc_timeout)
         except WorkflowAlreadyStartedError:
             log.info("order workflow completed, not restarted", order=delivery.order, signal=delivery.label)
             return "closed"
