@@ -203,16 +203,28 @@ async def processes(client: Client, api: ApiClient, overrides: dict[str, Any], t
             await observer
 
 
-async def test_turning_the_catalog_on_clears_catalog_disabled_without_an_edit(
-    local_cluster: LocalCluster, kube_admin: ApiClient, temporal_env: WorkflowEnvironment, cluster_models: ClusterModels
-) -> None:
-    client, api = temporal_env.client, kube_admin
+@contextlib.asynccontextmanager
+async def bare_stand(local_cluster: LocalCluster, api: ApiClient, client: Client) -> AsyncIterator[Stand]:
+    """A namespace, the default class and the stand-in fleet, with no worker or observer: the test
+    runs those itself with ``processes`` (and restarts them with other settings)."""
     task_queue = f"e2e-{uuid.uuid4().hex[:6]}"
     namespace = local_cluster.create_namespace(f"e2e-{uuid.uuid4().hex[:6]}", users=())
     with contextlib.suppress(ApiException):  # 409: another test made it
         CustomObjectsApi(api).create_cluster_custom_object(GROUP, VERSION, CLASSES, DEFAULT_LLM)
     fleet = StandInFleet(api).start()
     stand = Stand(api, client, fleet, namespace, e2e_settings(task_queue))
+    try:
+        yield stand
+    finally:
+        fleet.stop()
+        with contextlib.suppress(ApiException):
+            stand.core.delete_namespace(namespace)
+
+
+async def test_turning_the_catalog_on_clears_catalog_disabled_without_an_edit(
+    local_cluster: LocalCluster, kube_admin: ApiClient, temporal_env: WorkflowEnvironment, cluster_models: ClusterModels
+) -> None:
+    client, api = temporal_env.client, kube_admin
     model = f"switched-{uuid.uuid4().hex[:6]}"
     facts = ModelFacts(
         parameterCount="0.5B", format="safetensors", endpointTypes=[EndpointType.CHAT], servedName="switched-chat"
@@ -220,7 +232,8 @@ async def test_turning_the_catalog_on_clears_catalog_disabled_without_an_edit(
     cluster_models.create(model, source="hf://Qwen/Qwen2.5-0.5B-Instruct", facts=facts)
     off = {"catalog": {"mode": "None"}, **FAST_RESYNC}
     on = {"catalog": {"mode": "Enabled"}, "aiModels": {"catalogTransport": "Kubernetes"}, **FAST_RESYNC}
-    try:
+    async with bare_stand(local_cluster, api, client) as stand:
+        task_queue = stand.settings.temporal.taskQueue
         async with processes(client, api, off, task_queue):
             stand.create_order("switched", {"src": "ai-models", "ref": {"kind": "ClusterModel", "name": model}})
             await stand.until_phase("switched", "Pending", "CatalogDisabled")
@@ -231,10 +244,6 @@ async def test_turning_the_catalog_on_clears_catalog_disabled_without_an_edit(
             print(f"\nCatalogDisabled cleared by a settings change in {time.monotonic() - started:.1f}s")
             stand.delete_orders()
             await stand.until(lambda: not stand.order_names(), timeout=30, what="orders deleted")
-    finally:
-        fleet.stop()
-        with contextlib.suppress(ApiException):
-            stand.core.delete_namespace(namespace)
 
 
 def _tables(directory: Path, version: str | None = None) -> Path:
@@ -253,21 +262,23 @@ async def test_a_new_runtime_release_in_the_recipes_reaches_every_order_without_
     local_cluster: LocalCluster, kube_admin: ApiClient, temporal_env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
     client, api = temporal_env.client, kube_admin
-    task_queue = f"e2e-{uuid.uuid4().hex[:6]}"
-    namespace = local_cluster.create_namespace(f"e2e-{uuid.uuid4().hex[:6]}", users=())
-    with contextlib.suppress(ApiException):  # 409: another test made it
-        CustomObjectsApi(api).create_cluster_custom_object(GROUP, VERSION, CLASSES, DEFAULT_LLM)
-    fleet = StandInFleet(api).start()
-    stand = Stand(api, client, fleet, namespace, e2e_settings(task_queue))
     shipped = _tables(tmp_path / "shipped")
     released = _tables(tmp_path / "released", version="0.99.0")
     names = ("first", "second")
+    async with bare_stand(local_cluster, api, client) as stand:
+        task_queue = stand.settings.temporal.taskQueue
 
-    def runtime_version(name: str) -> str | None:
-        sts = stand.apps.read_namespaced_stateful_set(name, namespace)
-        return str((sts.spec.template.metadata.annotations or {}).get(ANNOTATION_RUNTIME_VERSION))
+        def runtime_version(name: str) -> str | None:
+            sts = stand.apps.read_namespaced_stateful_set(name, stand.namespace)
+            return str((sts.spec.template.metadata.annotations or {}).get(ANNOTATION_RUNTIME_VERSION))
 
-    try:
+        def released_to(name: str) -> Callable[[], bool]:
+            return lambda: runtime_version(name) == "0.99.0"
+
+        def judged(name: str) -> Callable[[], bool]:
+            judged_reasons = ("RuntimeUpToDate", "ReplicasHeldOnPreviousRuntime")
+            return lambda: (stand.condition(name, "RuntimeCurrent") or {}).get("reason") in judged_reasons
+
         async with processes(client, api, {"planner": {"recipesDirectory": str(shipped)}, **FAST_RESYNC}, task_queue):
             for name in names:
                 stand.create_order(name, SMALL)
@@ -278,26 +289,14 @@ async def test_a_new_runtime_release_in_the_recipes_reaches_every_order_without_
         new = {"planner": {"recipesDirectory": str(released)}, **FAST_RESYNC}
         async with processes(client, api, new, task_queue):
             started = time.monotonic()
-
-            def released_to(name: str) -> Callable[[], bool]:
-                return lambda: runtime_version(name) == "0.99.0"
-
-            def judged(name: str) -> Callable[[], bool]:
-                judged_reasons = ("RuntimeUpToDate", "ReplicasHeldOnPreviousRuntime")
-                return lambda: (stand.condition(name, "RuntimeCurrent") or {}).get("reason") in judged_reasons
-
             for name in names:
                 await stand.until(released_to(name), timeout=90, what=f"{name} on the new release")
                 await stand.until(judged(name), what=f"{name} RuntimeCurrent judged")
             print(f"\nruntime {old} -> 0.99.0 reached {len(names)} orders in {time.monotonic() - started:.1f}s")
             for name in names:
-                assert stand.order(name)["metadata"]["generation"] == 1  # type: ignore[index]
+                assert (stand.order(name) or {})["metadata"]["generation"] == 1
             stand.delete_orders()
             await stand.until(lambda: not stand.order_names(), timeout=30, what="orders deleted")
-    finally:
-        fleet.stop()
-        with contextlib.suppress(ApiException):
-            stand.core.delete_namespace(namespace)
 
 
 async def test_orders_made_edited_and_deleted_while_temporal_is_unreachable_converge_after(
@@ -308,44 +307,39 @@ async def test_orders_made_edited_and_deleted_while_temporal_is_unreachable_conv
     await proxy.open()
     client = await Client.connect(proxy.address, data_converter=pydantic_data_converter)
     api = kube_admin
-    task_queue = f"e2e-{uuid.uuid4().hex[:6]}"
-    namespace = local_cluster.create_namespace(f"e2e-{uuid.uuid4().hex[:6]}", users=())
-    with contextlib.suppress(ApiException):  # 409: another test made it
-        CustomObjectsApi(api).create_cluster_custom_object(GROUP, VERSION, CLASSES, DEFAULT_LLM)
-    fleet = StandInFleet(api).start()
-    stand = Stand(api, client, fleet, namespace, e2e_settings(task_queue))
     try:
-        async with processes(client, api, FAST_RESYNC, task_queue):
-            stand.create_order("kept", SMALL)
-            stand.create_order("doomed", SMALL)
-            for name in ("kept", "doomed"):
-                await stand.until_phase(name, "Ready")
-            token = stand.core.read_namespaced_secret("kept-auth", namespace).data["token"]
+        async with bare_stand(local_cluster, api, client) as stand:
+            ns = stand.namespace
+            async with processes(client, api, FAST_RESYNC, stand.settings.temporal.taskQueue):
+                stand.create_order("kept", SMALL)
+                stand.create_order("doomed", SMALL)
+                for name in ("kept", "doomed"):
+                    await stand.until_phase(name, "Ready")
+                token = stand.core.read_namespaced_secret("kept-auth", ns).data["token"]
 
-            await proxy.close()
-            stand.create_order("born", SMALL)
-            edit = {"spec": {"model": {"ref": {"name": "Qwen/Qwen2.5-1.5B-Instruct"}}}}
-            stand.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, "inferenceservices", "kept", edit)
-            stand.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "inferenceservices", "doomed")
-            await asyncio.sleep(30)
-            await proxy.open()
+                await proxy.close()
+                stand.create_order("born", SMALL)
+                edit = {"spec": {"model": {"ref": {"name": "Qwen/Qwen2.5-1.5B-Instruct"}}}}
+                stand.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", "kept", edit)
+                stand.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", "doomed")
+                await asyncio.sleep(30)
+                await proxy.open()
 
-            started = time.monotonic()
-            await stand.until(lambda: stand.order("doomed") is None, timeout=120, what="doomed gone")
-            await stand.until_phase("born", "Ready", timeout=120)
-            await stand.until(
-                lambda: stand.status("kept").get("observedGeneration") == 2, timeout=120, what="the edit reconciled"
-            )
-            await stand.until_phase("kept", "Ready", timeout=120)
-            print(f"\nconverged {time.monotonic() - started:.1f}s after Temporal answered again")
-            # One of each owned object per live order, the same token, no workflow of the deleted order.
-            statefulsets = sorted(s.metadata.name for s in stand.apps.list_namespaced_stateful_set(namespace).items)
-            assert statefulsets == ["born", "kept"]
-            assert stand.core.read_namespaced_secret("kept-auth", namespace).data["token"] == token
-            stand.delete_orders()
-            await stand.until(lambda: not stand.order_names(), timeout=60, what="orders deleted")
+                started = time.monotonic()
+                await stand.until(lambda: stand.order("doomed") is None, timeout=120, what="doomed gone")
+                await stand.until_phase("born", "Ready", timeout=120)
+                await stand.until(
+                    lambda: stand.status("kept").get("observedGeneration") == 2,
+                    timeout=120,
+                    what="the edit reconciled",
+                )
+                await stand.until_phase("kept", "Ready", timeout=120)
+                print(f"\nconverged {time.monotonic() - started:.1f}s after Temporal answered again")
+                # One StatefulSet per live order and the same token: nothing made twice, nothing rotated.
+                statefulsets = sorted(s.metadata.name for s in stand.apps.list_namespaced_stateful_set(ns).items)
+                assert statefulsets == ["born", "kept"]
+                assert stand.core.read_namespaced_secret("kept-auth", ns).data["token"] == token
+                stand.delete_orders()
+                await stand.until(lambda: not stand.order_names(), timeout=60, what="orders deleted")
     finally:
         await proxy.close()
-        fleet.stop()
-        with contextlib.suppress(ApiException):
-            stand.core.delete_namespace(namespace)
