@@ -142,8 +142,9 @@ class OrderWorkflow(PreemptionMembership):
         state = self._require_state()
         state.replanRequested = True
         state.dirty = True
-        started = state.reconciles
-        await workflow.wait_condition(lambda: (state.reconciles > started and not state.dirty) or state.deleting)
+        # The first reconcile to start from now on carries this request (one may be running already).
+        answering = state.reconcilesStarted + 1
+        await workflow.wait_condition(lambda: state.lastReconcileCompleted >= answering or state.deleting)
         planned = get_condition(state.conditions, ConditionType.PLANNED)
         return ReplanOutcome(
             planned=planned is not None and planned.status == ConditionStatus.TRUE,
@@ -192,11 +193,14 @@ class OrderWorkflow(PreemptionMembership):
                 return "deleted"
             if state.dirty:
                 state.dirty = False
+                state.reconcilesStarted += 1
+                number = state.reconcilesStarted
                 if await self._interruptible(self._reconcile()):
                     await self._after_reconcile_scaling()
                     await self._publish()
                     # Counted once published: a replan's answer reads the status it wrote.
                     state.reconciles += 1
+                    state.lastReconcileCompleted = number
                 continue
             if state.pendingHealth is not None:
                 report, state.pendingHealth = state.pendingHealth, None

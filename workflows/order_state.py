@@ -62,7 +62,11 @@ class OrderState(BaseModel):
     retryAttempt: int = 0
     retryDelaySeconds: float | None = None
     className: str | None = None
+    # Reconciles completed; reconciles started (numbered); the number of the last one completed: a
+    # replan asked now is answered by the first reconcile that starts after it.
     reconciles: int = 0
+    reconcilesStarted: int = 0
+    lastReconcileCompleted: int = 0
     # Seconds each step of the last reconcile took (validation … probe): where time-to-Ready went.
     stepSeconds: dict[str, float] = Field(default_factory=dict)
     stepMark: float | None = None
