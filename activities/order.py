@@ -41,6 +41,7 @@ from activities.builders.runtime import (
     volume_must_grow,
 )
 from activities.catalog import KubernetesCatalogReader, lookup_model, model_resolution
+from activities.health import probe_models, probe_target, token_from_secret
 from activities.kube import Applier, refusals_are_final
 from activities.release import order_timings, release_fingerprint
 from inference_api.payloads import (
@@ -322,46 +323,20 @@ class OrderActivities:
     def _probe_target(self, ref: OrderRef) -> str:
         """In-cluster Service URL; a Service annotation may point elsewhere (the local stand-ins)."""
         annotation = self.settings.health.probeTargetAnnotation
-        if annotation:
-            service = self.applier.get("v1", "Service", ref.name, ref.namespace) or {}
-            target = ((service.get("metadata") or {}).get("annotations") or {}).get(annotation)
-            if target:
-                return str(target)
-        return f"http://{ref.name}.{ref.namespace}.svc"
+        service = self.applier.get("v1", "Service", ref.name, ref.namespace) if annotation else None
+        return probe_target(ref.name, ref.namespace, service, annotation)
 
     def _token(self, ref: OrderRef, secret_name: str | None) -> str | None:
         if not secret_name:
             return None
-        try:
-            secret = self.core.read_namespaced_secret(secret_name, ref.namespace)
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
-        import base64
-
-        raw = (secret.data or {}).get("token")
-        return base64.b64decode(raw).decode() if raw else None
+        return token_from_secret(self.applier.get("v1", "Secret", secret_name, ref.namespace))
 
     async def probe(self, request: ProbeInput) -> ProbeResult:
-        """One GET /v1/models; ok when it answers 200 and lists the served model."""
+        """One GET /v1/models; ok when it answers 200 and lists the served model (as the observer probes)."""
         target = await asyncio.to_thread(self._probe_target, request.ref)
         token = await asyncio.to_thread(self._token, request.ref, request.authSecretName)
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        try:
-            async with httpx.AsyncClient(timeout=request.timeoutSeconds, verify=False) as http:
-                response = await http.get(f"{target}/v1/models", headers=headers)
-        except httpx.HTTPError as err:
-            return ProbeResult(ok=False, detail=f"GET /v1/models: {type(err).__name__}")
-        if response.status_code != 200:
-            return ProbeResult(ok=False, detail=f"GET /v1/models: HTTP {response.status_code}")
-        try:
-            served = [m.get("id") for m in response.json().get("data", [])]
-        except ValueError:
-            return ProbeResult(ok=False, detail="GET /v1/models: not JSON")
-        if request.servedName not in served:
-            return ProbeResult(ok=False, detail=f"GET /v1/models does not list {request.servedName}")
-        return ProbeResult(ok=True, detail=f"GET /v1/models lists {request.servedName}")
+        async with httpx.AsyncClient(verify=False) as http:
+            return await probe_models(http, target, request.servedName, token, request.timeoutSeconds)
 
     def _ready_replicas(self, ref: OrderRef) -> int:
         statefulset = self.applier.get("apps/v1", "StatefulSet", ref.name, ref.namespace) or {}
