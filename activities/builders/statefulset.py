@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import copy
 import math
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -188,24 +187,18 @@ def _has_flag(args: Sequence[str], *flags: str) -> bool:
     return any(arg == flag or arg.startswith(flag + "=") for arg in args for flag in flags)
 
 
-def _release(version: str) -> tuple[int, int]:
-    found = re.match(r"v?(\d+)\.(\d+)", version)
-    return (int(found.group(1)), int(found.group(2))) if found else (999, 0)
-
-
-def endpoint_args(endpoint_type: EndpointType, runtime_version: str, recipe_args: Sequence[str]) -> list[str]:
+def endpoint_args(endpoint_type: EndpointType, recipe_args: Sequence[str]) -> list[str]:
     """What makes vLLM serve the API contract the platform picked, unless the recipe says it.
 
-    Chat is vLLM's default for a generative model. Embeddings and Rerank need the pooling
-    runner: ``--runner pooling --convert embed|classify`` since 0.10 (classify models serve
-    /rerank and /score), ``--task embed|score`` before.
+    Chat is vLLM's default for a generative model. Embeddings and Rerank need the pooling runner:
+    ``--runner pooling --convert embed|classify`` (classify models serve /rerank and /score).
+    The shipped release (0.33) has no ``--task`` any more, so the builder never passes it.
     """
-    if endpoint_type == EndpointType.CHAT or _has_flag(recipe_args, "--runner", "--convert", "--task"):
+    if endpoint_type == EndpointType.CHAT or _has_flag(recipe_args, "--runner", "--convert"):
         return []
-    legacy = _release(runtime_version) < (0, 10)
     if endpoint_type == EndpointType.EMBEDDINGS:
-        return ["--task", "embed"] if legacy else ["--runner", "pooling", "--convert", "embed"]
-    return ["--task", "score"] if legacy else ["--runner", "pooling", "--convert", "classify"]
+        return ["--runner", "pooling", "--convert", "embed"]
+    return ["--runner", "pooling", "--convert", "classify"]
 
 
 def runtime_command(inputs: WorkloadInputs) -> list[str]:
@@ -222,7 +215,7 @@ def runtime_command(inputs: WorkloadInputs) -> list[str]:
         "--served-model-name",
         inputs.artifact.served_name,
     ]
-    command += endpoint_args(inputs.endpoint_type, recipe.runtimeVersion, recipe_args)
+    command += endpoint_args(inputs.endpoint_type, recipe_args)
     if inputs.plan.deviceCount > 1 and not _has_flag(recipe_args, "--tensor-parallel-size", "-tp"):
         # Several devices per replica only help when the model is split across them.
         command += ["--tensor-parallel-size", str(inputs.plan.deviceCount)]
@@ -264,7 +257,7 @@ def _runtime_container(inputs: WorkloadInputs) -> dict[str, Any]:
     plan = inputs.plan
     return {
         "name": RUNTIME_CONTAINER,
-        "image": plan.recipe.image,
+        "image": inputs.settings.workload.image(plan.recipe.image),
         "imagePullPolicy": "IfNotPresent",
         "command": runtime_command(inputs),
         "ports": [{"name": HTTP_PORT_NAME, "containerPort": RUNTIME_PORT, "protocol": "TCP"}],
@@ -317,7 +310,7 @@ def _fetcher_container(inputs: WorkloadInputs) -> dict[str, Any]:
     return {
         "name": FETCHER_CONTAINER,
         # The runtime image carries huggingface_hub and its CLI: no second image to ship or pull.
-        "image": inputs.plan.recipe.image,
+        "image": inputs.settings.workload.image(inputs.plan.recipe.image),
         "imagePullPolicy": "IfNotPresent",
         "command": ["/bin/sh", "-c", FETCH_SCRIPT],
         "env": env,
@@ -355,6 +348,19 @@ def _update_strategy(inputs: WorkloadInputs) -> dict[str, Any]:
     if inputs.hold_running_replicas:
         return {"type": UpdateStrategy.ON_DELETE.value}
     return {"type": inputs.service_class.spec.updatePolicy.strategy.value}
+
+
+def _workload_scheduling(inputs: WorkloadInputs) -> dict[str, Any]:
+    """The module settings' pull secrets, nodeSelector and tolerations (workload.*); none by default."""
+    workload = inputs.settings.workload
+    fields: dict[str, Any] = {}
+    if workload.imagePullSecrets:
+        fields["imagePullSecrets"] = [{"name": name} for name in workload.imagePullSecrets]
+    if workload.nodeSelector:
+        fields["nodeSelector"] = dict(sorted(workload.nodeSelector.items()))
+    if workload.tolerations:
+        fields["tolerations"] = copy.deepcopy(workload.tolerations)
+    return fields
 
 
 def build_statefulset(inputs: WorkloadInputs) -> dict[str, Any]:
@@ -396,6 +402,7 @@ def build_statefulset(inputs: WorkloadInputs) -> dict[str, Any]:
             {"name": TMP_VOLUME, "emptyDir": {"sizeLimit": SCRATCH_SIZE_LIMIT}},
         ],
     }
+    pod_spec |= _workload_scheduling(inputs)
     spec: dict[str, Any] = {"serviceName": inputs.names.service}
     if not bounds.autoscaled:
         # With an HPA the field is left out: the HPA writes replicas through the scale

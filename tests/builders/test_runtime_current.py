@@ -16,7 +16,7 @@ from inference_api.reasons import Reason
 from inference_api.types import ConditionStatus
 from tests import factories as f
 
-OLD, NEW = "0.10.1", "0.11.0"
+OLD, NEW = "0.11.0", "0.33.0"
 
 
 def _standing(version: str = OLD, generation: int = 1, held: bool = False, **plan_kwargs: Any) -> dict[str, Any]:

@@ -27,7 +27,7 @@ MODEL = "Qwen/Qwen2.5-32B-Instruct-AWQ"
 def test_runtime_command_is_vllm_serve_with_fixed_flags_then_recipe_args() -> None:
     sts = build_statefulset(f.inputs())
     runtime = f.runtime_container(sts)
-    assert runtime["image"] == "vllm/vllm-openai:v0.11.0"
+    assert runtime["image"] == "vllm/vllm-openai:v0.33.0"
     assert runtime["command"] == [
         "vllm",
         "serve",
@@ -280,8 +280,8 @@ def test_pod_template_records_the_runtime_release_generation_and_placement() -> 
         f.inputs(the_order=f.order(generation=7), the_plan=f.plan(share=50, memory_request_mib=1024))
     )
     annotations = sts["spec"]["template"]["metadata"]["annotations"]
-    assert annotations["ai.deckhouse.io/runtime-version"] == "0.11.0"
-    assert annotations["ai.deckhouse.io/runtime-image"] == "vllm/vllm-openai:v0.11.0"
+    assert annotations["ai.deckhouse.io/runtime-version"] == "0.33.0"
+    assert annotations["ai.deckhouse.io/runtime-image"] == "vllm/vllm-openai:v0.33.0"
     assert annotations["ai.deckhouse.io/order-generation"] == "7"
     assert json.loads(annotations["ai.deckhouse.io/placement"]) == {
         "deviceClass": "nvidia-h100-mps-mig",
@@ -376,22 +376,26 @@ def test_what_vllm_writes_goes_to_volumes_the_non_root_uid_can_write() -> None:
 
 
 @pytest.mark.parametrize(
-    ("endpoint", "version", "expected"),
+    ("endpoint", "expected"),
     [
-        (EndpointType.CHAT, "0.11.0", []),
-        (EndpointType.EMBEDDINGS, "0.11.0", ["--runner", "pooling", "--convert", "embed"]),
-        (EndpointType.RERANK, "v0.10.1", ["--runner", "pooling", "--convert", "classify"]),
-        (EndpointType.EMBEDDINGS, "0.9.2", ["--task", "embed"]),
-        (EndpointType.RERANK, "0.8.5", ["--task", "score"]),
-        (EndpointType.EMBEDDINGS, "nightly", ["--runner", "pooling", "--convert", "embed"]),
+        (EndpointType.CHAT, []),
+        (EndpointType.EMBEDDINGS, ["--runner", "pooling", "--convert", "embed"]),
+        (EndpointType.RERANK, ["--runner", "pooling", "--convert", "classify"]),
     ],
 )
-def test_endpoint_type_selects_the_runner(endpoint: EndpointType, version: str, expected: list[str]) -> None:
-    assert endpoint_args(endpoint, version, []) == expected
+def test_endpoint_type_selects_the_runner(endpoint: EndpointType, expected: list[str]) -> None:
+    assert endpoint_args(endpoint, []) == expected
+
+
+def test_the_removed_task_flag_is_never_passed() -> None:
+    # vLLM 0.33 refuses --task; the pooling runner is chosen with --runner/--convert only.
+    for endpoint in EndpointType:
+        sts = build_statefulset(f.inputs(endpoint_type=endpoint))
+        assert "--task" not in f.runtime_container(sts)["command"]
 
 
 def test_recipe_that_names_the_runner_wins() -> None:
-    assert endpoint_args(EndpointType.EMBEDDINGS, "0.11.0", ["--task=embed"]) == []
+    assert endpoint_args(EndpointType.EMBEDDINGS, ["--convert=embed"]) == []
     sts = build_statefulset(
         f.inputs(the_plan=f.plan(args=["--runner", "pooling"]), endpoint_type=EndpointType.EMBEDDINGS)
     )

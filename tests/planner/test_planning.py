@@ -90,7 +90,7 @@ def test_a_plan_carries_placement_recipe_and_estimates() -> None:
     assert result.nodeName == "gpu-h100-0"
     assert result.deviceNames == ["gpu-0"]
     assert result.recipe.source is RecipeSource.COMPILED
-    assert result.recipe.image == "vllm/vllm-openai:v0.11.0"
+    assert result.recipe.image == "vllm/vllm-openai:v0.33.0"
     assert result.recipe.hardwareFamily == "hopper"
     assert result.recipe.branch == "latency"
     assert arg(result, "--gpu-memory-utilization") == "0.30"

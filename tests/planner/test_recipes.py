@@ -51,7 +51,7 @@ def fail(model: str, family: str, *, fallback: bool = True, **facts: Any) -> tup
 def test_tables_load_once() -> None:
     assert load_recipe_book() is BOOK
     assert load_recipe_book() is load_recipe_book()
-    assert BOOK.compiled.runtime.image == "vllm/vllm-openai:v0.11.0"
+    assert BOOK.compiled.runtime.image == "vllm/vllm-openai:v0.33.0"
 
 
 @pytest.mark.parametrize(
@@ -337,7 +337,7 @@ def test_render_recipe_sets_the_share_and_the_device_count() -> None:
     assert shared.source is RecipeSource.COMPILED
     assert shared.branch == "latency"
     assert shared.vramMinimumGiB == 24.0
-    assert shared.runtimeVersion == "0.11.0"
+    assert shared.runtimeVersion == "0.33.0"
     whole = render_recipe(choice, share_percent=100, device_count=2, device_mib=80 * 1024)
     assert whole.args[-4:] == ["--gpu-memory-utilization", "0.90", "--tensor-parallel-size", "2"]
 

@@ -68,8 +68,8 @@ def _t4_plan() -> LaunchPlan:
         modelVolumeGiB=20,
         recipe=Recipe(
             source=RecipeSource.COMPILED,
-            runtimeVersion="0.11.0",
-            image="vllm/vllm-openai:v0.11.0",
+            runtimeVersion="0.33.0",
+            image="vllm/vllm-openai:v0.33.0",
             args=["--max-model-len", "4096", "--dtype", "half"],
             env={},
             hardwareFamily="turing",
