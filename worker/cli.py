@@ -1,17 +1,83 @@
-"""The ``ai-inference`` command: one entry point, a sub-command per process or tool."""
+"""The ``ai-inference`` command: one entry point, a sub-command per process or tool.
+
+Exit codes (:class:`ExitCode`, documented in docs/reference.md): 0 done; 1 failed otherwise; 2 usage
+(typer's own, and a bad option value); 3 refused (a replan or a plan the module refuses: the answer,
+not a failure to get one); 4 unreachable (the API server, Temporal or the planner cannot be reached);
+5 not found (the order, its workflow or the class does not exist). Commands that print state take
+``-o json`` (``--output json``): one JSON object on stdout.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import json
+from enum import IntEnum, StrEnum
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 
 from inference_api.crd import crd_files, write_crds
 from inference_api.settings import ModuleSettings, load_settings
 
+DISTRIBUTION = "ai-inference"
+
+
+class ExitCode(IntEnum):
+    """What ``ai-inference`` exits with: the one place they are defined."""
+
+    OK = 0
+    FAILED = 1
+    USAGE = 2
+    REFUSED = 3
+    UNREACHABLE = 4
+    NOT_FOUND = 5
+
+
+class Output(StrEnum):
+    TEXT = "text"
+    JSON = "json"
+
+
+OUTPUT_OPTION = typer.Option(Output.TEXT, "--output", "-o", help="text, or json: one JSON object on stdout.")
+
+
+def package_version() -> str:
+    """The installed distribution's version (package metadata)."""
+    try:
+        return version(DISTRIBUTION)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"{DISTRIBUTION} {package_version()}")
+        raise typer.Exit(ExitCode.OK)
+
+
 app = typer.Typer(no_args_is_help=True, help="ai-inference: LLM inference on shared GPUs for Kubernetes.")
+
+
+@app.callback()
+def _main(
+    show_version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """ai-inference: LLM inference on shared GPUs for Kubernetes."""
+
+
+def fail(code: ExitCode, message: str) -> NoReturn:
+    """One line on stderr, then exit with ``code``."""
+    typer.echo(message, err=True)
+    raise typer.Exit(code)
+
+
+def emit(output: Output, data: dict[str, Any], text: str) -> None:
+    """State on stdout: ``text`` for a terminal, ``data`` as JSON for ``-o json``."""
+    typer.echo(json.dumps(data, indent=2, sort_keys=False) if output == Output.JSON else text)
 
 
 @app.command()
@@ -25,8 +91,7 @@ def crds(
     if check:
         stale = [name for name, text in crd_files().items() if _read(output / name) != text]
         if stale:
-            typer.echo(f"stale CRDs (run `ai-inference crds`): {', '.join(stale)}", err=True)
-            raise typer.Exit(1)
+            fail(ExitCode.FAILED, f"stale CRDs (run `ai-inference crds`): {', '.join(stale)}")
         typer.echo("CRDs are up to date")
         return
     for path in write_crds(output):
@@ -124,7 +189,7 @@ def planner(
             "--tls-cert-file and --tls-key-file, or set planner.allowInsecureHttp: true (unsafe, tests only)",
             err=True,
         )
-        raise typer.Exit(2)
+        raise typer.Exit(ExitCode.USAGE)
     timeout = settings.planner.timeoutSeconds
     reviewer = KubernetesAccessReviewer(api, timeout, audience=settings.planner.audience)
     recipes = load_recipe_book(settings.planner.recipesDirectory)
@@ -140,31 +205,70 @@ def planner(
     uvicorn.Server(config).run()
 
 
+def _tool_runtime(kubeconfig: str | None) -> tuple[ModuleSettings, Any]:
+    """Settings and an API client for a command a person runs: a bad setting or no kubeconfig is a
+    clear message and exit 1, not a traceback."""
+    from kubernetes.config import ConfigException
+    from pydantic import ValidationError
+
+    try:
+        return _runtime(kubeconfig)
+    except ValidationError as err:
+        fail(ExitCode.FAILED, f"invalid module settings: {err.errors()[0]['loc']}: {err.errors()[0]['msg']}")
+    except ConfigException as err:
+        fail(ExitCode.FAILED, f"no usable kubeconfig (give --kubeconfig or set KUBECONFIG): {err}")
+
+
+def _api_unreachable(err: BaseException) -> bool:
+    """The API server cannot be reached: a connection error, not an HTTP answer."""
+    import urllib3.exceptions
+
+    return isinstance(err, urllib3.exceptions.HTTPError | OSError)
+
+
+def _temporal_unreachable(err: BaseException) -> bool:
+    """Temporal cannot be reached: the client's connect failed, or the call timed out or got no server."""
+    from temporalio.service import RPCError, RPCStatusCode
+
+    if isinstance(err, RPCError):
+        return err.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED)
+    return isinstance(err, RuntimeError) and "connect" in str(err).lower()
+
+
 @app.command()
 def replan(
     order: str = typer.Argument(..., help="NAMESPACE/NAME of the InferenceService."),
     kubeconfig: str | None = KUBECONFIG_OPTION,
+    output: Output = OUTPUT_OPTION,
 ) -> None:
-    """Ask an order's workflow to recompute its launch plan, and print the outcome."""
+    """Ask an order's workflow to recompute its launch plan, and print the outcome.
+
+    Exit 3 when the workflow refuses the replan, 4 when the API server or Temporal cannot be reached,
+    5 when the order or its workflow does not exist.
+    """
     from kubernetes.client import CustomObjectsApi
     from kubernetes.client.exceptions import ApiException
     from temporalio.client import WorkflowUpdateFailedError
-    from temporalio.service import RPCError
+    from temporalio.service import RPCError, RPCStatusCode
 
     from inference_api.payloads import order_workflow_id
     from inference_api.types import GROUP, ORDERS, VERSION
-    from worker.temporal_client import connect
+    from worker.temporal_client import TemporalCredentialsError, connect
     from workflows.order import ReplanOutcome
 
     if "/" not in order:
         raise typer.BadParameter("give the order as NAMESPACE/NAME", param_hint="ORDER")
     namespace, name = order.split("/", 1)
-    settings, api = _runtime(kubeconfig)
+    settings, api = _tool_runtime(kubeconfig)
     try:
         obj = CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, namespace, ORDERS, name)
     except ApiException as err:
-        typer.echo(f"cannot read InferenceService {order}: HTTP {err.status} {err.reason}", err=True)
-        raise typer.Exit(1) from None
+        code = ExitCode.NOT_FOUND if err.status == 404 else ExitCode.FAILED
+        fail(code, f"cannot read InferenceService {order}: HTTP {err.status} {err.reason}")
+    except Exception as err:
+        if _api_unreachable(err):
+            fail(ExitCode.UNREACHABLE, f"cannot reach the Kubernetes API server: {type(err).__name__}")
+        raise
     workflow_id = order_workflow_id(namespace, name, obj["metadata"]["uid"])
 
     async def main() -> ReplanOutcome:
@@ -174,13 +278,83 @@ def replan(
     try:
         outcome = asyncio.run(main())
     except WorkflowUpdateFailedError as err:
-        typer.echo(f"replan refused: {err.cause}", err=True)
-        raise typer.Exit(2) from None
-    except RPCError as err:
-        typer.echo(f"replan not delivered to workflow {workflow_id}: {err}", err=True)
-        raise typer.Exit(1) from None
+        if output == Output.JSON:
+            emit(output, {"order": order, "refused": True, "message": str(err.cause)}, "")
+        fail(ExitCode.REFUSED, f"replan refused: {err.cause}")
+    except TemporalCredentialsError as err:
+        fail(ExitCode.FAILED, str(err))
+    except (RPCError, RuntimeError) as err:
+        if isinstance(err, RPCError) and err.status == RPCStatusCode.NOT_FOUND:
+            fail(ExitCode.NOT_FOUND, f"no running workflow {workflow_id} for {order}: {err}")
+        if _temporal_unreachable(err):
+            fail(ExitCode.UNREACHABLE, f"cannot reach Temporal at {settings.temporal.address}: {err}")
+        fail(ExitCode.FAILED, f"replan not delivered to workflow {workflow_id}: {err}")
     verdict = "planned" if outcome.planned else "not planned"
-    typer.echo(f"{order}: {verdict} ({outcome.reason}), replanCount={outcome.replanCount}\n{outcome.message}")
+    emit(
+        output,
+        {"order": order, "refused": False, **outcome.model_dump(mode="json")},
+        f"{order}: {verdict} ({outcome.reason}), replanCount={outcome.replanCount}\n{outcome.message}",
+    )
+
+
+@app.command()
+def plan(
+    class_name: str = typer.Option(..., "--class", help="The InferenceServiceClass the order would name."),
+    model: str = typer.Option(
+        ..., "--model", help="A Hugging Face repository (org/repo), or with --source ai-models a catalog name."
+    ),
+    namespace: str = typer.Option("default", "--namespace", "-n", help="The namespace the order would be in."),
+    source: str = typer.Option("HuggingFace", "--source", help="HuggingFace or ai-models (spec.model.src)."),
+    kind: str | None = typer.Option(
+        None, "--kind", help="With --source ai-models: Model or ClusterModel (default ClusterModel)."
+    ),
+    kubeconfig: str | None = KUBECONFIG_OPTION,
+    output: Output = OUTPUT_OPTION,
+) -> None:
+    """Dry run of an order before it exists: what it would get, per device class, or why it would wait.
+
+    Reads the class and the cluster's inventory, resolves the model as the worker does and runs the
+    planning library (the planner service's code) on one inventory snapshot; writes nothing. Exit 0
+    with a plan, 3 with the refusal the order would get, 4 when the API server cannot be reached, 5
+    when the class does not exist.
+    """
+    import re
+
+    from kubernetes.client.exceptions import ApiException
+
+    from inference_api.reasons import Reason
+    from inference_api.types import HF_REPO_PATTERN, ModelKind, ModelSource
+    from worker.dry_run import dry_run, render_text
+
+    try:
+        src = ModelSource(source)
+    except ValueError:
+        raise typer.BadParameter(
+            f"{source!r} is no model source: HuggingFace or ai-models", param_hint="--source"
+        ) from None
+    if src == ModelSource.HUGGING_FACE:
+        if kind is not None:
+            raise typer.BadParameter("a HuggingFace reference has no kind", param_hint="--kind")
+        if not re.fullmatch(HF_REPO_PATTERN, model):
+            raise typer.BadParameter(
+                f"{model!r}: a HuggingFace reference names a repository as org/repo, e.g. "
+                "Qwen/Qwen2.5-32B-Instruct-AWQ",
+                param_hint="--model",
+            )
+    elif kind is not None and kind not in {k.value for k in ModelKind}:
+        raise typer.BadParameter(f"{kind!r}: Model or ClusterModel", param_hint="--kind")
+    settings, api = _tool_runtime(kubeconfig)
+    try:
+        run = asyncio.run(dry_run(api, settings, class_name, model, namespace, src, kind))
+    except ApiException as err:
+        fail(ExitCode.FAILED, f"the API server refused a read of the dry run: HTTP {err.status} {err.reason}")
+    except Exception as err:
+        if _api_unreachable(err):
+            fail(ExitCode.UNREACHABLE, f"cannot reach the Kubernetes API server: {type(err).__name__}")
+        raise
+    emit(output, run.model_dump(mode="json"), render_text(run))
+    if run.refusal is not None:
+        raise typer.Exit(ExitCode.NOT_FOUND if run.refusal.reason == Reason.CLASS_NOT_FOUND else ExitCode.REFUSED)
 
 
 def _read(path: Path) -> str | None:
@@ -209,6 +383,12 @@ def _register_subcommands() -> None:
 
 
 _register_subcommands()
+
+
+def kubectl_plugin() -> None:
+    """The ``kubectl-ai_inference`` script: ``kubectl ai-inference …`` runs this command."""
+    app(prog_name="kubectl ai-inference")
+
 
 if __name__ == "__main__":
     app()
