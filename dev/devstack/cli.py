@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import shlex
+from dataclasses import astuple
 
 import typer
 
+from devstack.cluster.cli import CPU_OPTION, H100_OPTION, MIG_OPTION, T4_OPTION
+from devstack.cluster.inventory import FleetSize, fleet_size
 from devstack.stack import DevStack, dev_state_dir
 
 dev_app = typer.Typer(no_args_is_help=True)
@@ -19,10 +22,24 @@ def _say(line: str) -> None:
 def up(
     wait: bool = typer.Option(True, help="Wait until the minimal order is Ready and print its endpoint."),
     timeout: float = typer.Option(600, help="Seconds to wait for Ready."),
+    h100_nodes: int | None = H100_OPTION,
+    mig_nodes: int | None = MIG_OPTION,
+    t4_nodes: int | None = T4_OPTION,
+    cpu_nodes: int | None = CPU_OPTION,
 ) -> None:
-    """Start everything, apply the minimal order, wait until it is Ready."""
+    """Start everything, apply the minimal order, wait until it is Ready.
+
+    The simulated fleet is one node of each shape unless sized (``--h100-nodes 10 --t4-nodes 5``)."""
+    stack = DevStack(dev_state_dir())
+    counts = (h100_nodes, mig_nodes, t4_nodes, cpu_nodes)
+    size = None
+    if any(c is not None for c in counts):
+        kept = fleet_size(stack.cluster().state_dir)
+        size = FleetSize(
+            *(k if c is None else c for c, k in zip(counts, astuple(kept), strict=True))  # as kept where not given
+        )
     try:
-        DevStack(dev_state_dir()).up(_say, wait_ready=wait, timeout=timeout)
+        stack.up(_say, wait_ready=wait, timeout=timeout, fleet=size)
     except RuntimeError as err:
         _say(f"error: {err}")
         raise typer.Exit(1) from None

@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from devstack.cluster.inventory import FleetSize, fleet_inventory, save_fleet
 from devstack.cluster.paths import REPO_ROOT, STATE_ENV
 from devstack.cluster.pki import IssuedCertificate, create_ca, issue_certificate
 from devstack.temporal_dev import temporal_binary
@@ -203,7 +204,8 @@ class DevStack:
 
     # ------------------------------------------------------------------ up
 
-    def up(self, say: Say, wait_ready: bool = True, timeout: float = 300) -> None:
+    def up(self, say: Say, wait_ready: bool = True, timeout: float = 300, fleet: FleetSize | None = None) -> None:
+        """``fleet``: the simulated fleet's size (None: as the cluster has it, the default fleet at first)."""
         started = time.monotonic()
         self.state.mkdir(parents=True, exist_ok=True)
         from devstack.cluster.build import CONTROL_PLANE_TOOLS, ensure_binaries
@@ -212,7 +214,16 @@ class DevStack:
         ensure_binaries((*CONTROL_PLANE_TOOLS, "helm"), progress=say)
         cluster = self.cluster()
         say("[2/6] local Kubernetes control plane with simulated GPUs")
-        cluster.up(progress=say)
+        if fleet is not None:
+            save_fleet(cluster.state_dir, fleet)
+            say(f"  simulated fleet: {fleet.describe()}")
+        if not cluster.up(progress=say) and fleet is not None:
+            from devstack.cluster import kube
+            from devstack.cluster.launcher import apply_inventory
+
+            with cluster.api_client("admin") as api:
+                dyn = kube.dynamic_client(api, cluster.state_dir / "discovery-admin.json")
+                apply_inventory(dyn, fleet_inventory(cluster.state_dir))
         kubeconfig = str(cluster.kubeconfig("admin"))
         running = self.running()
         ports = self.ports()

@@ -25,6 +25,27 @@ STATE_OPTION = typer.Option(
 )
 
 
+H100_OPTION = typer.Option(None, "--h100-nodes", min=0, help="Simulated H100 nodes (8 H100 each: 4 MPS, 4 exclusive).")
+MIG_OPTION = typer.Option(None, "--mig-nodes", min=0, help="Simulated MIG nodes (one H100 cut into two 3g.40gb).")
+T4_OPTION = typer.Option(None, "--t4-nodes", min=0, help="Simulated T4 nodes (4 MPS-shared T4 each).")
+CPU_OPTION = typer.Option(None, "--cpu-nodes", min=0, help="Simulated nodes without a GPU.")
+
+
+def _fleet(
+    state_dir: Path | None, h100: int | None, mig: int | None, t4: int | None, cpu: int | None
+) -> inv.FleetSize | None:
+    """The fleet size asked for (each count not given: as the cluster has it), None when none is given."""
+    if h100 is None and mig is None and t4 is None and cpu is None:
+        return None
+    kept = inv.fleet_size(_cluster(state_dir).state_dir)
+    return inv.FleetSize(
+        h100_nodes=kept.h100_nodes if h100 is None else h100,
+        mig_nodes=kept.mig_nodes if mig is None else mig,
+        t4_nodes=kept.t4_nodes if t4 is None else t4,
+        cpu_nodes=kept.cpu_nodes if cpu is None else cpu,
+    )
+
+
 def _echo(line: str) -> None:
     typer.echo(line, err=True)
 
@@ -68,12 +89,23 @@ def up_cmd(
     state_dir: Path | None = STATE_OPTION,
     inventory: bool = typer.Option(True, help="Apply the simulated GPU inventory."),
     timeout: float = typer.Option(180, help="Seconds to wait for readiness."),
+    h100_nodes: int | None = H100_OPTION,
+    mig_nodes: int | None = MIG_OPTION,
+    t4_nodes: int | None = T4_OPTION,
+    cpu_nodes: int | None = CPU_OPTION,
 ) -> None:
-    """Start the local control plane (etcd, apiserver, controller-manager, scheduler, kwok)."""
+    """Start the local control plane (etcd, apiserver, controller-manager, scheduler, kwok).
+
+    The simulated fleet is the inventory file's (one node of each shape) unless sized with
+    ``--h100-nodes/--mig-nodes/--t4-nodes/--cpu-nodes``; the size is kept with the cluster."""
     from devstack.cluster.build import BuildError
     from devstack.cluster.launcher import ClusterError
 
     cluster = _cluster(state_dir)
+    size = _fleet(state_dir, h100_nodes, mig_nodes, t4_nodes, cpu_nodes)
+    if size is not None:
+        inv.save_fleet(cluster.state_dir, size)
+        _echo(f"simulated fleet: {size.describe()}")
     started = time.monotonic()
     try:
         did = cluster.up(inventory=inventory, timeout=timeout, progress=_echo)
@@ -82,6 +114,8 @@ def up_cmd(
         raise typer.Exit(1) from None
     if did:
         _echo(f"up in {time.monotonic() - started:.1f}s; logs in {cluster.logs_dir}")
+    elif size is not None and inventory:
+        _apply_fleet(cluster)
     _echo(f'use it:  eval "$(ai-inference cluster env{_state_arg(state_dir)})"')
 
 
@@ -134,20 +168,33 @@ def status_cmd(state_dir: Path | None = STATE_OPTION) -> None:
 def inventory_cmd(
     state_dir: Path | None = STATE_OPTION,
     print_only: bool = typer.Option(False, "--print", help="Print the objects as YAML instead of applying them."),
+    h100_nodes: int | None = H100_OPTION,
+    mig_nodes: int | None = MIG_OPTION,
+    t4_nodes: int | None = T4_OPTION,
+    cpu_nodes: int | None = CPU_OPTION,
 ) -> None:
-    """Apply the simulated GPU inventory (nodes, DeviceClasses, ResourceSlices, PhysicalGPUs)."""
+    """Apply the simulated GPU inventory (nodes, DeviceClasses, ResourceSlices, PhysicalGPUs); a size
+    given grows the fleet (nodes are added, never removed)."""
+    size = _fleet(state_dir, h100_nodes, mig_nodes, t4_nodes, cpu_nodes)
     if print_only:
-        docs = [*inv.inventory_objects(), *inv.physical_gpu_statuses()]
+        fleet = inv.sized_inventory(size or inv.fleet_size(_cluster(state_dir).state_dir))
+        docs = [*inv.inventory_objects(fleet), *inv.physical_gpu_statuses(fleet)]
         typer.echo(yaml.safe_dump_all(docs, sort_keys=False), nl=False)
         return
-    from devstack.cluster.launcher import apply_inventory
-
     cluster = _cluster(state_dir)
     if not cluster.is_up():
         _echo(f"no running cluster in {cluster.state_dir}; run `ai-inference cluster up`")
         raise typer.Exit(1)
-    with cluster.api_client("admin") as api:
-        from devstack.cluster import kube
+    if size is not None:
+        inv.save_fleet(cluster.state_dir, size)
+    _apply_fleet(cluster)
 
-        count = apply_inventory(kube.dynamic_client(api, cluster.state_dir / "discovery-admin.json"))
-    _echo(f"applied {count} inventory objects from {inv.INVENTORY_FILE}")
+
+def _apply_fleet(cluster: LocalCluster) -> None:
+    from devstack.cluster import kube
+    from devstack.cluster.launcher import apply_inventory
+
+    fleet = inv.fleet_inventory(cluster.state_dir)
+    with cluster.api_client("admin") as api:
+        count = apply_inventory(kube.dynamic_client(api, cluster.state_dir / "discovery-admin.json"), fleet)
+    _echo(f"applied {count} inventory objects ({len(fleet.nodes)} nodes) from {inv.INVENTORY_FILE}")

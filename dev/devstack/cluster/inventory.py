@@ -1,5 +1,12 @@
 """The simulated GPU inventory: data in ``deploy/dev/gpu-inventory.yaml``, rendered here into objects.
 
+The file's nodes are the default fleet and, at the same time, the shapes of a fleet of any size:
+``FleetSize`` says how many nodes of each shape (``gpu-h100``, ``gpu-h100-mig``, ``gpu-t4``, ``cpu``;
+a node's shape is its name less the trailing ``-<n>``), and :func:`sized_inventory` makes them,
+named ``<shape>-0``, ``<shape>-1``, … The default size is the file's own (one of each), so the
+default fleet is exactly the file. ``ai-inference cluster up --h100-nodes N …`` keeps the size in
+the cluster's state directory (``fleet.json``), where :func:`fleet_inventory` reads it back.
+
 kwok has no DRA support, so the DRA side (DeviceClasses, ResourceSlices) is published by us, the
 way the gpu module's driver would; the real kube-scheduler then allocates ResourceClaims against
 it. PhysicalGPU objects mirror the gpu module's own inventory kind (CRD stand-in).
@@ -8,8 +15,9 @@ it. PhysicalGPU objects mirror the gpu module's own inventory kind (CRD stand-in
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +27,8 @@ from devstack.cluster.paths import DEV_DIR
 from inference_api.gpu_types import GPU_GROUP, GPU_VERSION
 
 INVENTORY_FILE = DEV_DIR / "gpu-inventory.yaml"
+# Where a cluster's state directory keeps the size of its fleet (absent: the default fleet).
+FLEET_FILE = "fleet.json"
 DRIVER = "gpu.deckhouse.io"
 MEMORY_CAPACITY = f"{DRIVER}/memory"
 SHARE_CAPACITY = f"{DRIVER}/sharePercent"
@@ -191,6 +201,91 @@ def load_inventory(path: Path = INVENTORY_FILE) -> Inventory:
         nodes.append(SimNode(n["name"], str(n["cpu"]), str(n["memory"]), tuple(devices), tuple(gpus)))
     classes = tuple(SimDeviceClass(c["name"], c.get("description", ""), dict(c["match"])) for c in raw["deviceClasses"])
     return Inventory(tuple(nodes), classes, path)
+
+
+# ---------------------------------------------------------------------------------------------
+# A fleet of any size
+
+
+@dataclass(frozen=True)
+class FleetSize:
+    """How many nodes of each shape of the inventory file (the default: the file's own fleet)."""
+
+    h100_nodes: int = 1
+    mig_nodes: int = 1
+    t4_nodes: int = 1
+    cpu_nodes: int = 1
+
+    # The inventory file's node shapes, by field.
+    SHAPES = {"h100_nodes": "gpu-h100", "mig_nodes": "gpu-h100-mig", "t4_nodes": "gpu-t4", "cpu_nodes": "cpu"}
+
+    def __post_init__(self) -> None:
+        for name in self.SHAPES:
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative")
+
+    def count(self, shape: str) -> int:
+        for name, known in self.SHAPES.items():
+            if known == shape:
+                return int(getattr(self, name))
+        raise KeyError(shape)
+
+    def describe(self) -> str:
+        return ", ".join(f"{getattr(self, n)} {shape}" for n, shape in self.SHAPES.items())
+
+
+_NUMBERED = re.compile(r"^(?P<shape>.+)-(?P<n>\d+)$")
+
+
+def node_shape(name: str) -> str:
+    """``gpu-h100-0`` → ``gpu-h100``: a node's shape is its name less the trailing number."""
+    match = _NUMBERED.match(name)
+    return match.group("shape") if match else name
+
+
+def _renamed(node: SimNode, name: str) -> SimNode:
+    """The node under another name: its devices and PhysicalGPUs follow (``<node>-gpu-<index>``)."""
+    gpus = tuple(replace(g, name=f"{name}-gpu-{g.index}", node=name) for g in node.gpus)
+    devices = tuple(replace(d, node=name, physical_gpu=f"{name}-gpu-{d.index}") for d in node.devices)
+    return replace(node, name=name, devices=devices, gpus=gpus)
+
+
+def sized_inventory(size: FleetSize | None = None, base: Inventory | None = None) -> Inventory:
+    """The fleet of ``size``: each shape of the file's nodes made that many times (the first node
+    of a shape is its template). The default size gives exactly the file's fleet."""
+    base = base or load_inventory()
+    size = size or FleetSize()
+    templates: dict[str, SimNode] = {}
+    for node in base.nodes:
+        templates.setdefault(node_shape(node.name), node)
+    nodes: list[SimNode] = []
+    for shape, template in templates.items():
+        try:
+            count = size.count(shape)
+        except KeyError:
+            count = 1  # a shape FleetSize does not know: as in the file
+        nodes += [_renamed(template, f"{shape}-{i}") for i in range(count)]
+    return Inventory(tuple(nodes), base.device_classes, base.source)
+
+
+def save_fleet(state_dir: Path, size: FleetSize) -> None:
+    """Keep the fleet's size with the cluster (read by :func:`fleet_inventory`)."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    (state_dir / FLEET_FILE).write_text(json.dumps(asdict(size), indent=2))
+
+
+def fleet_size(state_dir: Path | None) -> FleetSize:
+    """The fleet size kept in a cluster's state directory; the default when none is kept."""
+    path = state_dir / FLEET_FILE if state_dir is not None else None
+    if path is None or not path.is_file():
+        return FleetSize()
+    raw = json.loads(path.read_text())
+    return FleetSize(**{k: int(v) for k, v in raw.items() if k in FleetSize.SHAPES})
+
+
+def fleet_inventory(state_dir: Path | None) -> Inventory:
+    """The inventory of the cluster in ``state_dir``: the file's shapes at the size kept there."""
+    return sized_inventory(fleet_size(state_dir))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -46,11 +46,16 @@ from devstack.cluster import inventory as inv
 from devstack.cluster import kube
 from devstack.cluster.build import CONTROL_PLANE_TOOLS, Binaries, ensure_binaries
 from devstack.cluster.paths import CRDS_DIR, DEV_DIR, KWOK_STAGES, default_state_dir
-from devstack.cluster.pki import HUMAN_USERS, PKI, SERVICE_CIDR, USERS, create_pki
+from devstack.cluster.pki import HUMAN_USERS, PKI, SERVICE_CIDR, USERS, create_ca, create_pki, issue_certificate
 
 FEATURE_GATES = "DRAConsumableCapacity=true"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 POD_CIDR = "10.244.0.0/16"
+# The aggregation layer's client identity towards extension API servers (the metrics adapter): the
+# CN the apiserver presents and extension servers accept, as kubeadm sets it up.
+FRONT_PROXY_CLIENT = "front-proxy-client"
+# How often the HPA controller looks at metrics (upstream: 15s); the local stack reacts faster.
+HPA_SYNC_PERIOD = "5s"
 CLUSTER_NAME = "ai-inference-local"
 # Order matters: started in this order, stopped in reverse.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
@@ -361,6 +366,8 @@ class LocalCluster:
             f.unlink()
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         pki = create_pki(self.state_dir / "pki")
+        front_proxy_ca = create_ca(pki.dir / "front-proxy", "front-proxy-ca")
+        front_proxy = issue_certificate(front_proxy_ca, pki.dir / "front-proxy", FRONT_PROXY_CLIENT, usage="clientAuth")
         names = ("etcd_client", "etcd_peer", "apiserver", "controller_manager", "scheduler")
         ports = dict(zip(names, _free_ports(len(names)), strict=True))
         server = f"https://127.0.0.1:{ports['apiserver']}"
@@ -401,6 +408,15 @@ class LocalCluster:
             # consumable capacity (KEP-5075) is alpha and silently dropped without the gate.
             f"--feature-gates={FEATURE_GATES}",
             "--allow-privileged=true",
+            # The aggregation layer (APIService v1beta1.custom.metrics.k8s.io of the metrics adapter):
+            # proxied requests carry the user in headers, signed by the front-proxy client cert.
+            f"--requestheader-client-ca-file={front_proxy_ca.cert}",
+            f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={front_proxy.cert}",
+            f"--proxy-client-key-file={front_proxy.key}",
             # One client per test: API priority & fairness only adds startup work here.
             "--enable-priority-and-fairness=false",
             "--profiling=false",
@@ -424,6 +440,7 @@ class LocalCluster:
             f"--cluster-signing-key-file={pki.ca_key}",
             "--leader-elect=false",
             f"--feature-gates={FEATURE_GATES}",
+            f"--horizontal-pod-autoscaler-sync-period={HPA_SYNC_PERIOD}",
         ], {"secure": ports["controller_manager"]})  # fmt: skip
         self._spawn(state, "kube-scheduler", b.kube_scheduler, [
             f"--kubeconfig={self.kubeconfig('kube-scheduler')}",
@@ -449,7 +466,7 @@ class LocalCluster:
             kube.apply_all(dyn, kube.load_manifests([DEV_DIR / "rbac.yaml"]))
             step(f"{len(crds)} CRDs established, dev RBAC applied")
             if inventory:
-                count = apply_inventory(dyn)
+                count = apply_inventory(dyn, inv.fleet_inventory(self.state_dir))
                 step(f"simulated GPU inventory applied ({count} objects)")
             self._wait_components(state, ctx, remaining())
             core = CoreV1Api(api)
@@ -459,7 +476,7 @@ class LocalCluster:
                 what="the controller-manager to create ServiceAccount default/default",
             )
             if inventory:
-                expected = {n.name for n in inv.load_inventory().nodes}
+                expected = {n.name for n in inv.fleet_inventory(self.state_dir).nodes}
                 kube.wait_until(
                     lambda: expected <= _ready_nodes(core),
                     timeout=remaining(),
@@ -669,9 +686,10 @@ def _ready_nodes(core: CoreV1Api) -> set[str]:
     return ready
 
 
-def apply_inventory(dyn: DynamicClient) -> int:
-    """Apply the simulated inventory: Nodes, DeviceClasses, ResourceSlices, PhysicalGPUs (+status)."""
-    count = kube.apply_all(dyn, inv.inventory_objects())
+def apply_inventory(dyn: DynamicClient, inventory: inv.Inventory | None = None) -> int:
+    """Apply the simulated inventory (the default fleet unless given): Nodes, DeviceClasses,
+    ResourceSlices, PhysicalGPUs (+status)."""
+    count = kube.apply_all(dyn, inv.inventory_objects(inventory))
     # PhysicalGPU status is what the gpu module publishes; it only lands through /status.
-    count += kube.apply_all(dyn, inv.physical_gpu_statuses(), subresource="status")
+    count += kube.apply_all(dyn, inv.physical_gpu_statuses(inventory), subresource="status")
     return count

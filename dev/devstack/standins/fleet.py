@@ -1,9 +1,13 @@
 """What a kubelet and a storage provisioner would do, for the local cluster (kwok pods run nothing).
 
-* For every order workload with a ready replica, a stand-in OpenAI-compatible runtime on a
-  loopback port, serving the model the StatefulSet names, with the order's token; the order's
-  Service is annotated with its URL so the probe activity (``health.probeTargetAnnotation``)
-  reaches it. ``fail``/``recover`` inject API errors; ``stop`` makes the endpoint absent.
+* For every order workload with a ready replica, a stand-in OpenAI-compatible runtime serving the
+  model the StatefulSet names, with the order's token. All of them are served by one multiplexed
+  server on one loopback port (``runtime.MultiplexedRuntime``), each under its own path prefix,
+  ``http://127.0.0.1:<port>/o/<namespace>/<name>``: a thousand orders are one thread, not a
+  thousand servers. The order's Service is annotated with that URL so the probe activity and the
+  observer (``health.probeTargetAnnotation``) reach it. ``fail``/``recover`` inject API errors;
+  ``stop`` makes the endpoint absent. ``targets()`` lists every order's URL (for scraping its
+  ``/metrics``: ``<url>/metrics``).
 * For every Pending PersistentVolumeClaim of an order, a hostPath PersistentVolume bound to it,
   so the scheduler can place pods that carry a model volume.
 * A pod of an order the scheduler last refused for an unbound volume that is bound by now is
@@ -25,7 +29,7 @@ from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
 from activities.builders.common import LABEL_MANAGED_BY, MANAGED_BY
-from devstack.standins.runtime import StandInRuntime
+from devstack.standins.runtime import MultiplexedRuntime, OrderRuntime
 
 log = structlog.get_logger(__name__)
 
@@ -52,7 +56,9 @@ class StandInFleet:
     interval_seconds: float = 0.5
     # How long a pod may stay refused for a volume that is bound by now before it is made again.
     stale_verdict_seconds: float = 5.0
-    runtimes: dict[str, StandInRuntime] = field(default_factory=dict)
+    runtimes: dict[str, OrderRuntime] = field(default_factory=dict)
+    # The one server every order's stand-in is served from (started with the fleet, or on first use).
+    server: MultiplexedRuntime = field(default_factory=MultiplexedRuntime)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -68,6 +74,7 @@ class StandInFleet:
     # ---------------------------------------------------------------- control
 
     def start(self) -> StandInFleet:
+        self.server.start()
         self._thread = threading.Thread(target=self._loop, name="stand-in-fleet", daemon=True)
         self._thread.start()
         return self
@@ -80,6 +87,7 @@ class StandInFleet:
             for runtime in self.runtimes.values():
                 runtime.stop()
             self.runtimes.clear()
+        self.server.stop()
 
     def fail(self, namespace: str, name: str, status: int = 503) -> None:
         with self._lock:
@@ -94,19 +102,27 @@ class StandInFleet:
         with self._lock:
             self.runtimes[f"{namespace}/{name}"].recover()
 
-    def runtime(self, namespace: str, name: str) -> StandInRuntime | None:
+    def runtime(self, namespace: str, name: str) -> OrderRuntime | None:
         with self._lock:
             return self.runtimes.get(f"{namespace}/{name}")
+
+    def targets(self) -> dict[str, str]:
+        """``namespace/name`` → the URL of the order's stand-in (its ``/metrics`` is under it)."""
+        with self._lock:
+            return {key: runtime.url for key, runtime in self.runtimes.items()}
 
     # ------------------------------------------------------------------- loop
 
     def _loop(self) -> None:
         while not self._stop.is_set():
+            started = time.monotonic()
             try:
                 self.reconcile_once()
             except Exception as err:  # keep serving the others whatever one object does
                 log.warning("stand-in fleet pass failed", error=f"{type(err).__name__}: {err}")
-            self._stop.wait(self.interval_seconds)
+            # A pass lists every order's objects: with thousands of orders it is slow, so the fleet
+            # rests at least as long as it worked (it never takes more than half the API server).
+            self._stop.wait(max(self.interval_seconds, time.monotonic() - started))
 
     def reconcile_once(self) -> None:
         selector = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
@@ -137,7 +153,9 @@ class StandInFleet:
         if model is None:
             return
         token = self._token(namespace, f"{name}-auth")
-        runtime = StandInRuntime(model, token=token).start()
+        if not self.server.running:
+            self.server.start()
+        runtime = self.server.add(namespace, name, model, token)
         with self._lock:
             failing = self._fail_from_start.get(f"{namespace}/{name}")
             if failing is not None:

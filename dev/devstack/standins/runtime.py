@@ -160,14 +160,18 @@ class RuntimeState:
     model: str
     failing_status: int | None = None
     requests: dict[str, int] = field(default_factory=dict)
-    metrics: RuntimeMetrics = field(init=False, repr=False)
     # The load as last set (POST /admin/load); the gauges serve it.
     running: int = 0
     waiting: int = 0
     gpu_cache_usage: float = 0.0
+    # Made on first use: thousands of multiplexed orders that are only probed need no registry.
+    _metrics: RuntimeMetrics | None = field(default=None, init=False, repr=False)
 
-    def __post_init__(self) -> None:
-        self.metrics = RuntimeMetrics(self.model)
+    @property
+    def metrics(self) -> RuntimeMetrics:
+        if self._metrics is None:
+            self._metrics = RuntimeMetrics(self.model)
+        return self._metrics
 
     def count(self, route: str) -> None:
         self.requests[route] = self.requests.get(route, 0) + 1
@@ -653,6 +657,197 @@ class StandInRuntime:
         self.stop()
 
 
+# ------------------------------------------------ many orders from one server (multiplexed)
+
+# An order's runtime in a multiplexed server: http://<host>:<port>/o/<namespace>/<name>/<vLLM route>.
+ORDER_PREFIX = "/o"
+
+
+def order_path(namespace: str, name: str) -> str:
+    return f"{ORDER_PREFIX}/{namespace}/{name}"
+
+
+@dataclass
+class OrderRuntime:
+    """One order's stand-in inside a :class:`MultiplexedRuntime`: its own model, token, load gauges,
+    request counts and ``/metrics``, at ``url`` (the server's address and the order's path prefix).
+    ``fail``/``recover`` as :class:`StandInRuntime`; ``stop`` takes it out of the server."""
+
+    namespace: str
+    name: str
+    config: RuntimeConfig
+    state: RuntimeState
+    app: ASGIApp = field(repr=False)
+    server: MultiplexedRuntime = field(repr=False)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def url(self) -> str:
+        return f"{self.server.url}{order_path(self.namespace, self.name)}"
+
+    @property
+    def running(self) -> bool:
+        return self.server.running and self.server.get(self.namespace, self.name) is self
+
+    def fail(self, status: int = 503) -> None:
+        self.state.failing_status = status
+
+    def recover(self) -> None:
+        self.state.failing_status = None
+
+    def stop(self) -> None:
+        self.server.remove(self.namespace, self.name, self)
+
+
+class MultiplexedRuntime:
+    """Many orders' stand-ins served by one uvicorn server on one port, in a thread of this process.
+
+    An order is told apart by its path prefix, ``/o/<namespace>/<name>`` (its URL, as the fleet writes
+    it on the order's Service), or by ``Host: <name>.<namespace>[.svc…]`` at the root. Below the prefix
+    each order is a whole stand-in of its own (``create_app``): vLLM's routes, its auth (the key guards
+    ``<prefix>/v1…`` as vLLM guards ``/v1…`` under a root path), its failure injection, its load
+    gauges and its ``/metrics`` (``vllm:*`` series labelled with its model). A path of no order
+    answers 404; the server's own ``GET /admin/orders`` lists the orders served (no token).
+
+    ``add_route``: the admin routes ``POST /admin/orders`` (``{"namespace", "name", "model", "token"}``)
+    and ``DELETE /admin/orders/<namespace>/<name>`` let another process add and remove orders (the
+    scale benchmark runs the server as its own process: ``python -m devstack.standins.runtime
+    --multiplexed``).
+    """
+
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 0, runtime_version: str = "0.0.0-standin") -> None:
+        self.host = host
+        self.port = port
+        self.runtime_version = runtime_version
+        self.orders: dict[tuple[str, str], OrderRuntime] = {}
+        self._lock = threading.Lock()
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self.app = self._dispatch
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    # -------------------------------------------------------------------- orders
+
+    def add(self, namespace: str, name: str, model: str, token: str | None = None) -> OrderRuntime:
+        """Serve an order (again: a new stand-in replaces the one it had)."""
+        config = RuntimeConfig(model=model, token=token, runtime_version=self.runtime_version)
+        state = RuntimeState(model)
+        runtime = OrderRuntime(namespace, name, config, state, create_app(config, state), self)
+        with self._lock:
+            self.orders[(namespace, name)] = runtime
+        return runtime
+
+    def get(self, namespace: str, name: str) -> OrderRuntime | None:
+        return self.orders.get((namespace, name))
+
+    def remove(self, namespace: str, name: str, only: OrderRuntime | None = None) -> None:
+        with self._lock:
+            found = self.orders.get((namespace, name))
+            if found is not None and (only is None or found is only):
+                del self.orders[(namespace, name)]
+
+    # ------------------------------------------------------------------ dispatch
+
+    def _route(self, scope: Scope) -> tuple[OrderRuntime | None, str]:
+        """The order a request is for, and the root path its app sees."""
+        path = str(scope.get("path", ""))
+        if path.startswith(ORDER_PREFIX + "/"):
+            parts = path.split("/", 4)  # "", "o", namespace, name, rest
+            if len(parts) >= 4:
+                runtime = self.orders.get((parts[2], parts[3]))
+                return runtime, order_path(parts[2], parts[3])
+            return None, ""
+        host = Headers(scope=scope).get("host", "").split(":", 1)[0]
+        labels = host.split(".")
+        if len(labels) >= 2:
+            return self.orders.get((labels[1], labels[0])), ""
+        return None, ""
+
+    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            return
+        runtime, root = self._route(scope)
+        if runtime is None:
+            if scope["type"] == "http" and str(scope.get("path", "")).startswith("/admin/orders"):
+                await self._admin(scope, receive, send)
+                return
+            await JSONResponse({"detail": "Not Found"}, status_code=404)(scope, receive, send)
+            return
+        if root:
+            # ASGI: ``path`` keeps the prefix, ``root_path`` names it; routing and the key guard strip it.
+            scope = {**scope, "root_path": str(scope.get("root_path", "")) + root}
+        await runtime.app(scope, receive, send)
+
+    async def _admin(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        method, path = request.method, request.url.path
+        answer: Response
+        if method == "GET" and path == "/admin/orders":
+            answer = JSONResponse({"orders": sorted(f"{ns}/{n}" for ns, n in self.orders)})
+        elif method == "POST" and path == "/admin/orders":
+            try:
+                body = await request.json()
+                runtime = self.add(str(body["namespace"]), str(body["name"]), str(body["model"]), body.get("token"))
+            except (ValueError, KeyError, TypeError):
+                answer = _error(400, "namespace, name and model are required", "BadRequestError")
+            else:
+                answer = JSONResponse({"url": runtime.url}, status_code=201)
+        elif method == "DELETE" and path.startswith("/admin/orders/") and path.count("/") == 4:
+            _, _, _, namespace, name = path.split("/")
+            self.remove(namespace, name)
+            answer = Response(status_code=204)
+        else:
+            answer = _error(404, "no such admin route", "NotFoundError")
+        await answer(scope, receive, send)
+
+    # ------------------------------------------------------------------- serving
+
+    def start(self, timeout_seconds: float = 10) -> MultiplexedRuntime:
+        if self.running:
+            return self
+        sock = bind_socket(self.host, self.port)
+        self.port = int(sock.getsockname()[1])
+        server = uvicorn.Server(
+            uvicorn.Config(
+                self.app, log_level="warning", access_log=False, lifespan="off", backlog=2048, interface="asgi3"
+            )
+        )
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="standin-mux")
+        thread.start()
+        deadline = time.monotonic() + timeout_seconds
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                server.should_exit = True
+                sock.close()
+                raise RuntimeError("the multiplexed stand-in runtime did not start")
+            time.sleep(0.01)
+        self._server, self._thread = server, thread
+        return self
+
+    def stop(self, timeout_seconds: float = 10) -> None:
+        server, thread = self._server, self._thread
+        self._server, self._thread = None, None
+        if server is not None and thread is not None:
+            server.should_exit = True
+            thread.join(timeout_seconds)
+
+    def __enter__(self) -> MultiplexedRuntime:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 # ------------------------------------------------------------ Python API: as a subprocess
 
 
@@ -760,7 +955,12 @@ class RuntimeProcess:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Stand-in OpenAI-compatible runtime (vLLM's API surface).")
-    parser.add_argument("--model", required=True, help="Served model name, e.g. Qwen/Qwen2.5-7B-Instruct.")
+    parser.add_argument("--model", help="Served model name, e.g. Qwen/Qwen2.5-7B-Instruct.")
+    parser.add_argument(
+        "--multiplexed",
+        action="store_true",
+        help="Serve many orders from this one port, added with POST /admin/orders (no --model).",
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000, help="0 picks a free port (see --port-file).")
     parser.add_argument("--port-file", type=Path, help="Write the bound port here once listening.")
@@ -775,6 +975,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runtime-version", default="0.0.0-standin")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.multiplexed == bool(args.model):
+        parser.error("give either --model or --multiplexed")
+    if args.multiplexed:
+        mux = MultiplexedRuntime(host=args.host, port=args.port, runtime_version=args.runtime_version)
+        mux_sock = bind_socket(args.host, args.port)
+        mux.port = int(mux_sock.getsockname()[1])
+        if args.port_file is not None:
+            tmp = args.port_file.with_suffix(".tmp")
+            tmp.write_text(str(mux.port))
+            tmp.replace(args.port_file)
+        log.info("serving orders on %s%s/<namespace>/<name>", mux.url, ORDER_PREFIX)
+        server = uvicorn.Server(
+            uvicorn.Config(
+                mux.app, log_level="warning", access_log=False, lifespan="off", backlog=2048, interface="asgi3"
+            )
+        )
+        server.run(sockets=[mux_sock])
+        return 0
 
     config = RuntimeConfig(
         model=args.model,
