@@ -173,6 +173,30 @@ class ExposureSettings(BaseModel):
     monitoringNamespace: str = Field(default="d8-monitoring", min_length=1)
 
 
+class WorkloadSettings(BaseModel):
+    """The order workloads' pods (never order fields): where their images come from and which nodes
+    they may land on. Part of the release fingerprint: a change reaches every order's pod template."""
+
+    # A registry (and path) that replaces the recipe image's registry: "mirror.example.com/ai" turns
+    # "vllm/vllm-openai:v0.11.0" into "mirror.example.com/ai/vllm/vllm-openai:v0.11.0". Empty: as is.
+    imageRegistry: str = ""
+    # Names of image pull Secrets the runtime pods reference (they must exist in the order's namespace).
+    imagePullSecrets: list[str] = Field(default_factory=list)
+    # Scheduling onto GPU nodes: a nodeSelector and tolerations (Kubernetes' shapes) for every runtime pod.
+    nodeSelector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = Field(default_factory=list)
+
+    def image(self, reference: str) -> str:
+        """``reference`` pulled from ``imageRegistry``: its own registry host (a first part with a dot or
+        a colon, or localhost) is replaced, a Docker Hub name keeps its path."""
+        registry = self.imageRegistry.strip().rstrip("/")
+        if not registry:
+            return reference
+        first, _, rest = reference.partition("/")
+        path = rest if rest and ("." in first or ":" in first or first == "localhost") else reference
+        return f"{registry}/{path}"
+
+
 class HealthSettings(BaseModel):
     intervalSeconds: float = Field(default=600, gt=0)
     failureThreshold: int = Field(default=3, ge=1)
@@ -221,6 +245,7 @@ class ModuleSettings(BaseSettings):
     planner: PlannerSettings = Field(default_factory=PlannerSettings)
     temporal: TemporalSettings = Field(default_factory=TemporalSettings)
     exposure: ExposureSettings = Field(default_factory=ExposureSettings)
+    workload: WorkloadSettings = Field(default_factory=WorkloadSettings)
     health: HealthSettings = Field(default_factory=HealthSettings)
     # exclude: per-process (a shard number), never part of the release fingerprint.
     observer: ObserverSettings = Field(default_factory=ObserverSettings, exclude=True)

@@ -111,7 +111,7 @@ def test_catalog_none_removes_the_catalog_rbac_from_the_release(
     rbac = RbacAuthorizationV1Api(kube_admin)
     rbac.read_cluster_role("d8:ai-inference:catalog-reader")
     try:
-        helm.install(chart, {"catalog.mode": "None"})
+        helm.install(chart, {"aiInference.catalog.mode": "None"})
         for read in (rbac.read_cluster_role, rbac.read_cluster_role_binding):
             with pytest.raises(ApiException) as gone:
                 read("d8:ai-inference:catalog-reader")

@@ -88,7 +88,13 @@ def _grants(role: Doc, group: str, resource: str, verb: str) -> bool:
 @pytest.mark.parametrize("catalog_mode", ["Enabled", "None"])
 def test_helm_lint_passes(helm: Helm, catalog_mode: str) -> None:
     result = helm(
-        "lint", str(CHART_DIR), "--strict", "--kube-version", KUBE_VERSION, "--set", f"catalog.mode={catalog_mode}"
+        "lint",
+        str(CHART_DIR),
+        "--strict",
+        "--kube-version",
+        KUBE_VERSION,
+        "--set",
+        f"aiInference.catalog.mode={catalog_mode}",
     )
     assert "0 chart(s) failed" in result.stdout
 
@@ -108,6 +114,8 @@ def test_helm_template_renders_every_object_once_into_the_module_namespace(docs:
             "PrometheusRule",
             "PodMonitor",
             "Secret",
+            "StatefulSet",
+            "PodDisruptionBudget",
         }:
             assert doc["metadata"]["namespace"] == NAMESPACE, key
     kinds = {k for k, _ in seen}
@@ -122,6 +130,8 @@ def test_helm_template_renders_every_object_once_into_the_module_namespace(docs:
         "PrometheusRule",
         "PodMonitor",
         "Secret",  # the planner's serving certificate (Helm-made: no cert-manager here)
+        "StatefulSet",  # the embedded Temporal server
+        "PodDisruptionBudget",
         "ValidatingAdmissionPolicy",  # the worker guard
         "ValidatingAdmissionPolicyBinding",
     }
@@ -138,7 +148,7 @@ def test_the_chart_carries_the_generated_module_crds() -> None:
 @pytest.mark.parametrize(
     ("values", "error"),
     [
-        ({"catalog.mode": "Disabled"}, "/catalog/mode"),
+        ({"aiInference.catalog.mode": "Disabled"}, "/aiInference/catalog/mode"),
         ({"aiInference.aiModels.catalogTransport": "Grpc"}, "/aiInference/aiModels/catalogTransport"),
         ({"aiInference.temporal.apiKey.secretName": "cloud-key"}, "apiKey needs aiInference.temporal.tls.enabled"),
         ({"aiInference.planner.baseURL": "planner:8443"}, "/aiInference/planner/baseURL"),
@@ -250,7 +260,8 @@ def test_default_values_reach_each_process_as_settings(
     assert planner.caFile == "/etc/ai-inference/planner-ca/ca.crt"
     assert (lookup.audience, lookup.allowInsecureHttp) == ("ai-models", False)
     assert lookup.tokenFile == "/var/run/secrets/ai-inference/tokens/catalog"
-    assert settings.temporal.address == "temporal-frontend.temporal.svc.cluster.local:7233"
+    # The embedded Temporal server's Service (aiInference.temporal.embedded.enabled, the default).
+    assert settings.temporal.address == f"ai-inference-temporal.{NAMESPACE}.svc:7233"
     assert settings.temporal.namespace == "default"
     assert settings.temporal.taskQueue == "ai-inference"
     assert settings.temporal.tls.enabled is False
@@ -270,6 +281,7 @@ def test_internal_values_override_the_settings(helm: Helm, monkeypatch: pytest.M
             "aiInference.planner.runtimeFallback.enabled": False,
             "aiInference.planner.audience": "planner-aud",
             "aiInference.aiModels.catalogLookup.audience": "catalog-aud",
+            "aiInference.temporal.embedded.enabled": False,
             "aiInference.temporal.address": "temporal.example:7233",
             "aiInference.temporal.namespace": "inference",
             "aiInference.exposure.domainTemplate": "{name}-{namespace}.apps.example.com",
@@ -324,7 +336,7 @@ def test_catalog_enabled_grants_the_worker_catalog_reads_by_name(docs: list[Doc]
 def test_catalog_none_drops_the_catalog_rbac_and_tells_every_process(
     helm: Helm, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    docs = helm.render({"catalog.mode": "None"}, api_versions=MONITORING_APIS)
+    docs = helm.render({"aiInference.catalog.mode": "None"}, api_versions=MONITORING_APIS)
     text = yaml.safe_dump_all(docs)
     assert "catalog-reader" not in text
     assert "ai-models.deckhouse.io" not in text  # no other role reaches the catalog either
@@ -347,8 +359,8 @@ PLANNER_ARGS += ["--tls-key-file", "/etc/ai-inference/planner-tls/tls.key"]
 @pytest.mark.parametrize(
     ("component", "args", "port_name", "port"),
     [
-        ("worker", ["worker", "--health-port", "8081"], "health", 8081),
-        ("watcher", ["watch", "--health-port", "8081"], "health", 8081),
+        ("worker", ["worker", "--health-port", "8081", "--metrics-port", "9464"], "health", 8081),
+        ("watcher", ["watch", "--health-port", "8081", "--metrics-port", "9464"], "health", 8081),
         ("planner", PLANNER_ARGS, "https", 8443),
     ],
 )
@@ -802,7 +814,6 @@ def test_readme_documents_the_metrics_and_the_values() -> None:
 
     keys = [
         *leaves(values["aiInference"], "aiInference."),
-        "catalog.mode",
         "namespace",
         "defaultClass.clusterIssuerName",
     ]

@@ -23,6 +23,8 @@ pytestmark = pytest.mark.packaging
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROBE = Path(__file__).with_name("installed_probe.py")
+# The image's install step (Dockerfile): the wheel and its dependencies, nothing else.
+INSTALL_WHEEL = REPO_ROOT / "deploy" / "image" / "install-wheel.sh"
 
 
 def _run(*cmd: str | Path, cwd: Path | None = None) -> str:
@@ -44,7 +46,7 @@ def installed_python(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> P
     env = tmp_path_factory.mktemp("venv")
     venv.create(env, with_pip=True)
     python = env / "bin" / "python"
-    _run(python, "-m", "pip", "install", "--quiet", wheel)
+    _run("sh", INSTALL_WHEEL, python, wheel)
     return python
 
 

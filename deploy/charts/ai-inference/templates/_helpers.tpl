@@ -10,6 +10,7 @@ heritage: {{ .Release.Service }}
 app.kubernetes.io/part-of: ai-inference
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
@@ -29,8 +30,73 @@ app.kubernetes.io/component: {{ $component }}
 app: ai-inference-{{ $component }}
 {{- end -}}
 
+{{/*
+Plain Helm or Deckhouse: one set of templates reads the module's values at .Values.aiInference and the
+platform's at .Values.global in both. What differs is resolved here and nowhere else:
+- "ai-inference.deckhouse": non-empty when Deckhouse renders the module (its global values carry
+  modulesImages);
+- "ai-inference.image": the digest Deckhouse publishes for the module's image
+  (global.modulesImages.digests.aiInference.aiInference at global.modulesImages.registry.base), else
+  image.repository:image.tag (the chart's appVersion when the tag is empty);
+- "ai-inference.createNamespace": Deckhouse modules own their namespace; with plain Helm,
+  createNamespace (helm install --create-namespace otherwise);
+- "ai-inference.publicDomainTemplate": global.modules.publicDomainTemplate, Deckhouse's or set by hand.
+*/}}
+{{- define "ai-inference.global" -}}
+{{- toYaml (.Values.global | default dict) -}}
+{{- end -}}
+
+{{- define "ai-inference.deckhouse" -}}
+{{- $global := include "ai-inference.global" . | fromYaml -}}
+{{- if $global.modulesImages -}}true{{- end -}}
+{{- end -}}
+
 {{- define "ai-inference.image" -}}
+{{- $global := include "ai-inference.global" . | fromYaml -}}
+{{- $digest := dig "modulesImages" "digests" "aiInference" "aiInference" "" $global -}}
+{{- if $digest -}}
+{{- printf "%s@%s" (required "global.modulesImages.registry.base is required" (dig "modulesImages" "registry" "base" "" $global)) $digest -}}
+{{- else -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "ai-inference.imagePullSecrets" -}}
+{{- $global := include "ai-inference.global" . | fromYaml -}}
+{{- $secrets := .Values.imagePullSecrets | default list -}}
+{{- if dig "modulesImages" "registry" "dockercfg" "" $global -}}
+{{- $secrets = append $secrets (dict "name" "ai-inference-registry") -}}
+{{- end -}}
+{{- with $secrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{- define "ai-inference.createNamespace" -}}
+{{- if or .Values.createNamespace (include "ai-inference.deckhouse" .) -}}true{{- end -}}
+{{- end -}}
+
+{{- define "ai-inference.publicDomainTemplate" -}}
+{{- $global := include "ai-inference.global" . | fromYaml -}}
+{{- $template := dig "modules" "publicDomainTemplate" "" $global -}}
+{{- if and $template (not (contains "%s" $template)) -}}
+{{- fail (printf "global.modules.publicDomainTemplate must contain %%s, not %q" $template) -}}
+{{- end -}}
+{{- $template -}}
+{{- end -}}
+
+{{/* The Temporal frontend of the worker and the watcher: the embedded server's Service, or temporal.address. */}}
+{{- define "ai-inference.temporalAddress" -}}
+{{- $t := .Values.aiInference.temporal -}}
+{{- if $t.embedded.enabled -}}
+{{- if $t.address -}}
+{{- fail "aiInference.temporal.address is set while aiInference.temporal.embedded.enabled is true: set embedded.enabled: false to use an existing Temporal" -}}
+{{- end -}}
+{{- printf "ai-inference-temporal.%s.svc:7233" (include "ai-inference.namespace" .) -}}
+{{- else -}}
+{{- required "aiInference.temporal.address is required when aiInference.temporal.embedded.enabled is false" $t.address -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "ai-inference.serviceAccountName" -}}
@@ -38,9 +104,9 @@ app: ai-inference-{{ $component }}
 {{- end -}}
 
 {{- define "ai-inference.catalogEnabled" -}}
-{{- $mode := .Values.catalog.mode | toString -}}
+{{- $mode := .Values.aiInference.catalog.mode | toString -}}
 {{- if not (has $mode (list "Enabled" "None")) -}}
-{{- fail (printf "catalog.mode must be Enabled or None, not %q" $mode) -}}
+{{- fail (printf "aiInference.catalog.mode must be Enabled or None, not %q" $mode) -}}
 {{- end -}}
 {{- if eq $mode "Enabled" -}}true{{- end -}}
 {{- end -}}
@@ -89,7 +155,7 @@ Module settings as environment variables: AI_INFERENCE_<FIELD> with "__" between
 - name: AI_INFERENCE_MODULENAMESPACE
   value: {{ include "ai-inference.namespace" . | quote }}
 - name: AI_INFERENCE_CATALOG__MODE
-  value: {{ .Values.catalog.mode | toString | quote }}
+  value: {{ $v.catalog.mode | toString | quote }}
 - name: AI_INFERENCE_AIMODELS__CATALOGTRANSPORT
   value: {{ $v.aiModels.catalogTransport | quote }}
 - name: AI_INFERENCE_AIMODELS__CATALOGLOOKUP__BASEURL
@@ -124,7 +190,7 @@ Module settings as environment variables: AI_INFERENCE_<FIELD> with "__" between
 - name: AI_INFERENCE_PLANNER__ALLOWINSECUREHTTP
   value: {{ $v.planner.allowInsecureHttp | toString | quote }}
 - name: AI_INFERENCE_TEMPORAL__ADDRESS
-  value: {{ $v.temporal.address | quote }}
+  value: {{ include "ai-inference.temporalAddress" . | quote }}
 - name: AI_INFERENCE_TEMPORAL__NAMESPACE
   value: {{ $v.temporal.namespace | quote }}
 - name: AI_INFERENCE_TEMPORAL__TASKQUEUE
@@ -158,6 +224,10 @@ Module settings as environment variables: AI_INFERENCE_<FIELD> with "__" between
 {{- end }}
 - name: AI_INFERENCE_EXPOSURE__DOMAINTEMPLATE
   value: {{ $v.exposure.domainTemplate | quote }}
+{{- with include "ai-inference.publicDomainTemplate" . }}
+- name: AI_INFERENCE_EXPOSURE__PUBLICDOMAINTEMPLATE
+  value: {{ . | quote }}
+{{- end }}
 {{- if $v.exposure.ingressClassName }}
 - name: AI_INFERENCE_EXPOSURE__INGRESSCLASSNAME
   value: {{ $v.exposure.ingressClassName | quote }}
@@ -170,6 +240,24 @@ Module settings as environment variables: AI_INFERENCE_<FIELD> with "__" between
 {{- if $v.exposure.monitoringNamespace }}
 - name: AI_INFERENCE_EXPOSURE__MONITORINGNAMESPACE
   value: {{ $v.exposure.monitoringNamespace | quote }}
+{{- end }}
+{{- with $v.workload }}
+{{- if .imageRegistry }}
+- name: AI_INFERENCE_WORKLOAD__IMAGEREGISTRY
+  value: {{ .imageRegistry | quote }}
+{{- end }}
+{{- if .imagePullSecrets }}
+- name: AI_INFERENCE_WORKLOAD__IMAGEPULLSECRETS
+  value: {{ .imagePullSecrets | toJson | quote }}
+{{- end }}
+{{- if .nodeSelector }}
+- name: AI_INFERENCE_WORKLOAD__NODESELECTOR
+  value: {{ .nodeSelector | toJson | quote }}
+{{- end }}
+{{- if .tolerations }}
+- name: AI_INFERENCE_WORKLOAD__TOLERATIONS
+  value: {{ .tolerations | toJson | quote }}
+{{- end }}
 {{- end }}
 {{- end -}}
 
@@ -258,23 +346,69 @@ they change) and the CA of the chart's planner certificate (ca.crt only: no key 
 {{- end }}
 {{- end -}}
 
-{{/* Pod-level settings shared by the Deployments. */}}
+{{/* Pod-level settings shared by the module's pods; call with (list $ "worker"). */}}
 {{- define "ai-inference.podCommon" -}}
+{{- $root := index . 0 -}}
+{{- $component := index . 1 -}}
+{{- $v := $root.Values -}}
 securityContext:
-  {{- toYaml .Values.podSecurityContext | nindent 2 }}
-{{- with .Values.imagePullSecrets }}
-imagePullSecrets:
-  {{- toYaml . | nindent 2 }}
-{{- end }}
-{{- with .Values.priorityClassName }}
+  {{- toYaml $v.podSecurityContext | nindent 2 }}
+{{- include "ai-inference.imagePullSecrets" $root }}
+{{- with $v.priorityClassName }}
 priorityClassName: {{ . }}
 {{- end }}
-{{- with .Values.nodeSelector }}
+{{- with $v.nodeSelector }}
 nodeSelector:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.tolerations }}
+{{- with $v.tolerations }}
 tolerations:
   {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- range . }}
+  {{- $constraint := deepCopy . }}
+  {{- if not $constraint.labelSelector }}
+  {{- $_ := set $constraint "labelSelector" (dict "matchLabels" (include "ai-inference.selectorLabels" (list $root $component) | fromYaml)) }}
+  {{- end }}
+  - {{- toYaml $constraint | nindent 4 }}
+  {{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* Metadata of a component's pod template; call with (list $ "worker"). */}}
+{{- define "ai-inference.podMetadata" -}}
+{{- $root := index . 0 -}}
+labels:
+  {{- include "ai-inference.componentLabels" . | nindent 2 }}
+{{- with $root.Values.podAnnotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* A PodDisruptionBudget of a component; call with (list $ "worker" .Values.worker.podDisruptionBudget). */}}
+{{- define "ai-inference.podDisruptionBudget" -}}
+{{- $root := index . 0 -}}
+{{- $component := index . 1 -}}
+{{- $pdb := index . 2 -}}
+{{- if $pdb.enabled }}
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: ai-inference-{{ $component }}
+  namespace: {{ include "ai-inference.namespace" $root }}
+  labels:
+    {{- include "ai-inference.componentLabels" (list $root $component) | nindent 4 }}
+spec:
+  maxUnavailable: {{ $pdb.maxUnavailable }}
+  selector:
+    matchLabels:
+      {{- include "ai-inference.selectorLabels" (list $root $component) | nindent 6 }}
 {{- end }}
 {{- end -}}
