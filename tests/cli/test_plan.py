@@ -91,6 +91,7 @@ def test_plan_prints_the_plan_the_default_class_gives_the_user_guides_model(
 ) -> None:
     kubeconfig = local_cluster.kubeconfig("admin")
     text = cli(kubeconfig, "plan", "--class", classes[0], "--model", MODEL)
+    print(text.stdout)
     assert text.returncode == ExitCode.OK, text.stderr
     assert "planned" in text.stdout.splitlines()[0]
     assert "the order would get: device class nvidia-" in text.stdout
@@ -126,6 +127,7 @@ def test_plan_against_a_class_that_cannot_hold_the_model_prints_the_refusal(
 ) -> None:
     kubeconfig = local_cluster.kubeconfig("admin")
     text = cli(kubeconfig, "plan", "--class", classes[1], "--model", MODEL)
+    print(text.stdout)
     assert text.returncode == ExitCode.REFUSED, text.stdout + text.stderr
     assert "refused" in text.stdout.splitlines()[0]
     assert "the order would wait: Planned=False, reason NoAcceleratorWithEnoughMemory" in text.stdout, text.stdout
@@ -157,3 +159,20 @@ def test_plan_says_when_the_api_server_cannot_be_reached(local_cluster: LocalClu
     out = cli(dead, "plan", "--class", "default-llm", "--model", MODEL)
     assert out.returncode == ExitCode.UNREACHABLE, out.stdout + out.stderr
     assert "cannot reach the Kubernetes API server" in out.stderr
+
+
+def test_kubectl_runs_the_installed_plugin(local_cluster: LocalCluster) -> None:
+    kubectl = local_cluster.binaries.kubectl
+    env = {**os.environ, "PATH": f"{SCRIPTS}{os.pathsep}{os.environ.get('PATH', '')}"}
+    listed = subprocess.run([str(kubectl), "plugin", "list"], capture_output=True, text=True, timeout=60, env=env)
+    assert "kubectl-ai_inference" in listed.stdout, listed.stdout + listed.stderr
+    argv = [str(kubectl), "ai-inference", "--version"]
+    shown = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+    assert shown.returncode == ExitCode.OK, shown.stderr
+    assert shown.stdout.startswith("ai-inference ")
+
+
+def test_replan_of_an_order_that_does_not_exist_exits_not_found(local_cluster: LocalCluster) -> None:
+    out = cli(local_cluster.kubeconfig("admin"), "replan", "default/no-such-order")
+    assert out.returncode == ExitCode.NOT_FOUND, out.stdout + out.stderr
+    assert "HTTP 404" in out.stderr
