@@ -1,8 +1,10 @@
 """The chart installed with helm into the real local control plane: the release deploys, the bundled
 class exists exactly as rendered and validates against the module's CRD, the processes get their
 ServiceAccounts, the planner's serving certificate is kept across upgrades, catalog.mode None
-removes the catalog RBAC from a running release, and the examples' manifests are accepted by the
-API server."""
+removes the catalog RBAC from a running release, the embedded Temporal server's objects (and the
+claim its StatefulSet makes) exist, the disruption budgets and NOTES are there, and the examples'
+manifests are accepted by the API server. kwok runs no container: what is shown is that the API
+server accepts every rendered object as the chart renders it."""
 
 from __future__ import annotations
 
@@ -12,20 +14,24 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes.client import (
     ApiClient,
     ApiextensionsV1Api,
     AppsV1Api,
     CoreV1Api,
     CustomObjectsApi,
+    PolicyV1Api,
     RbacAuthorizationV1Api,
     SchedulingV1Api,
 )
 from kubernetes.client.rest import ApiException
+from kubernetes.dynamic import DynamicClient
 
 from devstack.cluster.launcher import LocalCluster
 from tests.chart.helm import NAMESPACE, RELEASE, Helm, find
 from tests.examples import EXAMPLE_CLASSES, EXAMPLE_PRIORITY_CLASSES, example
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -50,6 +56,57 @@ def test_release_is_deployed(chart: LocalCluster, helm: Helm) -> None:
         helm("status", RELEASE, "--kubeconfig", str(chart.kubeconfig("admin")), "-n", NAMESPACE, "-o", "json").stdout
     )
     assert status["info"]["status"] == "deployed"
+
+
+def test_every_rendered_object_exists_with_the_version_label(
+    chart: LocalCluster, kube_admin: ApiClient, helm: Helm
+) -> None:
+    """The whole manifest Helm applied, read back: each object is on the server as rendered."""
+    manifest = helm("get", "manifest", RELEASE, "--kubeconfig", str(chart.kubeconfig("admin")), "-n", NAMESPACE).stdout
+    rendered = [d for d in yaml.safe_load_all(manifest) if d]
+    kinds = {d["kind"] for d in rendered}
+    assert {"StatefulSet", "PodDisruptionBudget", "Deployment", "Service", "InferenceServiceClass"} <= kinds
+    dynamic = DynamicClient(kube_admin)
+    for doc in rendered:
+        resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+        namespace = doc["metadata"].get("namespace") if resource.namespaced else None
+        stored = resource.get(name=doc["metadata"]["name"], namespace=namespace)
+        assert stored.metadata.labels["app.kubernetes.io/version"] == "0.1.0", (doc["kind"], doc["metadata"]["name"])
+        assert stored.metadata.labels["module"] == "ai-inference"
+
+
+def test_the_embedded_temporal_server_is_installed_with_its_volume(chart: LocalCluster, kube_admin: ApiClient) -> None:
+    apps, core = AppsV1Api(kube_admin), CoreV1Api(kube_admin)
+    sts = apps.read_namespaced_stateful_set("ai-inference-temporal", NAMESPACE)
+    assert sts.spec.replicas == 1
+    assert sts.spec.template.spec.containers[0].args[:2] == ["server", "start-dev"]
+    service = core.read_namespaced_service("ai-inference-temporal", NAMESPACE)
+    assert [(p.name, p.port) for p in service.spec.ports] == [("grpc", 7233), ("ui", 8233)]
+    # The StatefulSet controller of the local control plane makes the claim of its database.
+    claim = wait_until(
+        lambda: core.read_namespaced_persistent_volume_claim("data-ai-inference-temporal-0", NAMESPACE),
+        timeout=60,
+        what="the embedded Temporal server's claim",
+    )
+    assert claim.spec.resources.requests["storage"] == "2Gi"
+    # The worker and the watcher are pointed at it.
+    for component in ("worker", "watcher"):
+        env = {
+            e.name: e.value
+            for e in apps.read_namespaced_deployment(f"ai-inference-{component}", NAMESPACE)
+            .spec.template.spec.containers[0]
+            .env
+        }
+        assert env["AI_INFERENCE_TEMPORAL__ADDRESS"] == f"ai-inference-temporal.{NAMESPACE}.svc:7233"
+
+
+def test_disruption_budgets_and_notes(chart: LocalCluster, kube_admin: ApiClient, helm: Helm) -> None:
+    budgets = PolicyV1Api(kube_admin).list_namespaced_pod_disruption_budget(NAMESPACE).items
+    assert {b.metadata.name for b in budgets} == {f"ai-inference-{c}" for c in ("worker", "watcher", "planner")}
+    notes = helm("get", "notes", RELEASE, "--kubeconfig", str(chart.kubeconfig("admin")), "-n", NAMESPACE).stdout
+    assert f"ai-inference-temporal.{NAMESPACE}.svc:7233" in notes
+    assert f"kubectl -n {NAMESPACE} port-forward svc/ai-inference-temporal 8233" in notes
+    assert "kubectl -n NAMESPACE wait --for=condition=Ready inferenceservice.ai.deckhouse.io/NAME" in notes
 
 
 def test_default_llm_exists_as_rendered_and_validates_against_the_crd(
