@@ -55,7 +55,7 @@ RBACV2_ROLES = (
 VLLM_METRICS = (
     "vllm:num_requests_running",
     "vllm:num_requests_waiting",
-    "vllm:gpu_cache_usage_perc",
+    "vllm:kv_cache_usage_perc",
     "vllm:time_to_first_token_seconds",
     "vllm:e2e_request_latency_seconds",
     "vllm:prompt_tokens_total",
@@ -837,7 +837,7 @@ def test_grafana_dashboards_cover_the_runtime_metrics(helm: Helm, docs: list[Doc
         assert dashboard["panels"]
         exprs[m["metadata"]["name"]] = " ".join(t["expr"] for p in dashboard["panels"] for t in p["targets"])
     performance, queries = exprs["ai-inference-dashboard-performance"], exprs["ai-inference-dashboard-queries"]
-    for metric in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:gpu_cache_usage_perc"):
+    for metric in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"):
         assert metric in performance
     for metric in ("vllm:time_to_first_token_seconds_bucket", "vllm:e2e_request_latency_seconds_bucket"):
         assert f"histogram_quantile(0.95, sum by (le, model_name) (rate({metric}" in performance

@@ -18,7 +18,7 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 VLLM_SERIES = (
     "vllm:num_requests_running",
     "vllm:num_requests_waiting",
-    "vllm:gpu_cache_usage_perc",
+    "vllm:kv_cache_usage_perc",
     "vllm:time_to_first_token_seconds",
     "vllm:e2e_request_latency_seconds",
     "vllm:prompt_tokens_total",
@@ -63,7 +63,7 @@ def test_metrics_serve_every_vllm_series_by_name(runtime: StandInRuntime, client
     for name in (
         "vllm:num_requests_running",
         "vllm:num_requests_waiting",
-        "vllm:gpu_cache_usage_perc",
+        "vllm:kv_cache_usage_perc",
         "vllm:prompt_tokens_total",
         "vllm:generation_tokens_total",
         "vllm:request_success_total",
@@ -107,12 +107,15 @@ def test_a_wrong_token_is_refused_and_not_counted(runtime: StandInRuntime, clien
 
 
 def test_load_gauges_are_set_from_outside(runtime: StandInRuntime, client: httpx.Client) -> None:
-    load = {"running": 3, "waiting": 7, "gpu_cache_usage": 0.42}
+    load = {"running": 3, "waiting": 7, "kv_cache_usage": 0.42}
     assert client.post(f"{runtime.url}/admin/load", json=load).json() == load
     samples = _samples(client, runtime.url)
     assert _value(samples, "vllm:num_requests_running") == 3
     assert _value(samples, "vllm:num_requests_waiting") == 7
-    assert _value(samples, "vllm:gpu_cache_usage_perc") == pytest.approx(0.42)
+    assert _value(samples, "vllm:kv_cache_usage_perc") == pytest.approx(0.42)
+    # The key named after vLLM's gauge before 0.33 is still accepted.
+    assert client.post(f"{runtime.url}/admin/load", json={"gpu_cache_usage": 0.5}).json()["kv_cache_usage"] == 0.5
+    assert _value(_samples(client, runtime.url), "vllm:kv_cache_usage_perc") == pytest.approx(0.5)
     assert client.post(f"{runtime.url}/admin/load", json={"waiting": "many"}).status_code == 400
     assert client.post(f"{runtime.url}/admin/load", json=[1]).status_code == 400
 

@@ -24,13 +24,14 @@ Routes (answers are deterministic: the same request gets the same bytes):
   who reaches the port) is what the tests prove, not this one;
 * ``GET /health``, ``GET|POST /ping``, ``GET /version``, ``GET /metrics`` — open; ``/metrics`` serves
   vLLM's series under their names (``vllm:num_requests_running``/``_waiting``,
-  ``vllm:gpu_cache_usage_perc``, the ``vllm:time_to_first_token_seconds`` and
+  ``vllm:kv_cache_usage_perc``, the ``vllm:time_to_first_token_seconds`` and
   ``vllm:e2e_request_latency_seconds`` histograms, ``vllm:prompt_tokens_total``,
   ``vllm:generation_tokens_total``, ``vllm:request_success_total``), counted from the requests
   served; the gauges are set with ``POST /admin/load`` (to drive an autoscaler);
 * ``POST /admin/fail {"status": 503}`` / ``POST /admin/recover`` / ``GET /admin/stats`` — failure
-  injection, open; ``POST /admin/load {"running": 2, "waiting": 5, "gpu_cache_usage": 0.4}`` sets
-  the load gauges, open (a loopback test tool). While failing, or while the ``--fail-file`` exists,
+  injection, open; ``POST /admin/load {"running": 2, "waiting": 5, "kv_cache_usage": 0.4}`` sets
+  the load gauges, open (a loopback test tool; ``gpu_cache_usage``, the key named after vLLM's old
+  gauge, is still accepted). While failing, or while the ``--fail-file`` exists,
   every route but ``/admin/*`` answers that status.
 
 The token is read from ``--token-file``, else from the environment variable named by
@@ -138,7 +139,7 @@ class RuntimeMetrics:
         # The load gauges: set from outside (POST /admin/load), the stand-in does no scheduling.
         self.running = gauge("vllm:num_requests_running", "Number of requests in model execution batches.")
         self.waiting = gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.")
-        self.gpu_cache_usage = gauge("vllm:gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage.")
+        self.kv_cache_usage = gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
         self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
         self.generation_tokens = counter("vllm:generation_tokens", "Number of generation tokens processed.")
         self.successes = counter(
@@ -163,7 +164,7 @@ class RuntimeState:
     # The load as last set (POST /admin/load); the gauges serve it.
     running: int = 0
     waiting: int = 0
-    gpu_cache_usage: float = 0.0
+    kv_cache_usage: float = 0.0
     # Made on first use: thousands of multiplexed orders that are only probed need no registry.
     _metrics: RuntimeMetrics | None = field(default=None, init=False, repr=False)
 
@@ -176,11 +177,11 @@ class RuntimeState:
     def count(self, route: str) -> None:
         self.requests[route] = self.requests.get(route, 0) + 1
 
-    def set_load(self, running: int, waiting: int, gpu_cache_usage: float) -> None:
-        self.running, self.waiting, self.gpu_cache_usage = running, waiting, gpu_cache_usage
+    def set_load(self, running: int, waiting: int, kv_cache_usage: float) -> None:
+        self.running, self.waiting, self.kv_cache_usage = running, waiting, kv_cache_usage
         self.metrics.running.set(running)
         self.metrics.waiting.set(waiting)
-        self.metrics.gpu_cache_usage.set(gpu_cache_usage)
+        self.metrics.kv_cache_usage.set(kv_cache_usage)
 
     def served(self, started: float, prompt_tokens: int, generation_tokens: int) -> None:
         """One request finished with ``finished_reason="stop"``; the answer is all at once."""
@@ -498,11 +499,12 @@ def create_app(config: RuntimeConfig, state: RuntimeState | None = None) -> Star
         try:
             running = int(body.get("running", state.running))
             waiting = int(body.get("waiting", state.waiting))
-            gpu_cache_usage = float(body.get("gpu_cache_usage", state.gpu_cache_usage))
+            # gpu_cache_usage: the key named after the KV-cache gauge vLLM had before kv_cache_usage_perc.
+            kv_cache_usage = float(body.get("kv_cache_usage", body.get("gpu_cache_usage", state.kv_cache_usage)))
         except (TypeError, ValueError):
-            return _error(400, "running and waiting are integers, gpu_cache_usage a number", "BadRequestError")
-        state.set_load(running, waiting, gpu_cache_usage)
-        load = {"running": state.running, "waiting": state.waiting, "gpu_cache_usage": state.gpu_cache_usage}
+            return _error(400, "running and waiting are integers, kv_cache_usage a number", "BadRequestError")
+        state.set_load(running, waiting, kv_cache_usage)
+        load = {"running": state.running, "waiting": state.waiting, "kv_cache_usage": state.kv_cache_usage}
         log.info("load set: %s", load)
         return JSONResponse(load)
 
