@@ -119,17 +119,23 @@ def worker(
     health_port: int | None = HEALTH_PORT_OPTION,
     metrics_port: int | None = METRICS_PORT_OPTION,
 ) -> None:
-    """Run the Temporal worker: the order workflow and its activities."""
-    from worker.processes import run_worker, with_health
-    from worker.temporal_client import connect, install_sdk_metrics
+    """Run the Temporal worker: the order workflow and its activities.
+
+    At start it registers the search attributes the workflows set (in temporal.namespace), when
+    missing; exit 1 when Temporal does not let it, 4 when Temporal cannot be reached.
+    """
+    from worker.processes import Health, run_worker, with_health
+    from worker.temporal_client import install_sdk_metrics
 
     settings, api = _runtime(kubeconfig)
     install_sdk_metrics(metrics_port)
+    health = Health(starting=True)
 
     async def main() -> None:
-        await with_health(health_port, run_worker(await connect(settings), api, settings))
+        client = await _connect_or_exit(settings)
+        await with_health(health_port, run_worker(client, api, settings, health), health)
 
-    asyncio.run(main())
+    _run_process(main())
 
 
 def watch(
@@ -138,16 +144,41 @@ def watch(
     metrics_port: int | None = METRICS_PORT_OPTION,
 ) -> None:
     """Run the watcher: InferenceService and InferenceServiceClass changes become workflow signals."""
-    from worker.processes import run_watcher, with_health
-    from worker.temporal_client import connect, install_sdk_metrics
+    from worker.processes import Health, run_watcher, with_health
+    from worker.temporal_client import install_sdk_metrics
 
     settings, api = _runtime(kubeconfig)
     install_sdk_metrics(metrics_port)
+    health = Health(starting=True)
 
     async def main() -> None:
-        await with_health(health_port, run_watcher(await connect(settings), api, settings))
+        client = await _connect_or_exit(settings)
+        await with_health(health_port, run_watcher(client, api, settings, health), health)
 
-    asyncio.run(main())
+    _run_process(main())
+
+
+async def _connect_or_exit(settings: ModuleSettings) -> Any:
+    """The Temporal client of a process; exit 4 when Temporal cannot be reached, 1 for unreadable
+    credential files (the message names the setting, never the contents)."""
+    from worker.temporal_client import TemporalCredentialsError, connect
+
+    try:
+        return await connect(settings)
+    except TemporalCredentialsError as err:
+        fail(ExitCode.FAILED, str(err))
+    except RuntimeError as err:
+        fail(ExitCode.UNREACHABLE, f"cannot reach Temporal at {settings.temporal.address}: {err}")
+
+
+def _run_process(main: Any) -> None:
+    """Run a long-running process; a search-attribute problem is its message and exit 1."""
+    from worker.search_attribute_registration import SearchAttributeError
+
+    try:
+        asyncio.run(main)
+    except SearchAttributeError as err:
+        fail(ExitCode.FAILED, f"cannot start: {err}")
 
 
 # `ai-inference watch` is the name; `watcher` (the name before) still works, hidden from --help.
@@ -167,7 +198,7 @@ def planner(
     ),
     tls_key_file: Path | None = typer.Option(None, "--tls-key-file", help="PEM private key of --tls-cert-file."),
 ) -> None:
-    """Run the planner service over HTTPS: POST /api/v1/launch-plan, GET /healthz, GET /openapi.json.
+    """Run the planner service over HTTPS: POST /api/v1/launch-plan, GET /healthz, /readyz, /openapi.json.
 
     Callers send a ServiceAccount token bound to planner.audience. Without --tls-cert-file the
     command refuses to start unless planner.allowInsecureHttp is true (unsafe: tests only).
@@ -176,9 +207,9 @@ def planner(
 
     import uvicorn
 
-    from activities.inventory import read_inventory
     from planner.recipes import load_recipe_book
     from planner.service import CertificateReloader, KubernetesAccessReviewer, create_app
+    from worker.observer.inventory import InventoryInformers
 
     if (tls_cert_file is None) != (tls_key_file is None):
         raise typer.BadParameter("give --tls-cert-file and --tls-key-file together", param_hint="--tls-key-file")
@@ -193,7 +224,8 @@ def planner(
     timeout = settings.planner.timeoutSeconds
     reviewer = KubernetesAccessReviewer(api, timeout, audience=settings.planner.audience)
     recipes = load_recipe_book(settings.planner.recipesDirectory)
-    service = create_app(lambda: read_inventory(api, timeout=timeout), reviewer, recipes=recipes)
+    # Informers keep the inventory (list+watch); a plan reads no API. /readyz: synced.
+    service = create_app(InventoryInformers.for_cluster(api).start(), reviewer, recipes=recipes)
     tls: dict[str, Any] = {}
     if tls_cert_file is not None and tls_key_file is not None:
         tls = {"ssl_certfile": str(tls_cert_file), "ssl_keyfile": str(tls_key_file)}

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import socket
+import time
 from collections.abc import Awaitable, Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import structlog
@@ -52,15 +55,154 @@ def order_worker(
     return build_worker(client, settings.temporal.taskQueue, [*activities.all(), *preemption.all()], **kwargs)
 
 
-async def run_worker(client: Client, api: ApiClient, settings: ModuleSettings) -> None:
+async def run_worker(
+    client: Client,
+    api: ApiClient,
+    settings: ModuleSettings,
+    health: Health | None = None,
+    register_search_attributes: bool = True,
+) -> None:
+    """The worker: registers the module's search attributes (``worker.search_attribute_registration``;
+    ``SearchAttributeError`` when it may not), then polls its task queue until cancelled. ``health``
+    gets its checks: live while the worker runs, ready while Temporal answers too."""
+    from worker.search_attribute_registration import ensure_search_attributes
+
+    if register_search_attributes:
+        await ensure_search_attributes(client, settings.temporal.namespace)
     worker = order_worker(client, api, settings)
+    if health is not None:
+        health.add_live("worker", lambda: (worker.is_running, "polling" if worker.is_running else "not running"))
+        health.add_ready("temporal", temporal_reachable(client))
     log.info("worker started", task_queue=settings.temporal.taskQueue, planner=settings.planner.baseURL or "in-process")
     await worker.run()
 
 
-async def run_watcher(client: Client, api: ApiClient, settings: ModuleSettings) -> None:
-    """The observer (``ai-inference watch``): informers, health probes, resync; see worker/observer/."""
-    await Observer(api, client, settings).run()
+async def run_watcher(client: Client, api: ApiClient, settings: ModuleSettings, health: Health | None = None) -> None:
+    """The observer (``ai-inference watch``): informers, health probes, resync; see worker/observer/.
+    ``health`` gets its checks: live while its informer threads run, ready once every informer has
+    listed and its watches are fresh, and Temporal answers."""
+    observer = Observer(api, client, settings)
+    if health is not None:
+        health.add_live("informers", lambda: informers_alive(observer))
+        health.add_ready("informers", lambda: informers_fresh(observer))
+        health.add_ready("temporal", temporal_reachable(client))
+    await observer.run()
+
+
+# ------------------------------------------------------------------------------ health
+
+
+Verdict = tuple[bool, str]
+Check = Callable[[], Verdict | Awaitable[Verdict]]
+
+# How long a readiness check may take before it counts as failed (a stopped Temporal answers nothing).
+CHECK_TIMEOUT_SECONDS = 2.0
+# A watch that fails this long, or has heard nothing from the API server for its timeout and this
+# much more, is stale (the API server sends bookmarks well within a watch's timeout).
+WATCH_FAILURE_GRACE_SECONDS = 30.0
+WATCH_SILENCE_GRACE_SECONDS = 120.0
+
+
+class Health:
+    """What ``/healthz`` and ``/readyz`` answer, with a short reason each.
+
+    Live (``/healthz``): the process's event loop answers (else the probe gets no answer at all) and
+    each liveness check holds (the worker is polling, the informer threads run). Ready (``/readyz``):
+    live, and each readiness check holds (Temporal answers, informers listed and fresh). A check is a
+    function giving ``(ok, reason)``, or a coroutine function; one that takes longer than
+    ``CHECK_TIMEOUT_SECONDS`` fails.
+    """
+
+    def __init__(self, starting: bool = False) -> None:
+        # starting: not ready until the process adds its readiness checks (it is still connecting).
+        self.starting = starting
+        self.live_checks: list[tuple[str, Check]] = []
+        self.ready_checks: list[tuple[str, Check]] = []
+
+    def add_live(self, name: str, check: Check) -> None:
+        self.live_checks.append((name, check))
+
+    def add_ready(self, name: str, check: Check) -> None:
+        self.ready_checks.append((name, check))
+
+    async def live(self) -> Verdict:
+        return await _all([("event loop", lambda: (True, "running")), *self.live_checks])
+
+    async def ready(self) -> Verdict:
+        alive, why = await self.live()
+        if not alive:
+            return False, why
+        if not self.ready_checks:
+            return (False, "starting") if self.starting else (True, why)
+        return await _all(self.ready_checks)
+
+
+async def _run_check(check: Check) -> Verdict:
+    try:
+        async with asyncio.timeout(CHECK_TIMEOUT_SECONDS):
+            result = check()
+            if inspect.isawaitable(result):
+                result = await result
+            return result
+    except TimeoutError:
+        return False, f"no answer within {CHECK_TIMEOUT_SECONDS:g}s"
+    except Exception as err:  # a check that fails is a failed check, never a 500
+        return False, f"{type(err).__name__}"
+
+
+async def _all(checks: list[tuple[str, Check]]) -> Verdict:
+    reasons: list[str] = []
+    for name, check in checks:
+        ok, why = await _run_check(check)
+        if not ok:
+            return False, f"{name}: {why}"
+        reasons.append(f"{name}: {why}")
+    return True, "; ".join(reasons)
+
+
+def _legacy(ready: Callable[[], bool]) -> Health:
+    """A ``Health`` for a plain ``ready()`` (one answer for both probes)."""
+    health = Health()
+    health.add_live("ready", lambda: (ready(), "ready" if ready() else "not ready"))
+    return health
+
+
+def temporal_reachable(client: Client) -> Check:
+    """Ready while the Temporal frontend answers its gRPC health check."""
+
+    async def check() -> Verdict:
+        try:
+            serving = await client.service_client.check_health(timeout=timedelta(seconds=CHECK_TIMEOUT_SECONDS))
+        except Exception as err:
+            return False, f"unreachable at {client.service_client.config.target_host} ({type(err).__name__})"
+        return (True, "reachable") if serving else (False, "not serving")
+
+    return check
+
+
+def informers_alive(observer: Observer) -> Verdict:
+    """Live while every list+watch thread runs (before they start: nothing to judge yet)."""
+    dead = [w.resource.kind for w in observer.watches if not w.thread.is_alive()]
+    if dead:
+        return False, f"informer threads ended: {', '.join(sorted(dead))}"
+    return True, f"{len(observer.watches)} running"
+
+
+def informers_fresh(observer: Observer, now: float | None = None) -> Verdict:
+    """Ready once every informer has listed, and no watch fails or has been silent too long."""
+    if not observer.watches:
+        return False, "not started"
+    now = time.monotonic() if now is None else now
+    silence = observer.watch_timeout_seconds + WATCH_SILENCE_GRACE_SECONDS
+    for watch in observer.watches:
+        kind = watch.resource.kind
+        if not observer.informers[kind].synced or watch.last_contact is None:
+            return False, f"{kind} not listed yet" + (f" ({watch.failure})" if watch.failure else "")
+        if watch.failing_since is not None and now - watch.failing_since > WATCH_FAILURE_GRACE_SECONDS:
+            return False, f"{kind} watch failing for {now - watch.failing_since:.0f}s ({watch.failure})"
+        if now - watch.last_contact > silence:
+            return False, f"{kind} watch silent for {now - watch.last_contact:.0f}s"
+    return True, f"{len(observer.watches)} synced and fresh"
 
 
 class _EmbeddedServer(uvicorn.Server):
@@ -71,18 +213,26 @@ class _EmbeddedServer(uvicorn.Server):
         yield
 
 
-def health_app(ready: Callable[[], bool] = lambda: True, registry: CollectorRegistry = REGISTRY) -> Starlette:
-    """``GET /healthz`` (and ``/readyz``, the same answer) for the probes: 200 ``ok`` while ``ready()``,
-    else 503 ``not ready``; ``GET /metrics``: prometheus_client's exposition of ``registry``."""
+def health_app(
+    ready: Callable[[], bool] | None = None, registry: CollectorRegistry = REGISTRY, health: Health | None = None
+) -> Starlette:
+    """``GET /healthz`` (live) and ``GET /readyz`` (ready) of ``health`` for the probes: 200 ``ok: <why>``,
+    else 503 ``not live: <why>`` / ``not ready: <why>``; ``GET /metrics``: prometheus_client's
+    exposition of ``registry``. A plain ``ready()`` instead of ``health`` answers both probes alike."""
+    checks = health if health is not None else _legacy(ready) if ready is not None else Health()
 
     async def healthz(request: Request) -> Response:
-        ok = ready()
-        return PlainTextResponse("ok\n" if ok else "not ready\n", status_code=200 if ok else 503)
+        ok, why = await checks.live()
+        return PlainTextResponse(f"ok: {why}\n" if ok else f"not live: {why}\n", status_code=200 if ok else 503)
+
+    async def readyz(request: Request) -> Response:
+        ok, why = await checks.ready()
+        return PlainTextResponse(f"ok: {why}\n" if ok else f"not ready: {why}\n", status_code=200 if ok else 503)
 
     return Starlette(
         routes=[
             Route("/healthz", healthz, methods=["GET"]),
-            Route("/readyz", healthz, methods=["GET"]),
+            Route("/readyz", readyz, methods=["GET"]),
             # A Route, not a Mount: a Mount would redirect /metrics to /metrics/.
             Route("/metrics", _Asgi(make_asgi_app(registry=registry)), methods=["GET"]),
         ]
@@ -129,11 +279,13 @@ class HealthServer:
 
 async def serve_health(
     port: int,
-    ready: Callable[[], bool] = lambda: True,
+    ready: Callable[[], bool] | None = None,
     registry: CollectorRegistry = REGISTRY,
     host: str = "0.0.0.0",
+    health: Health | None = None,
 ) -> HealthServer:
-    """A small HTTP server for the chart, started on this event loop: ``GET /healthz`` for the probes,
+    """A small HTTP server for the chart, started on this event loop: ``GET /healthz`` and
+    ``GET /readyz`` for the probes (``health``),
     ``GET /metrics`` for the PodMonitor (prometheus_client's exposition of ``registry``; the worker's
     preemption metrics). Port 0 takes a free one (``.port``). Returns once it accepts connections."""
     # Bound here, so a taken port fails this call (OSError) rather than uvicorn's sys.exit.
@@ -146,7 +298,7 @@ async def serve_health(
         sock.close()
         raise
     config = uvicorn.Config(
-        health_app(ready, registry),
+        health_app(ready, registry, health),
         log_config=None,
         log_level="warning",
         access_log=False,
@@ -173,11 +325,11 @@ async def serve_health(
     return HealthServer(server, task, [sock])
 
 
-async def with_health(port: int | None, main: Awaitable[None]) -> None:
-    """Run ``main`` with the health server on ``port`` (none when ``port`` is None or 0); the server
-    stops when ``main`` ends, fails or is cancelled."""
+async def with_health(port: int | None, main: Awaitable[None], health: Health | None = None) -> None:
+    """Run ``main`` with the health server on ``port`` (none when ``port`` is None or 0), answering
+    for ``health``; the server stops when ``main`` ends, fails or is cancelled."""
     if not port:
         await main
         return
-    async with await serve_health(port):
+    async with await serve_health(port, health=health):
         await main

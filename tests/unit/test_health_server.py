@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.parser import text_string_to_metric_families
 
-from worker.processes import serve_health, with_health
+from worker.processes import Health, serve_health, with_health
 
 
 def free_port() -> int:
@@ -30,12 +30,14 @@ async def test_healthz_readyz_and_metrics() -> None:
         async with httpx.AsyncClient(timeout=5) as http:
             for path in ("/healthz", "/readyz"):
                 answer = await http.get(url + path)
-                assert (answer.status_code, answer.text) == (200, "ok\n")
+                assert answer.status_code == 200
+                assert answer.text.startswith("ok: ")
                 assert answer.headers["content-type"] == "text/plain; charset=utf-8"
             ready = False
-            for path in ("/healthz", "/readyz"):
-                answer = await http.get(url + path)
-                assert (answer.status_code, answer.text) == (503, "not ready\n")
+            # A plain ready() answers both probes alike.
+            assert (await http.get(url + "/healthz")).status_code == 503
+            answer = await http.get(url + "/readyz")
+            assert (answer.status_code, answer.text) == (503, "not ready: ready: not ready\n")
 
             metrics = await http.get(url + "/metrics")
             assert metrics.status_code == 200
@@ -62,7 +64,7 @@ async def test_port_zero_takes_a_free_port_and_a_taken_port_fails() -> None:
         with pytest.raises(OSError, match="in use"):
             await serve_health(server.port, host="127.0.0.1")
         async with httpx.AsyncClient(timeout=5) as http:
-            assert (await http.get(f"http://127.0.0.1:{server.port}/healthz")).text == "ok\n"
+            assert (await http.get(f"http://127.0.0.1:{server.port}/healthz")).text == "ok: event loop: running\n"
 
 
 async def test_with_health_serves_while_main_runs_and_stops_with_it() -> None:
@@ -79,7 +81,7 @@ async def test_with_health_serves_while_main_runs_and_stops_with_it() -> None:
 
     task = asyncio.create_task(with_health(port, main()))
     await asyncio.wait_for(started.wait(), timeout=10)
-    assert answers == ["ok\n"]
+    assert answers == ["ok: event loop: running\n"]
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -100,3 +102,46 @@ async def test_without_a_port_only_main_runs() -> None:
 
     await with_health(None, main())
     assert ran == [True]
+
+
+async def test_live_and_ready_answer_apart_with_their_reasons() -> None:
+    """Checks of a Health: a failing readiness check is 503 on /readyz only; a failing liveness check
+    fails both; a check that hangs fails after its timeout; a starting process is not ready."""
+    temporal_up = True
+    worker_running = True
+
+    async def temporal() -> tuple[bool, str]:
+        return (True, "reachable") if temporal_up else (False, "unreachable at 127.0.0.1:7233 (RPCError)")
+
+    async def hangs() -> tuple[bool, str]:
+        await asyncio.Event().wait()
+        return True, "never"
+
+    health = Health(starting=True)
+    async with await serve_health(0, host="127.0.0.1", health=health) as server:
+        url = f"http://127.0.0.1:{server.port}"
+        async with httpx.AsyncClient(timeout=10) as http:
+            assert (await http.get(url + "/readyz")).text == "not ready: starting\n"
+            health.add_live("worker", lambda: (worker_running, "polling" if worker_running else "not running"))
+            health.add_ready("temporal", temporal)
+            live, ready = await http.get(url + "/healthz"), await http.get(url + "/readyz")
+            assert (live.status_code, live.text) == (200, "ok: event loop: running; worker: polling\n")
+            assert (ready.status_code, ready.text) == (200, "ok: temporal: reachable\n")
+
+            temporal_up = False
+            live, ready = await http.get(url + "/healthz"), await http.get(url + "/readyz")
+            assert live.status_code == 200
+            assert (ready.status_code, ready.text) == (
+                503,
+                "not ready: temporal: unreachable at 127.0.0.1:7233 (RPCError)\n",
+            )
+
+            worker_running = False
+            live, ready = await http.get(url + "/healthz"), await http.get(url + "/readyz")
+            assert (live.status_code, live.text) == (503, "not live: worker: not running\n")
+            assert (ready.status_code, ready.text) == (503, "not ready: worker: not running\n")
+
+            worker_running, temporal_up = True, True
+            health.add_ready("slow", hangs)
+            ready = await http.get(url + "/readyz")
+            assert (ready.status_code, ready.text) == (503, "not ready: slow: no answer within 2s\n")

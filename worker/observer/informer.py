@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -177,6 +178,21 @@ class ListWatch:
         self._stop = threading.Event()
         self._response: Any = None
         self.thread = threading.Thread(target=self.run, daemon=True, name=f"informer-{resource.kind}")
+        # Freshness, for /readyz: when the API server last answered this loop (a list, a watch event or
+        # bookmark, a watch that ended on its timeout), and since when it fails (None: it does not).
+        self.last_contact: float | None = None
+        self.failing_since: float | None = None
+        self.failure: str | None = None
+
+    def _contact(self) -> None:
+        self.last_contact = time.monotonic()
+        self.failing_since = None
+        self.failure = None
+
+    def _failed(self, what: str) -> None:
+        if self.failing_since is None:
+            self.failing_since = time.monotonic()
+        self.failure = what
 
     def start(self) -> None:
         self.thread.start()
@@ -219,14 +235,17 @@ class ListWatch:
             try:
                 if resource_version is None:
                     items, resource_version = list_all(self.resource)
+                    self._contact()
                     self.deliver(Listed(kind, items))
                 for event in self._watch(resource_version):
+                    self._contact()
                     obj = event.get("object") or {}
                     if event.get("type") == "ERROR":
                         raise ApiException(status=int(obj.get("code") or 500), reason=str(obj.get("reason") or ""))
                     resource_version = str((obj.get("metadata") or {}).get("resourceVersion") or resource_version)
                     if event.get("type") in (ADDED, MODIFIED, DELETED):
                         self.deliver(Watched(kind, str(event["type"]), obj))
+                self._contact()
                 backoff = 1.0
             except ApiException as err:
                 if self._stop.is_set():
@@ -236,6 +255,7 @@ class ListWatch:
                     log.info("watch expired, relisting", kind=kind)
                     resource_version = None
                     continue
+                self._failed(f"HTTP {err.status}")
                 log.warning("list or watch failed, retrying", kind=kind, status=err.status, retry_in=backoff)
                 resource_version = None
                 self._stop.wait(backoff)
@@ -243,6 +263,7 @@ class ListWatch:
             except Exception as err:  # a network hiccup must not end the informer
                 if self._stop.is_set():
                     return
+                self._failed(type(err).__name__)
                 log.warning("watch broke, retrying", kind=kind, error=type(err).__name__, retry_in=backoff)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, self.max_backoff)

@@ -411,6 +411,11 @@ class Observer:
                 delay = min(period, 30.0)
             await asyncio.sleep(delay)
 
+    @property
+    def watches(self) -> list[ListWatch]:
+        """The list+watch loops (their freshness: ``last_contact``, ``failing_since``), for /readyz."""
+        return list(self._watches)
+
     def start_informers(self) -> asyncio.Queue[InformerItem]:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[InformerItem] = asyncio.Queue()
