@@ -3,10 +3,13 @@
 Routes:
 
 * ``POST /api/v1/launch-plan`` — body a ``LaunchPlanRequest``, answer a ``PlanOutcome`` (a plan or a
-  refusal, both ``200``). The service reads the inventory itself, on every request, through its own
-  ``ApiClient`` (the ``inventory`` callable it is built with).
-* ``GET /healthz`` — ``ok``; ``GET /openapi.json`` — the OpenAPI 3.1 document of the above, its
-  schemas generated from the pydantic models.
+  refusal, both ``200``), planned on the snapshot the ``inventory`` callable gives. In the
+  ``ai-inference planner`` command that is informers (``worker/observer/inventory.py``: list+watch of
+  DeviceClasses, ResourceSlices, ResourceClaims, PhysicalGPUs and the orders' Pods), so a plan does
+  not read the cluster; a change is seen by the next plan once its watch event arrived.
+* ``GET /healthz`` — ``ok``; ``GET /readyz`` — ``ok`` once the inventory is synced (every kind listed
+  once), else 503; ``GET /openapi.json`` — the OpenAPI 3.1 document of the above, its schemas
+  generated from the pydantic models.
 
 Callers are authorized like an extension API server: the bearer token goes to a **TokenReview**
 (``authentication.k8s.io/v1``) that requires the service's **audience** (``planner.audience``,
@@ -56,6 +59,7 @@ log = structlog.get_logger(__name__)
 
 LAUNCH_PLAN_PATH = "/api/v1/launch-plan"
 HEALTHZ_PATH = "/healthz"
+READYZ_PATH = "/readyz"
 OPENAPI_PATH = "/openapi.json"
 
 # The virtual subresource a caller must be allowed to create.
@@ -305,6 +309,19 @@ def openapi_document() -> dict[str, Any]:
                     },
                 }
             },
+            READYZ_PATH: {
+                "get": {
+                    "operationId": "readyz",
+                    "summary": "Readiness: the inventory is synced (every kind listed once).",
+                    "responses": {
+                        "200": {"description": "ok", "content": {"text/plain": {"schema": {"type": "string"}}}},
+                        "503": {
+                            "description": "not ready",
+                            "content": {"text/plain": {"schema": {"type": "string"}}},
+                        },
+                    },
+                }
+            },
             OPENAPI_PATH: {
                 "get": {
                     "operationId": "openapi",
@@ -392,9 +409,12 @@ def create_app(
     recipes: RecipeBook | None = None,
     cache_ttl: float = DEFAULT_CACHE_TTL,
     clock: Callable[[], float] = time.monotonic,
+    ready: Callable[[], bool] | None = None,
 ) -> Starlette:
-    """The service. ``inventory`` reads the cluster's snapshot (it is called on every plan);
-    ``reviewer`` answers TokenReviews and SubjectAccessReviews."""
+    """The service. ``inventory`` gives the cluster's snapshot (called on every plan: informers keep
+    it, so a call reads no API); ``reviewer`` answers TokenReviews and SubjectAccessReviews; ``ready``
+    says whether the inventory is synced (default: the inventory's own ``ready()``, else always)."""
+    is_ready: Callable[[], bool] = ready or getattr(inventory, "ready", None) or (lambda: True)
     book = recipes or load_recipe_book()  # loaded (and validated) now: a broken table fails the start
     cache = CallerCache(cache_ttl, clock=clock)
     document = openapi_document()
@@ -469,6 +489,11 @@ def create_app(
     async def healthz(request: Request) -> Response:
         return PlainTextResponse("ok\n")
 
+    async def readyz(request: Request) -> Response:
+        if is_ready():
+            return PlainTextResponse("ok\n")
+        return PlainTextResponse("not ready: the inventory is not synced yet\n", status_code=503)
+
     async def openapi(request: Request) -> Response:
         return JSONResponse(document)
 
@@ -476,6 +501,7 @@ def create_app(
         routes=[
             Route(LAUNCH_PLAN_PATH, launch_plan, methods=["POST"]),
             Route(HEALTHZ_PATH, healthz, methods=["GET"]),
+            Route(READYZ_PATH, readyz, methods=["GET"]),
             Route(OPENAPI_PATH, openapi, methods=["GET"]),
         ]
     )

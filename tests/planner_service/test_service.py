@@ -243,6 +243,11 @@ def test_the_planner_command_serves_the_app_over_https_only(monkeypatch: pytest.
     served: list[uvicorn.Config] = []
     settings = ModuleSettings(planner={"audience": "planner-aud"})
     monkeypatch.setattr(cli, "_runtime", lambda kubeconfig: (settings, object()))
+    # No API server here: informers on no kind (synced, empty); tests/planner_service/test_informers.py
+    # runs the real ones.
+    from worker.observer.inventory import InventoryInformers
+
+    monkeypatch.setattr(InventoryInformers, "for_cluster", classmethod(lambda cls, api: cls([])))
     monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: served.append(self.config))
     runner = CliRunner()
 

