@@ -500,7 +500,8 @@ def create_app(config: RuntimeConfig, state: RuntimeState | None = None) -> Star
             running = int(body.get("running", state.running))
             waiting = int(body.get("waiting", state.waiting))
             # gpu_cache_usage: the key named after the KV-cache gauge vLLM had before kv_cache_usage_perc.
-            kv_cache_usage = float(body.get("kv_cache_usage", body.get("gpu_cache_usage", state.kv_cache_usage)))
+            key = "kv_cache_usage" if "kv_cache_usage" in body else "gpu_cache_usage"
+            kv_cache_usage = float(body.get(key, state.kv_cache_usage))
         except (TypeError, ValueError):
             return _error(400, "running and waiting are integers, kv_cache_usage a number", "BadRequestError")
         state.set_load(running, waiting, kv_cache_usage)
