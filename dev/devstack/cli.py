@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import shlex
-from dataclasses import astuple
+from dataclasses import replace
+from typing import Any
 
 import typer
 
-from devstack.cluster.cli import CPU_OPTION, H100_OPTION, MIG_OPTION, T4_OPTION
-from devstack.cluster.inventory import FleetSize, fleet_size
+from devstack.cluster.cli import CPU_OPTION, H100_OPTION, MIG_OPTION, NODE_CPU_OPTION, NODE_MEMORY_OPTION, T4_OPTION
+from devstack.cluster.inventory import fleet_size
 from devstack.stack import DevStack, dev_state_dir
 
 dev_app = typer.Typer(no_args_is_help=True)
@@ -26,18 +27,26 @@ def up(
     mig_nodes: int | None = MIG_OPTION,
     t4_nodes: int | None = T4_OPTION,
     cpu_nodes: int | None = CPU_OPTION,
+    node_cpu: str | None = NODE_CPU_OPTION,
+    node_memory: str | None = NODE_MEMORY_OPTION,
 ) -> None:
     """Start everything, apply the minimal order, wait until it is Ready.
 
     The simulated fleet is one node of each shape unless sized (``--h100-nodes 10 --t4-nodes 5``)."""
     stack = DevStack(dev_state_dir())
-    counts = (h100_nodes, mig_nodes, t4_nodes, cpu_nodes)
+    given: dict[str, Any] = {
+        "h100_nodes": h100_nodes,
+        "mig_nodes": mig_nodes,
+        "t4_nodes": t4_nodes,
+        "cpu_nodes": cpu_nodes,
+        "node_cpu": node_cpu,
+        "node_memory": node_memory,
+    }
     size = None
-    if any(c is not None for c in counts):
+    if any(v is not None for v in given.values()):
+        # As the cluster keeps it where not given.
         kept = fleet_size(stack.cluster().state_dir)
-        size = FleetSize(
-            *(k if c is None else c for c, k in zip(counts, astuple(kept), strict=True))  # as kept where not given
-        )
+        size = replace(kept, **{k: v for k, v in given.items() if v is not None})
     try:
         stack.up(_say, wait_ready=wait, timeout=timeout, fleet=size)
     except RuntimeError as err:

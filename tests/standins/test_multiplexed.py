@@ -51,7 +51,8 @@ def url(mux: MultiplexedRuntime, namespace: str, name: str) -> str:
 
 def test_each_order_lists_its_own_model_behind_its_own_token(mux: MultiplexedRuntime, client: httpx.Client) -> None:
     a, b = url(mux, "team-a", "chat"), url(mux, "team-b", "embed")
-    assert a.startswith(mux.url) and b.startswith(mux.url)  # one port
+    assert a.startswith(mux.url)
+    assert b.startswith(mux.url)
     assert a.endswith(order_path("team-a", "chat"))
     models = client.get(f"{a}/v1/models", headers={"Authorization": f"Bearer {TOKEN_A}"})
     assert [m["id"] for m in models.json()["data"]] == [CHAT]
@@ -95,7 +96,8 @@ def test_failure_load_and_metrics_are_per_order(mux: MultiplexedRuntime, client:
     assert f'vllm:num_requests_waiting{{engine="0",model_name="{CHAT}"}} 0.0' in page_a
     assert EMBED not in page_a
     stats = client.get(f"{a}/admin/stats").json()
-    assert stats["model"] == CHAT and stats["requests"]["models"] >= 2
+    assert stats["model"] == CHAT
+    assert stats["requests"]["models"] >= 2
 
 
 def test_orders_come_and_go_through_the_admin_routes(mux: MultiplexedRuntime, client: httpx.Client) -> None:
@@ -115,7 +117,8 @@ def test_a_stopped_order_is_absent_and_the_others_serve(client: httpx.Client) ->
         first = server.add("ns", "one", CHAT)
         second = server.add("ns", "two", CHAT)
         first.stop()
-        assert not first.running and second.running
+        assert not first.running
+        assert second.running
         assert client.get(f"{first.url}/v1/models").status_code == 404
         assert client.get(f"{second.url}/v1/models").status_code == 200
 
@@ -127,7 +130,8 @@ def test_the_multiplexed_server_runs_as_its_own_process(tmp_path: Path, client: 
     try:
         deadline = time.monotonic() + 20
         while not (port_file.exists() and port_file.read_text()):
-            assert child.poll() is None and time.monotonic() < deadline, "the server did not start"
+            assert child.poll() is None, "the server exited"
+            assert time.monotonic() < deadline, "the server did not start"
             time.sleep(0.05)
         base = f"http://127.0.0.1:{port_file.read_text()}"
         while True:
@@ -168,3 +172,13 @@ def test_a_sized_fleet_has_that_many_nodes_of_each_shape(tmp_path: Path) -> None
     assert fleet_inventory(tmp_path) == fleet
     with pytest.raises(ValueError, match="negative"):
         FleetSize(t4_nodes=-1)
+
+
+def test_a_fleet_for_many_small_orders_gives_every_node_its_cpu_and_memory(tmp_path: Path) -> None:
+    size = FleetSize(h100_nodes=2, node_cpu="1000", node_memory="4Ti")
+    nodes = [o for o in inventory_objects(sized_inventory(size)) if o["kind"] == "Node"]
+    assert {(n["status"]["allocatable"]["cpu"], n["status"]["allocatable"]["memory"]) for n in nodes} == {
+        ("1000", "4Ti")
+    }
+    save_fleet(tmp_path, size)
+    assert fleet_inventory(tmp_path) == sized_inventory(size)

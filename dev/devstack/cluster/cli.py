@@ -29,13 +29,21 @@ H100_OPTION = typer.Option(None, "--h100-nodes", min=0, help="Simulated H100 nod
 MIG_OPTION = typer.Option(None, "--mig-nodes", min=0, help="Simulated MIG nodes (one H100 cut into two 3g.40gb).")
 T4_OPTION = typer.Option(None, "--t4-nodes", min=0, help="Simulated T4 nodes (4 MPS-shared T4 each).")
 CPU_OPTION = typer.Option(None, "--cpu-nodes", min=0, help="Simulated nodes without a GPU.")
+NODE_CPU_OPTION = typer.Option(None, "--node-cpu", help="Every simulated node's CPU (e.g. 1000; default: the file's).")
+NODE_MEMORY_OPTION = typer.Option(None, "--node-memory", help="Every simulated node's memory (e.g. 8Ti).")
 
 
 def _fleet(
-    state_dir: Path | None, h100: int | None, mig: int | None, t4: int | None, cpu: int | None
+    state_dir: Path | None,
+    h100: int | None,
+    mig: int | None,
+    t4: int | None,
+    cpu: int | None,
+    node_cpu: str | None = None,
+    node_memory: str | None = None,
 ) -> inv.FleetSize | None:
-    """The fleet size asked for (each count not given: as the cluster has it), None when none is given."""
-    if h100 is None and mig is None and t4 is None and cpu is None:
+    """The fleet size asked for (each value not given: as the cluster has it), None when none is given."""
+    if all(v is None for v in (h100, mig, t4, cpu, node_cpu, node_memory)):
         return None
     kept = inv.fleet_size(_cluster(state_dir).state_dir)
     return inv.FleetSize(
@@ -43,6 +51,8 @@ def _fleet(
         mig_nodes=kept.mig_nodes if mig is None else mig,
         t4_nodes=kept.t4_nodes if t4 is None else t4,
         cpu_nodes=kept.cpu_nodes if cpu is None else cpu,
+        node_cpu=node_cpu or kept.node_cpu,
+        node_memory=node_memory or kept.node_memory,
     )
 
 
@@ -93,6 +103,8 @@ def up_cmd(
     mig_nodes: int | None = MIG_OPTION,
     t4_nodes: int | None = T4_OPTION,
     cpu_nodes: int | None = CPU_OPTION,
+    node_cpu: str | None = NODE_CPU_OPTION,
+    node_memory: str | None = NODE_MEMORY_OPTION,
 ) -> None:
     """Start the local control plane (etcd, apiserver, controller-manager, scheduler, kwok).
 
@@ -102,7 +114,7 @@ def up_cmd(
     from devstack.cluster.launcher import ClusterError
 
     cluster = _cluster(state_dir)
-    size = _fleet(state_dir, h100_nodes, mig_nodes, t4_nodes, cpu_nodes)
+    size = _fleet(state_dir, h100_nodes, mig_nodes, t4_nodes, cpu_nodes, node_cpu, node_memory)
     if size is not None:
         inv.save_fleet(cluster.state_dir, size)
         _echo(f"simulated fleet: {size.describe()}")
@@ -172,10 +184,12 @@ def inventory_cmd(
     mig_nodes: int | None = MIG_OPTION,
     t4_nodes: int | None = T4_OPTION,
     cpu_nodes: int | None = CPU_OPTION,
+    node_cpu: str | None = NODE_CPU_OPTION,
+    node_memory: str | None = NODE_MEMORY_OPTION,
 ) -> None:
     """Apply the simulated GPU inventory (nodes, DeviceClasses, ResourceSlices, PhysicalGPUs); a size
     given grows the fleet (nodes are added, never removed)."""
-    size = _fleet(state_dir, h100_nodes, mig_nodes, t4_nodes, cpu_nodes)
+    size = _fleet(state_dir, h100_nodes, mig_nodes, t4_nodes, cpu_nodes, node_cpu, node_memory)
     if print_only:
         fleet = inv.sized_inventory(size or inv.fleet_size(_cluster(state_dir).state_dir))
         docs = [*inv.inventory_objects(fleet), *inv.physical_gpu_statuses(fleet)]

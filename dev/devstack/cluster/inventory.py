@@ -215,6 +215,10 @@ class FleetSize:
     mig_nodes: int = 1
     t4_nodes: int = 1
     cpu_nodes: int = 1
+    # Every node's allocatable CPU and memory, when set (None: the file's). The orders' pods ask for
+    # CPU and memory too: a fleet sized for many small orders needs more of both than a GPU node has.
+    node_cpu: str | None = None
+    node_memory: str | None = None
 
     # The inventory file's node shapes, by field.
     SHAPES = {"h100_nodes": "gpu-h100", "mig_nodes": "gpu-h100-mig", "t4_nodes": "gpu-t4", "cpu_nodes": "cpu"}
@@ -231,7 +235,10 @@ class FleetSize:
         raise KeyError(shape)
 
     def describe(self) -> str:
-        return ", ".join(f"{getattr(self, n)} {shape}" for n, shape in self.SHAPES.items())
+        sizes = ", ".join(f"{getattr(self, n)} {shape}" for n, shape in self.SHAPES.items())
+        if self.node_cpu or self.node_memory:
+            sizes += f" (each cpu {self.node_cpu or 'as in the file'}, memory {self.node_memory or 'as in the file'})"
+        return sizes
 
 
 _NUMBERED = re.compile(r"^(?P<shape>.+)-(?P<n>\d+)$")
@@ -264,6 +271,8 @@ def sized_inventory(size: FleetSize | None = None, base: Inventory | None = None
             count = size.count(shape)
         except KeyError:
             count = 1  # a shape FleetSize does not know: as in the file
+        if size.node_cpu or size.node_memory:
+            template = replace(template, cpu=size.node_cpu or template.cpu, memory=size.node_memory or template.memory)
         nodes += [_renamed(template, f"{shape}-{i}") for i in range(count)]
     return Inventory(tuple(nodes), base.device_classes, base.source)
 
@@ -280,7 +289,8 @@ def fleet_size(state_dir: Path | None) -> FleetSize:
     if path is None or not path.is_file():
         return FleetSize()
     raw = json.loads(path.read_text())
-    return FleetSize(**{k: int(v) for k, v in raw.items() if k in FleetSize.SHAPES})
+    counts = {k: int(v) for k, v in raw.items() if k in FleetSize.SHAPES}
+    return FleetSize(**counts, node_cpu=raw.get("node_cpu"), node_memory=raw.get("node_memory"))
 
 
 def fleet_inventory(state_dir: Path | None) -> Inventory:

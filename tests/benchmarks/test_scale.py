@@ -1,0 +1,53 @@
+"""The scale benchmark (benchmarks/scale.py) at a tiny size, so the script cannot rot.
+
+Not a timed test: each tier runs end to end with five orders and its figures are checked for being
+there and sane (every order Ready, no activity slot held by a serving order), never for speed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+from benchmarks.scale import e2e_tier, engine_tier
+
+
+def figures(lines: list[tuple[str, str, str]]) -> dict[str, str]:
+    return {what.split(" (")[0]: value for what, value, _ in lines}
+
+
+async def test_the_engine_tier_runs_at_a_tiny_size(temporal_env: WorkflowEnvironment) -> None:
+    report = await engine_tier(
+        orders=5,
+        probe_interval=1,
+        day_orders=2,
+        resync_seconds=2,
+        day_cycles=1,
+        sample=5,
+        timeout=120,
+        client=temporal_env.client,
+        repeats=1,
+    )
+    got = figures(report.lines)
+    assert got["activity slots held by serving orders"] == "0"
+    assert got["5 orders at once"].endswith("orders/s")
+    per_day = float(got["history events per serving order-day"].split()[0])
+    assert 0 < per_day <= 50
+    probes = int(got["health probes by the observer"].split()[0])
+    assert probes > 0  # the real prober probed the multiplexed stand-in
+    assert "0 flips signalled" in got["health probes by the observer"]
+
+
+@pytest.mark.cluster
+@pytest.mark.temporal
+def test_the_end_to_end_tier_runs_at_a_tiny_size(tmp_path: Path) -> None:
+    tier = e2e_tier(orders=5, state_dir=tmp_path, h100_nodes=1, sample=5, timeout=300, keep=False, repeats=1)
+    report = asyncio.run(tier)
+    got = figures(report.lines)
+    assert got["activity slots held by serving orders"] == "0"
+    assert float(got["API requests per order"].split()[0]) > 0
+    for name in ("worker", "watcher", "planner"):
+        assert float(got[f"{name} RSS"].split()[0]) > 0
