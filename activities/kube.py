@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import urllib3
 from kubernetes import client, config
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
@@ -18,18 +19,56 @@ from temporalio.exceptions import ApplicationError
 from activities.builders.common import FIELD_MANAGER
 from inference_api.reasons import Reason
 
+# Every request is bounded (connect, read; seconds): an API server, or a proxy in front of it, that never
+# answers fails the call, instead of holding an activity's thread (the worker has 16) or the observer's
+# forever. The read bound is under the activities' 30 s start-to-close. A call that passes its own
+# _request_timeout (a watch) keeps it.
+REQUEST_TIMEOUT = (10.0, 20.0)
+# A refused or reset connection is tried again; a request that was sent and not answered is not (the
+# activity's retry policy decides, and a write may have landed).
+RETRIES = urllib3.Retry(total=3, read=0)
+
 
 def load_api_client(kubeconfig: str | None = None) -> ApiClient:
     """In-cluster config inside a pod, else the kubeconfig (KUBECONFIG or the given path)."""
+    configuration = client.Configuration()
+    loaded = False
     if kubeconfig is None:
         try:
-            config.load_incluster_config()
-            return ApiClient()
+            config.load_incluster_config(client_configuration=configuration)
+            loaded = True
         except config.ConfigException:
             pass
-    configuration = client.Configuration()
-    config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    return ApiClient(configuration)
+    if not loaded:
+        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    configuration.retries = RETRIES
+    return bounded(ApiClient(configuration))
+
+
+def bounded(api: ApiClient, timeout: tuple[float, float] = REQUEST_TIMEOUT) -> ApiClient:
+    """``api`` with ``timeout`` on every request that names none (the client's own default is none)."""
+    rest = api.rest_client
+    request = rest.request
+
+    def timed(
+        method: str,
+        url: str,
+        headers: Any = None,
+        body: Any = None,
+        post_params: Any = None,
+        _request_timeout: Any = None,
+    ) -> Any:
+        return request(
+            method,
+            url,
+            headers=headers,
+            body=body,
+            post_params=post_params,
+            _request_timeout=_request_timeout or timeout,
+        )
+
+    rest.request = timed
+    return api
 
 
 def discovered_resource(dynamic: DynamicClient, api_version: str, kind: str) -> Any:

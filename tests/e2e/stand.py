@@ -13,15 +13,24 @@ import asyncio
 import base64
 import contextlib
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
-from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi
+from kubernetes.client import ApiClient, AppsV1Api, AutoscalingV2Api, CoreV1Api, CustomObjectsApi, NetworkingV1Api
 from kubernetes.client.exceptions import ApiException
 from temporalio.client import Client, WorkflowHandle
 
+from activities.builders.auth import TOKEN_KEY
+from activities.builders.common import LABEL_ORDER
 from devstack.cluster.launcher import LocalCluster
 from devstack.standins.fleet import PROBE_URL_ANNOTATION, StandInFleet
 from inference_api.payloads import order_workflow_id
@@ -275,3 +284,106 @@ async def open_stand(
         fleet.stop()
         with contextlib.suppress(ApiException):
             CoreV1Api(api).delete_namespace(namespace)
+
+
+# ---------------------------------------------------------------------- processes of their own
+# For tests that run ``ai-inference worker`` / ``ai-inference watch`` as subprocesses (and kill them).
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def scrape(port: int, path: str = "/metrics") -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+        text: str = response.read().decode()
+        return text
+
+
+def process_env(address: str, task_queue: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "AI_INFERENCE_TEMPORAL__ADDRESS": address,
+        "AI_INFERENCE_TEMPORAL__TASKQUEUE": task_queue,
+        "AI_INFERENCE_HEALTH__PROBETARGETANNOTATION": PROBE_URL_ANNOTATION,
+        "AI_INFERENCE_HEALTH__INTERVALSECONDS": "0.5",
+        "AI_INFERENCE_HEALTH__FAILURETHRESHOLD": "2",
+        "AI_INFERENCE_HEALTH__SERVERETRYSECONDS": "0.3",
+        "AI_INFERENCE_HEALTH__SERVEWAITSECONDS": "120",
+    }
+
+
+@dataclass
+class Processes:
+    """``ai-inference`` subprocesses of one test, each logging to its own file."""
+
+    kubeconfig: Path
+    env: dict[str, str]
+    logs: Path
+    started: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    commands: list[str] = field(default_factory=list)
+
+    def start(self, command: str, *args: str) -> subprocess.Popen[bytes]:
+        log = (self.logs / f"{command}-{len(self.started)}.log").open("wb")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "worker.cli", command, "--kubeconfig", str(self.kubeconfig), *args],
+            cwd=REPO_ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: killpg takes it whole
+        )
+        log.close()
+        self.started.append(process)
+        self.commands.append(command)
+        return process
+
+    def worker_running(self) -> bool:
+        return any(c == "worker" and p.poll() is None for c, p in zip(self.commands, self.started, strict=True))
+
+    @staticmethod
+    def kill(process: subprocess.Popen[bytes]) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+
+    def log_text(self) -> str:
+        return "\n".join(path.read_text(errors="replace") for path in sorted(self.logs.glob("*.log")))
+
+    def stop_all(self) -> None:
+        for process in self.started:
+            if process.poll() is None:
+                self.kill(process)
+
+
+def owned(stand: Stand, name: str) -> dict[str, list[str]]:
+    """Names of the objects carrying the order's label, by kind."""
+    selector = f"{LABEL_ORDER}={name}"
+    ns = stand.namespace
+
+    def names(items: list[object]) -> list[str]:
+        return sorted(item.metadata.name for item in items)  # type: ignore[attr-defined]
+
+    claim_templates = stand.custom.list_namespaced_custom_object(
+        "resource.k8s.io", "v1", ns, "resourceclaimtemplates", label_selector=selector
+    )["items"]
+    return {
+        "StatefulSet": names(stand.apps.list_namespaced_stateful_set(ns, label_selector=selector).items),
+        "ResourceClaimTemplate": sorted(item["metadata"]["name"] for item in claim_templates),
+        "Service": names(stand.core.list_namespaced_service(ns, label_selector=selector).items),
+        "Secret": names(stand.core.list_namespaced_secret(ns, label_selector=selector).items),
+        "Ingress": names(NetworkingV1Api(stand.api).list_namespaced_ingress(ns, label_selector=selector).items),
+        "HorizontalPodAutoscaler": names(
+            AutoscalingV2Api(stand.api).list_namespaced_horizontal_pod_autoscaler(ns, label_selector=selector).items
+        ),
+    }
+
+
+def auth_token(stand: Stand, secret_name: str) -> tuple[str, str]:
+    secret = stand.core.read_namespaced_secret(secret_name, stand.namespace)
+    return secret.metadata.uid, base64.b64decode(secret.data[TOKEN_KEY]).decode()

@@ -1,0 +1,211 @@
+"""The fault suite's scenario and its shared convergence check.
+
+``FaultStand``: a namespace with the default class and the stand-in fleet on the local control plane;
+a Temporal dev server of its own (``DevServer``: killed, restarted, wiped); ``ai-inference worker``
+and ``ai-inference watch`` as subprocesses (SIGKILLed, started again).
+
+``churn(stand, fault)``: half the orders are made and Ready first (their auth tokens noted); then,
+while ``fault`` runs, the other half is made, some orders are edited (a new model: a new plan and a
+rebuild) and some deleted (old ones, and one made a moment before). ``converge`` then waits for what
+every case must end with, and prints how long that took once the fault was over:
+
+* every live order Ready, its edit reconciled (observedGeneration = generation);
+* every deleted order gone (so no finalizer left) and nothing labelled for it left;
+* exactly one of each owned object per live order (no duplicate StatefulSet, Secret, ...);
+* no orphan workflow: the running order workflows of the task queue are exactly one per live order;
+* the auth token Secret of each order that had one before the fault unchanged (same uid, same token).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+from temporalio.client import Client
+
+from inference_api.payloads import order_workflow_id
+from inference_api.types import GROUP, VERSION
+from tests.e2e.stand import Processes, Stand, auth_token, owned
+from tests.faults.temporal_server import DevServer
+from worker.observer.decisions import running_order_query
+
+ORDERS = "inferenceservices"
+SMALL = {"src": "HuggingFace", "ref": {"name": "Qwen/Qwen2.5-0.5B-Instruct"}}
+EDITED = {"spec": {"model": {"ref": {"name": "Qwen/Qwen2.5-1.5B-Instruct"}}}}
+# How many orders one case makes (half before the fault, half during it). The issue asks 100; the
+# local control plane on a 2-core CI machine holds a case of this size in about three minutes.
+ORDER_COUNT = int(os.environ.get("AI_INFERENCE_FAULT_ORDERS", "12"))
+CONVERGE_SECONDS = 240
+FAULTS_CLASS_NAME = "faults-llm"
+
+
+@dataclass
+class FaultStand:
+    stand: Stand
+    server: DevServer
+    processes: Processes
+    worker: Any = None
+    observer: Any = None
+    live: set[str] = field(default_factory=set)
+    deleted: set[str] = field(default_factory=set)
+    edited: set[str] = field(default_factory=set)
+    tokens: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    @property
+    def client(self) -> Client:
+        return self.stand.client
+
+    @property
+    def task_queue(self) -> str:
+        return self.stand.settings.temporal.taskQueue
+
+    def start_worker(self) -> None:
+        self.worker = self.processes.start("worker")
+
+    def start_observer(self) -> None:
+        self.observer = self.processes.start("watch")
+
+    def kill_worker(self) -> None:
+        if self.worker is not None:
+            self.processes.kill(self.worker)
+
+    def kill_observer(self) -> None:
+        if self.observer is not None:
+            self.processes.kill(self.observer)
+
+    # ------------------------------------------------------------------------------ orders
+
+    def create(self, name: str) -> None:
+        self.stand.create_order(name, SMALL, class_name=FAULTS_CLASS_NAME)
+        self.live.add(name)
+
+    def edit(self, name: str) -> None:
+        ns = self.stand.namespace
+        self.stand.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, ORDERS, name, EDITED)
+        self.edited.add(name)
+
+    def delete(self, name: str) -> None:
+        with contextlib.suppress(ApiException):
+            self.stand.custom.delete_namespaced_custom_object(GROUP, VERSION, self.stand.namespace, ORDERS, name)
+        self.live.discard(name)
+        self.deleted.add(name)
+
+    async def all_ready(self, names: list[str], timeout: float) -> None:
+        def ready() -> bool:
+            return all(self.stand.phase(name)[0] == "Ready" for name in names)
+
+        await self.stand.until(ready, timeout, lambda: self._report(names))
+
+    def _report(self, names: list[str] | set[str]) -> str:
+        waiting = [name for name in sorted(names) if self.stand.phase(name)[0] != "Ready"]
+        lines = [f"{name}: {self.stand.describe(name)}" for name in waiting]
+        return "orders Ready; not yet:\n  " + "\n  ".join(lines[:10]) + f"\n  {self.processes.log_text()[-1500:]}"
+
+
+async def churn(fs: FaultStand, fault: Callable[[], Awaitable[None]], count: int = ORDER_COUNT) -> float:
+    """The scenario around ``fault``; returns the seconds from the fault's end to convergence."""
+    first = [f"early-{i}" for i in range(count // 2)]
+    later = [f"late-{i}" for i in range(count - count // 2)]
+    began = time.monotonic()
+    for name in first:
+        await asyncio.to_thread(fs.create, name)
+    await fs.all_ready(first, timeout=240)
+    print(f"\n{len(first)} orders Ready in {time.monotonic() - began:.1f} s before the fault")
+    for name in first:
+        fs.tokens[name] = await asyncio.to_thread(auth_token, fs.stand, f"{name}-auth")
+
+    async def orders_change() -> None:
+        quarter = max(1, len(first) // 3)
+        for i, name in enumerate(later):
+            await asyncio.to_thread(fs.create, name)
+            if i < quarter:
+                await asyncio.to_thread(fs.edit, first[i])
+            elif i < 2 * quarter:
+                await asyncio.to_thread(fs.delete, first[-(i - quarter) - 1])
+            await asyncio.sleep(1.5)
+        # Made and deleted a moment after: its workflow may not even exist yet.
+        await asyncio.to_thread(fs.create, "fleeting")
+        await asyncio.sleep(0.5)
+        await asyncio.to_thread(fs.delete, "fleeting")
+
+    started = time.monotonic()
+    await asyncio.gather(orders_change(), fault())
+    faulted = time.monotonic() - started
+    seconds = await converge(fs)
+    print(
+        f"\n{len(fs.live)} live / {len(fs.deleted)} deleted / {len(fs.edited)} edited orders; faults for "
+        f"{faulted:.0f} s; converged {seconds:.1f} s after the last fault"
+    )
+    return seconds
+
+
+async def converge(fs: FaultStand, timeout: float = CONVERGE_SECONDS) -> float:
+    """Wait for the end state every case must reach; the seconds that took."""
+    started = time.monotonic()
+    stand = fs.stand
+    await stand.until(lambda: not (fs.deleted & set(stand.order_names())), timeout, "deleted orders gone")
+
+    def settled() -> bool:
+        for name in fs.live:
+            obj = stand.order(name)
+            if obj is None:
+                return False
+            status = obj.get("status") or {}
+            if status.get("phase") != "Ready" or status.get("observedGeneration") != obj["metadata"]["generation"]:
+                return False
+        return True
+
+    await stand.until(settled, timeout, lambda: fs._report(fs.live))
+
+    async def one_workflow_each() -> bool:
+        return await _workflow_orphans(fs) == ([], [])
+
+    deadline = time.monotonic() + timeout
+    while not await one_workflow_each():
+        if time.monotonic() > deadline:
+            orphans, missing = await _workflow_orphans(fs)
+            raise AssertionError(f"orphan workflows {orphans}; orders without a running workflow {missing}")
+        await asyncio.sleep(1)
+    await stand.until(lambda: _owned_once(fs) == {}, 60, lambda: f"one of each owned object: {_owned_once(fs)}")
+    seconds = time.monotonic() - started
+    for name in fs.live & set(fs.tokens):
+        assert await asyncio.to_thread(auth_token, stand, f"{name}-auth") == fs.tokens[name], (
+            f"the auth Secret of {name} was replaced or its token rotated"
+        )
+    assert sorted(stand.order_names()) == sorted(fs.live)
+    return seconds
+
+
+async def _workflow_orphans(fs: FaultStand) -> tuple[list[str], list[str]]:
+    """(running workflows with no live order, live orders with no running workflow)."""
+    stand = fs.stand
+    expected = {}
+    for name in fs.live:
+        obj = await asyncio.to_thread(stand.order, name)
+        if obj is not None:
+            expected[order_workflow_id(stand.namespace, name, obj["metadata"]["uid"])] = name
+    running = [wf.id async for wf in fs.client.list_workflows(running_order_query(fs.task_queue))]
+    orphans = sorted(wid for wid in running if wid not in expected)
+    missing = sorted(name for wid, name in expected.items() if wid not in running)
+    return orphans, missing
+
+
+def _owned_once(fs: FaultStand) -> dict[str, dict[str, list[str]]]:
+    """What is off: per order (live or deleted), the kinds not held exactly once (live) or held (deleted)."""
+    wrong: dict[str, dict[str, list[str]]] = {}
+    for name in fs.live:
+        found = owned(fs.stand, name)
+        off = {kind: names for kind, names in found.items() if len(names) != 1}
+        if off:
+            wrong[name] = off
+    for name in fs.deleted:
+        left = {kind: names for kind, names in owned(fs.stand, name).items() if names}
+        if left:
+            wrong[name] = left
+    return wrong
