@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -163,8 +163,23 @@ class TemporalSettings(BaseModel):
 
 
 class ExposureSettings(BaseModel):
-    # {name} and {namespace} of the order; the result is the host of an External endpoint.
+    # {name} and {namespace} of the order; the result is the host of an External endpoint, unless
+    # publicDomainTemplate is set.
     domainTemplate: str = "{name}.{namespace}.ai.example.com"
+    # The platform's public domain template (Deckhouse's global.modules.publicDomainTemplate, e.g.
+    # "%s.example.com"): when set, an External endpoint's host is this template with %s replaced by
+    # "{name}-{namespace}" (activities/builders/exposure.py), and domainTemplate is not used.
+    publicDomainTemplate: str | None = None
+
+    @field_validator("publicDomainTemplate")
+    @classmethod
+    def _one_placeholder(cls, value: str | None) -> str | None:
+        if not value:
+            return None
+        if value.count("%s") != 1 or "%" in value.replace("%s", ""):
+            raise ValueError(f"exposure.publicDomainTemplate must contain %s exactly once, not {value!r}")
+        return value
+
     ingressClassName: str | None = None
     # Namespaces let in by each order's NetworkPolicy (besides the order's own and the module's):
     # where the ingress controller runs (External classes only), and where Prometheus scrapes

@@ -1,6 +1,6 @@
 """How an order is reached: the Ingress of an External class, and ``status.endpoint``.
 
-External → an Ingress ``{order}`` for the host ``settings.exposure.domainTemplate`` names, always
+External → an Ingress ``{order}`` for the host of ``external_host`` (the platform domain or ``domainTemplate``), always
 with TLS (the user guide promises an HTTPS URL), that publishes the path prefix ``/v1`` only.
 The user guide promises ``/v1/models``, ``/v1/chat/completions``, ``/v1/embeddings`` and
 ``/v1/rerank``; ``/v1`` is exactly what vLLM's API key guards, while vLLM serves much more
@@ -28,6 +28,7 @@ class may not carry ``https`` (the CRD refuses it) and nothing in-cluster termin
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -60,8 +61,29 @@ INGRESS_NGINX_ANNOTATIONS = {
 }
 
 
+# A DNS label: at most 63 characters.
+DNS_LABEL_MAX = 63
+
+
+def public_domain_label(name: str, namespace: str) -> str:
+    """The label an order takes under the platform's public domain: ``{name}-{namespace}``; when that
+    is longer than a DNS label may be, its first 54 characters, ``-`` and 8 hex digits of a digest
+    of ``namespace/name`` (distinct orders keep distinct hosts)."""
+    label = f"{name}-{namespace}".lower()
+    if len(label) <= DNS_LABEL_MAX:
+        return label
+    digest = hashlib.sha256(f"{namespace}/{name}".encode()).hexdigest()[:8]
+    return f"{label[: DNS_LABEL_MAX - 9].rstrip('-')}-{digest}"
+
+
 def external_host(order: InferenceService, settings: ModuleSettings) -> str:
-    """The host of an External endpoint: the domain template with the order's name and namespace."""
+    """The host of an External endpoint: under the platform's public domain when
+    ``exposure.publicDomainTemplate`` is set (``%s`` → :func:`public_domain_label`), else
+    ``exposure.domainTemplate`` with the order's name and namespace."""
+    public = settings.exposure.publicDomainTemplate
+    if public:
+        label = public_domain_label(order.metadata.name, order.metadata.namespace or "")
+        return public.replace("%s", label).lower()
     try:
         host = settings.exposure.domainTemplate.format(name=order.metadata.name, namespace=order.metadata.namespace)
     except (KeyError, IndexError) as err:

@@ -15,7 +15,7 @@ from activities.builders import (
     endpoint_status,
     external_host,
 )
-from activities.builders.exposure import CUSTOM_CERTIFICATE_LABEL
+from activities.builders.exposure import CUSTOM_CERTIFICATE_LABEL, public_domain_label
 from inference_api.settings import ExposureSettings, ModuleSettings
 from inference_api.types import ExposureType
 from tests import factories as f
@@ -162,3 +162,41 @@ def test_domain_template_with_unknown_placeholders_is_an_error() -> None:
     settings = ModuleSettings(exposure=ExposureSettings(domainTemplate="{name}.{cluster}.example.com"))
     with pytest.raises(ValueError, match="domainTemplate"):
         external_host(f.order(), settings)
+
+
+# ------------------------------------------------------------- the platform's public domain template
+
+
+def test_the_public_domain_template_gives_the_host_and_domain_template_is_not_used() -> None:
+    settings = ModuleSettings(
+        exposure=ExposureSettings(domainTemplate="{name}.{namespace}.unused", publicDomainTemplate="%s.Apps.Corp")
+    )
+    ingress = build_ingress(f.inputs(settings=settings))
+    assert ingress is not None
+    assert ingress["spec"]["rules"][0]["host"] == "support-llm-support.apps.corp"
+    status = endpoint_status(f.order(), f.external_token_certmanager(), settings)
+    assert status.url == "https://support-llm-support.apps.corp"
+
+
+def test_without_a_public_domain_template_domain_template_stands() -> None:
+    for unset in (None, ""):
+        settings = ModuleSettings(exposure=ExposureSettings(publicDomainTemplate=unset))
+        assert settings.exposure.publicDomainTemplate is None
+        assert endpoint_status(f.order(), f.external_token_certmanager(), settings).url == (
+            "https://support-llm.support.ai.example.com"
+        )
+
+
+def test_a_label_too_long_for_dns_is_shortened_with_a_digest() -> None:
+    name, namespace = "n" * 52, "s" * 63
+    label = public_domain_label(name, namespace)
+    assert len(label) == 63
+    assert label.startswith("n" * 52 + "-s-")
+    assert label != public_domain_label(name, "s" * 62 + "t")
+    assert public_domain_label("support-llm", "support") == "support-llm-support"
+
+
+@pytest.mark.parametrize("template", ["example.com", "%s.%s.example.com", "%d.example.com", "%s.%v.example.com"])
+def test_a_public_domain_template_without_exactly_one_placeholder_is_refused(template: str) -> None:
+    with pytest.raises(ValueError, match=r"exposure\.publicDomainTemplate must contain %s exactly once"):
+        ExposureSettings(publicDomainTemplate=template)
