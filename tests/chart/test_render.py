@@ -382,7 +382,9 @@ def test_deployment_runs_its_process_locked_down_with_probes(
     assert container["image"] == "ai-inference:0.1.0"
     assert {"name": port_name, "containerPort": port, "protocol": "TCP"} in container["ports"]
     for probe in ("livenessProbe", "readinessProbe"):
-        expected = {"path": "/healthz", "port": port_name}
+        # Live: /healthz; ready: /readyz (the worker and the watcher answer it from real state).
+        path = "/readyz" if probe == "readinessProbe" and port_name == "health" else "/healthz"
+        expected = {"path": path, "port": port_name}
         assert container[probe]["httpGet"] == (expected | {"scheme": "HTTPS"} if port_name == "https" else expected)
     sc = container["securityContext"]
     assert sc["readOnlyRootFilesystem"] is True
@@ -763,7 +765,12 @@ def test_the_admin_guide_tables_the_workers_rules() -> None:
 def test_prometheus_rule_alerts(docs: list[Doc]) -> None:
     rule = find(docs, "PrometheusRule", "ai-inference")
     alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
-    assert set(alerts) == {"D8AIInferenceCapacityPreempted", "D8AIInferenceDonorHeldAtLoweredBound"}
+    assert set(alerts) == {
+        "D8AIInferenceCapacityPreempted",
+        "D8AIInferenceDonorHeldAtLoweredBound",
+        "D8AIInferenceOrderNotReady",
+        "D8AIInferenceWorkflowTaskFailing",
+    }
 
     preempted = alerts["D8AIInferenceCapacityPreempted"]
     assert "increase(ai_inference_capacity_preemptions_total[10m])" in preempted["expr"]
@@ -790,7 +797,12 @@ def test_prometheus_operator_objects_render_only_where_the_api_is_served(helm: H
     assert of_kind(docs, "PodMonitor") == []
     docs = helm.render({"monitoring.prometheusRule.enabled": False}, api_versions=MONITORING_APIS)
     assert of_kind(docs, "PrometheusRule") == []
-    assert len(of_kind(docs, "PodMonitor")) == 2
+    assert {d["metadata"]["name"] for d in of_kind(docs, "PodMonitor")} == {
+        "ai-inference-worker",
+        "ai-inference-watcher",
+        "ai-inference-planner",
+        "ai-inference-runtime",
+    }
 
 
 def test_readme_documents_the_metrics_and_the_values() -> None:
@@ -807,23 +819,22 @@ def test_readme_documents_the_metrics_and_the_values() -> None:
         assert text in readme, text
     values = yaml.safe_load((CHART_DIR / "values.yaml").read_text())
 
+    # Kubernetes objects passed through whole are documented as one value.
+    whole = {"resources", "podSecurityContext", "containerSecurityContext"}
+
     def leaves(node: Any, prefix: str = "") -> list[str]:
-        if isinstance(node, dict) and node:
+        if isinstance(node, dict) and node and prefix.rstrip(".").rsplit(".", 1)[-1] not in whole:
             return [leaf for k, v in node.items() for leaf in leaves(v, f"{prefix}{k}.")]
         return [prefix.rstrip(".")]
 
-    keys = [
-        *leaves(values["aiInference"], "aiInference."),
-        "namespace",
-        "defaultClass.clusterIssuerName",
-    ]
-    for key in keys:
-        assert f"`{key}`" in readme, key
+    for key in leaves(values):
+        assert f"`{key}`" in readme or f"`{key.rsplit('.', 1)[0]}.*`" in readme, key
 
 
 def test_grafana_dashboards_cover_the_runtime_metrics(helm: Helm, docs: list[Doc]) -> None:
     maps = [d for d in of_kind(docs, "ConfigMap") if d["metadata"]["labels"].get("grafana_dashboard") == "1"]
     assert {m["metadata"]["name"] for m in maps} == {
+        "ai-inference-dashboard-module",
         "ai-inference-dashboard-performance",
         "ai-inference-dashboard-queries",
     }
@@ -845,7 +856,8 @@ def test_grafana_dashboards_cover_the_runtime_metrics(helm: Helm, docs: list[Doc
         assert metric in queries
     for metric in VLLM_METRICS:
         assert metric in performance + queries
-    assert of_kind(helm.render({"monitoring.grafanaDashboards.enabled": False}), "ConfigMap") == []
+    off = helm.render({"monitoring.grafanaDashboards.enabled": False})
+    assert [m["metadata"]["name"] for m in of_kind(off, "ConfigMap")] == ["ai-inference-prometheus-adapter-rules"]
 
 
 # -- examples ---------------------------------------------------------------------------------

@@ -6,7 +6,14 @@ Deployment): the two series the watcher had keep their names and labels (``kind=
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from datetime import datetime
+from typing import Any
+
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 EVENTS_HANDLED = Counter(
     "ai_inference_watcher_events",
@@ -38,3 +45,62 @@ RESYNC_ACTIONS = Counter(
 )
 ORDERS_KNOWN = Gauge("ai_inference_watcher_orders", "Orders of this observer's shard in its cache.")
 PENDING_SIGNALS = Gauge("ai_inference_watcher_pending_signals", "Signals queued or waiting for a retry.")
+
+
+class OrderStatusCollector(Collector):
+    """The orders of this observer's shard as its informer cache holds them, read at each scrape (no
+    bookkeeping of its own):
+
+    * ``ai_inference_orders{phase,reason}``: how many orders are in each phase, with the reason;
+    * ``ai_inference_order_not_ready_seconds{namespace,name,phase,reason}``: for each order whose
+      ``Ready`` condition is not ``True`` (and that is not being deleted), how long it has been so: since
+      that condition's ``lastTransitionTime``, else since the order was created.
+    """
+
+    def __init__(self) -> None:
+        self._orders: Callable[[], Iterable[Mapping[str, Any]]] | None = None
+
+    def watch(self, orders: Callable[[], Iterable[Mapping[str, Any]]]) -> None:
+        """Read ``orders()`` from now on (the latest observer of the process)."""
+        self._orders = orders
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        by_phase = GaugeMetricFamily(
+            "ai_inference_orders", "Orders of this observer's shard by phase and reason.", labels=["phase", "reason"]
+        )
+        not_ready = GaugeMetricFamily(
+            "ai_inference_order_not_ready_seconds",
+            "Seconds since each order's Ready condition left True (or since it was created, if it never was).",
+            labels=["namespace", "name", "phase", "reason"],
+        )
+        counts: dict[tuple[str, str], int] = {}
+        now = time.time()
+        for order in self._orders() if self._orders is not None else ():
+            meta = order.get("metadata") or {}
+            status = order.get("status") or {}
+            phase, reason = str(status.get("phase") or "Pending"), str(status.get("reason") or "")
+            counts[(phase, reason)] = counts.get((phase, reason), 0) + 1
+            ready = next((c for c in status.get("conditions") or () if c.get("type") == "Ready"), {})
+            if ready.get("status") == "True" or meta.get("deletionTimestamp"):
+                continue
+            since = _epoch(ready.get("lastTransitionTime")) or _epoch(meta.get("creationTimestamp"))
+            if since is not None:
+                labels = [str(meta.get("namespace") or ""), str(meta.get("name") or ""), phase, reason]
+                not_ready.add_metric(labels, max(0.0, now - since))
+        for (phase, reason), count in sorted(counts.items()):
+            by_phase.add_metric([phase, reason], count)
+        yield by_phase
+        yield not_ready
+
+
+def _epoch(timestamp: object) -> float | None:
+    if not isinstance(timestamp, str) or not timestamp:
+        return None
+    try:
+        return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+ORDER_STATUS = OrderStatusCollector()
+REGISTRY.register(ORDER_STATUS)

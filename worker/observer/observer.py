@@ -36,7 +36,7 @@ from inference_api.types import CLASSES, GROUP, VERSION, InferenceServiceClass
 from worker.observer import decisions as d
 from worker.observer import informer as inf
 from worker.observer.informer import Change, Informer, InformerItem, Listed, ListWatch, Resource
-from worker.observer.metrics import EVENTS_HANDLED, ORDERS_KNOWN
+from worker.observer.metrics import EVENTS_HANDLED, ORDER_STATUS, ORDERS_KNOWN
 from worker.observer.outbox import Outbox, signal_to
 from worker.observer.prober import Prober, ProbeSpec
 from worker.observer.resync import Resync
@@ -100,6 +100,8 @@ class Observer:
         self._watches: list[ListWatch] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self._rng = random.Random()
+        # ai_inference_orders / ai_inference_order_not_ready_seconds, read from this cache at each scrape.
+        ORDER_STATUS.watch(lambda: [o for o in self.orders.cache.values() if self.mine(str(d.meta(o).get("uid")))])
 
     # ------------------------------------------------------------------------- lookups
 
