@@ -310,9 +310,11 @@ def replan(
     try:
         outcome = asyncio.run(main())
     except WorkflowUpdateFailedError as err:
+        # The validator's own words (an ApplicationError's message, without the type of the error).
+        why = str(getattr(err.cause, "message", None) or err.cause)
         if output == Output.JSON:
-            emit(output, {"order": order, "refused": True, "message": str(err.cause)}, "")
-        fail(ExitCode.REFUSED, f"replan refused: {err.cause}")
+            emit(output, {"order": order, "refused": True, "message": why}, "")
+        fail(ExitCode.REFUSED, f"replan refused: {why}")
     except TemporalCredentialsError as err:
         fail(ExitCode.FAILED, str(err))
     except (RPCError, RuntimeError) as err:

@@ -13,6 +13,7 @@ plane:
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -28,6 +29,7 @@ from typing import Any
 import httpx
 import pytest
 from google.protobuf.duration_pb2 import Duration
+from kubernetes.client import ApiClient, CustomObjectsApi
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
 from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
@@ -39,6 +41,7 @@ from devstack.cluster.launcher import LocalCluster
 from devstack.temporal_dev import temporal_binary
 from inference_api.observation import ORDER_WORKFLOW_TYPE, OrderSignal
 from inference_api.payloads import OrderRef, order_workflow_id
+from inference_api.types import GROUP, ORDERS, VERSION
 from worker.cli import ExitCode
 from worker.search_attribute_registration import SearchAttributeError, ensure_search_attributes
 from workflows.order import OrderState
@@ -170,8 +173,53 @@ def stopped_then_resumed(server: DevServer, process: Process) -> tuple[httpx.Res
     return not_ready, live
 
 
+async def refused_replan(
+    client: Client, api: ApiClient, namespace: str, task_queue: str, kubeconfig: str, server: DevServer
+) -> dict[str, Any]:
+    """An order of a class that does not exist, its workflow started as the observer would; once it
+    has stopped at ClassResolved=False, ``ai-inference replan -o json``: its exit status and object."""
+    custom = CustomObjectsApi(api)
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "InferenceService",
+        "metadata": {"name": "no-class", "namespace": namespace},
+        "spec": {"inferenceServiceClassName": "no-such-class", "model": {"src": "HuggingFace", "ref": {"name": "a/b"}}},
+    }
+    made = custom.create_namespaced_custom_object(GROUP, VERSION, namespace, ORDERS, body)
+    ref = OrderRef(namespace=namespace, name="no-class", uid=made["metadata"]["uid"])
+    await client.start_workflow(
+        ORDER_WORKFLOW_TYPE,
+        OrderState(ref=ref),
+        id=order_workflow_id(ref.namespace, ref.name, ref.uid),
+        task_queue=task_queue,
+        start_signal=OrderSignal.SPEC_CHANGED,
+        start_signal_args=[1],
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        status = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, ORDERS, "no-class").get("status") or {}
+        if any(c["type"] == "ClassResolved" and c["status"] == "False" for c in status.get("conditions") or []):
+            break
+        assert time.monotonic() < deadline, f"the order did not stop at ClassResolved=False: {status}"
+        time.sleep(0.5)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AI_INFERENCE_")}
+    env.update(module_env(server, task_queue))
+    result = subprocess.run(
+        [str(SCRIPTS / "ai-inference"), "replan", f"{namespace}/no-class", "-o", "json", "--kubeconfig", kubeconfig],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == ExitCode.REFUSED, result.stdout + result.stderr
+    assert result.stderr.startswith("replan refused: nothing to replan")
+    answer: dict[str, Any] = json.loads(result.stdout)
+    assert answer["order"] == f"{namespace}/no-class"
+    return answer
+
+
 async def test_the_worker_registers_the_search_attributes_and_an_order_workflow_runs(
-    fresh_temporal: DevServer, local_cluster: LocalCluster, tmp_path: Path
+    fresh_temporal: DevServer, local_cluster: LocalCluster, kube_admin: ApiClient, namespace: str, tmp_path: Path
 ) -> None:
     client = await fresh_temporal.client()
     assert not {key.name for key in ALL_KEYS} & set(await registered(client)), "the dev server is not fresh"
@@ -215,6 +263,11 @@ async def test_the_worker_registers_the_search_attributes_and_an_order_workflow_
             time.sleep(0.5)
             found = [w.id async for w in client.list_workflows(f'OrderName = "{ref.name}"')]
         assert found == [handle.id]
+
+        # A replan the workflow refuses: exit 3, and -o json says why.
+        order = await refused_replan(client, kube_admin, namespace, task_queue, kubeconfig, fresh_temporal)
+        assert order["refused"] is True
+        assert order["message"].startswith("nothing to replan: the order stops before planning, ClassResolved=False")
 
         # Temporal stopped: not ready, with the reason; still live. Resumed: ready again.
         not_ready, live = stopped_then_resumed(fresh_temporal, worker)
