@@ -1,6 +1,6 @@
 """Shared fixtures. Real components are plugins in tests/fixtures/ (binaries, cluster, temporal).
 
-Each plugin marks the tests whose fixtures need it (``binaries``, ``cluster``, ``temporal``; derived
+Each plugin marks the tests whose fixtures need it (``binaries``, ``cluster``, ``temporal``, ``vllm``; derived
 from the fixture closure, not written by hand), so the fast path that needs no built binary and no
 service is ``pytest -m "not cluster and not temporal and not binaries"``.
 """
@@ -9,4 +9,5 @@ pytest_plugins = [
     "tests.fixtures.binaries",
     "tests.fixtures.cluster",
     "tests.fixtures.temporal",
+    "tests.fixtures.vllm",
 ]
