@@ -84,7 +84,7 @@ def test_the_observer_registers_its_order_gauges_on_the_default_registry() -> No
 
     from worker.observer import metrics
 
-    assert metrics.ORDER_STATUS in REGISTRY._collector_to_names  # type: ignore[attr-defined]
+    assert metrics.ORDER_STATUS in REGISTRY._collector_to_names
     observer = (CHART_DIR.parents[2] / "worker" / "observer" / "observer.py").read_text()
     assert "ORDER_STATUS.watch(" in observer
 

@@ -80,7 +80,7 @@ class OrderStatusCollector(Collector):
             status = order.get("status") or {}
             phase, reason = str(status.get("phase") or "Pending"), str(status.get("reason") or "")
             counts[(phase, reason)] = counts.get((phase, reason), 0) + 1
-            ready = next((c for c in status.get("conditions") or () if c.get("type") == "Ready"), {})
+            ready: Mapping[str, Any] = next((c for c in status.get("conditions") or () if c.get("type") == "Ready"), {})
             if ready.get("status") == "True" or meta.get("deletionTimestamp"):
                 continue
             since = _epoch(ready.get("lastTransitionTime")) or _epoch(meta.get("creationTimestamp"))
