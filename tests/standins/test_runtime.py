@@ -240,11 +240,11 @@ def test_resolve_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_subprocess_runtime_auth_failure_stop_and_restart(tmp_path: Path, client: httpx.Client) -> None:
     flag = tmp_path / "fail"
-    with RuntimeProcess(MODEL, token=TOKEN, fail_file=flag, runtime_version="0.11.0") as process:
+    with RuntimeProcess(MODEL, token=TOKEN, fail_file=flag, runtime_version="0.33.0") as process:
         url = process.url
         assert client.get(f"{url}/v1/models").status_code == 401
         assert client.get(f"{url}/v1/models", headers=AUTH).json()["data"][0]["id"] == MODEL
-        assert client.get(f"{url}/version").json() == {"version": "0.11.0"}
+        assert client.get(f"{url}/version").json() == {"version": "0.33.0"}
         process.fail()
         assert client.get(f"{url}/v1/models", headers=AUTH).status_code == 503
         process.recover()
