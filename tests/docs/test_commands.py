@@ -226,7 +226,7 @@ def _conditions(ready: bool, now: str, generation: int) -> list[dict[str, Any]]:
                 "Ready", True, "ProbeSucceeded", "the API answers: GET /v1/models lists Qwen/Qwen2.5-32B-Instruct-AWQ"
             ),
             cond("ScalingHealthy", True, "ScalingAllowed", "the autoscaler may grow the order"),
-            cond("RuntimeCurrent", True, "RuntimeUpToDate", "All 1 replica(s) run the shipped runtime release 0.11.0."),
+            cond("RuntimeCurrent", True, "RuntimeUpToDate", "All 1 replica(s) run the shipped runtime release 0.33.0."),
         ]
     return [
         cond("ClassResolved", True, "ClassResolved", "class default-llm is Ready"),
