@@ -59,8 +59,10 @@ async def test_an_api_call_never_answered_gives_up_instead_of_holding_its_thread
 
 
 async def test_api_errors_timeouts_and_cut_watches(
-    fault_stand: FaultStand, kube_proxy: KubeFaultProxy, local_cluster: LocalCluster, tmp_path: Path
+    kube_proxy: KubeFaultProxy, fault_stand: FaultStand, local_cluster: LocalCluster, tmp_path: Path
 ) -> None:
+    # kube_proxy first: set up before the stand, torn down after it (the stand's teardown deletes the
+    # orders through the worker, which talks through the proxy).
     fs = fault_stand
     proxied = kube_proxy.kubeconfig(local_cluster.kubeconfig("admin"), tmp_path / "proxied.yaml")
     fs.kill_worker()

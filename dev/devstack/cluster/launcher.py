@@ -74,6 +74,8 @@ class ProcessRecord:
     binary: str
     log: str
     ports: dict[str, int] = field(default_factory=dict)
+    # The command line's arguments: ``restart`` starts the component again with them.
+    args: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -502,8 +504,34 @@ class LocalCluster:
                 start_new_session=True,
             )
         self._children[proc.pid] = proc
-        state.processes.append(ProcessRecord(name, proc.pid, str(binary), str(log), ports))
+        state.processes.append(ProcessRecord(name, proc.pid, str(binary), str(log), ports, list(args)))
         state.save(self._state_file)  # recorded at once, so ``down`` can stop a half-started cluster
+
+    def restart(self, name: str = "kube-apiserver", timeout: float = 60, kill: bool = False) -> float:
+        """Stop one component (SIGTERM, or SIGKILL with ``kill``) and start it again with the same
+        arguments, ports and data; waits for the apiserver's /readyz. Returns the seconds that took."""
+        started = time.monotonic()
+        with self._lock():
+            state = self.state()
+            if state is None:
+                raise ClusterError(f"no cluster in {self.state_dir}")
+            rec = next(p for p in state.processes if p.name == name)
+            if not rec.args:
+                raise ClusterError(f"{name} was started by a launcher that kept no arguments: `cluster down` and up")
+            if kill:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(rec.pid, signal.SIGKILL)
+            else:
+                self._terminate([rec], grace=10, say=lambda _line: None)
+            self._reap(rec.pid, block=True)
+            ports = set(rec.ports.values())
+            kube.wait_until(lambda: not (ports & listening_ports()), timeout=timeout, what=f"{name} ports to close")
+            state.processes.remove(rec)
+            self._spawn(state, name, Path(rec.binary), rec.args, rec.ports)
+            ctx = ssl.create_default_context(cafile=str(self.pki.ca_cert))
+            token = self.pki.tokens()["admin"]
+            self._wait_http(state, f"{state.server}/readyz", ctx, token, timeout, "kube-apiserver /readyz")
+        return time.monotonic() - started
 
     def _check_processes(self, state: ClusterState) -> None:
         for rec in state.processes:

@@ -1,0 +1,58 @@
+"""The catalog's lookup service (the REST stand-in) down while catalog orders are made, edited and deleted.
+
+Orders name ClusterModels the lookup service answers for; it is stopped for 30 s and started again on
+the same port. The resolve activity's retry policy backs off to at most 30 s (K8S_RETRY), so 30 s down
+shows the orders waiting out at least one full backoff and converging after; a minute would only add
+time. Ends with the shared convergence check (tests/faults/churn.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from devstack.standins.catalog_service import CatalogServiceProcess
+from inference_api.catalog_types import ModelFacts
+from inference_api.types import EndpointType, ModelKind
+from tests.faults.churn import FaultStand, churn
+
+DOWN_SECONDS = 30
+
+
+@pytest.fixture
+def catalog() -> Iterator[CatalogServiceProcess]:
+    with CatalogServiceProcess([]) as service:
+        for name, repo, size in (
+            ("faults-small", "Qwen/Qwen2.5-0.5B-Instruct", "0.5B"),
+            ("faults-larger", "Qwen/Qwen2.5-1.5B-Instruct", "1.5B"),
+        ):
+            facts = ModelFacts(parameterCount=size, format="safetensors", endpointTypes=[EndpointType.CHAT])
+            service.put_model(ModelKind.CLUSTER_MODEL, name, ready=True, source=f"hf://{repo}", facts=facts)
+        yield service
+
+
+async def test_the_catalog_lookup_service_down(fault_stand: FaultStand, catalog: CatalogServiceProcess) -> None:
+    fs = fault_stand
+    fs.model = {"src": "ai-models", "ref": {"kind": "ClusterModel", "name": "faults-small"}}
+    fs.edit_patch = {"spec": {"model": {"ref": {"name": "faults-larger"}}}}
+    fs.kill_worker()
+    fs.kill_observer()
+    fs.processes.env.update(
+        {
+            "AI_INFERENCE_AIMODELS__CATALOGLOOKUP__BASEURL": catalog.base_url,
+            "AI_INFERENCE_AIMODELS__CATALOGLOOKUP__TIMEOUTSECONDS": "2",
+            "AI_INFERENCE_AIMODELS__CATALOGLOOKUP__ALLOWINSECUREHTTP": "true",
+        }
+    )
+    fs.start_worker()
+    fs.start_observer()
+
+    async def catalog_down() -> None:
+        await asyncio.sleep(2)
+        catalog.stop()
+        await asyncio.sleep(DOWN_SECONDS)
+        catalog.restart()
+
+    await churn(fs, catalog_down)
