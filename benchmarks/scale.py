@@ -225,6 +225,7 @@ class EngineWorld:
     http: httpx.AsyncClient
     latest: dict[str, StatusUpdate] = field(default_factory=dict)
     refs: dict[str, OrderRef] = field(default_factory=dict)
+    keys: dict[str, str] = field(default_factory=dict)  # uid -> key
     tokens: dict[str, str] = field(default_factory=dict)
     models: dict[str, str] = field(default_factory=dict)
     timings: dict[str, OrderTimings] = field(default_factory=dict)
@@ -305,6 +306,7 @@ class EngineRun:
         ref = OrderRef(namespace="support", name=name, uid=order.metadata.uid or "")
         self.engine.world.orders[ref.key] = order
         self.engine.refs[ref.key] = ref
+        self.engine.keys[ref.uid] = ref.key
         if timings is not None:
             self.engine.timings[ref.key] = timings
         self.outbox.put(signal_to(ref, OrderSignal.SPEC_CHANGED, [1], start=True))
@@ -388,7 +390,7 @@ async def engine_tier(
                 )
 
             def state_of(uid: str) -> d.Serving:
-                key = next((k for k, r in engine.refs.items() if r.uid == uid), None)
+                key = engine.keys.get(uid)
                 return engine.serving(key) if key else d.Serving.NO
 
             flips: list[HealthReport] = []
