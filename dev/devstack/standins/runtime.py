@@ -10,6 +10,11 @@ Run it::
     python -m devstack.standins.runtime --port 8000 --model Qwen/Qwen2.5-7B-Instruct \\
         [--token-file /path/to/token] [--fail-file /path/to/flag] [--port-file /path/to/port]
 
+or, many orders from one port (``MultiplexedRuntime``: each order under ``/o/<namespace>/<name>``, or
+named by ``Host: <name>.<namespace>``, added with ``POST /admin/orders``)::
+
+    python -m devstack.standins.runtime --multiplexed --port 8000
+
 Routes (answers are deterministic: the same request gets the same bytes):
 
 * ``GET /v1/models``; ``POST /v1/chat/completions`` (``stream: true`` gives server-sent
