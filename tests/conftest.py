@@ -10,4 +10,5 @@ pytest_plugins = [
     "tests.fixtures.cluster",
     "tests.fixtures.temporal",
     "tests.fixtures.vllm",
+    "tests.metrics.fixtures",
 ]

@@ -1,20 +1,23 @@
-"""The worker's /metrics and the chart's capacity alerts, evaluated over scrapes of the real endpoint.
+"""The worker's /metrics and the chart's capacity alerts, judged by promtool over scrapes of the real endpoint.
 
-The PrometheusRule is rendered from the chart (helm template), its expressions are evaluated by
-``tests/preemption/promql.py`` (exactly these expression shapes; see why there and in
-docs/preemption.md) against samples scraped over HTTP from ``worker.processes.serve_health``,
-whose values are set by the real metrics activity. Scrape times are the test's clock: one
-scrape and one rule evaluation per simulated minute.
+The worker's real HTTP server (``worker.processes.serve_health``) serves the series the real
+metrics activity sets; the test scrapes ``/metrics`` over HTTP once per simulated minute, writes
+what it got as promtool input series (a series missing from a scrape is a staleness marker, as
+Prometheus writes it), and asks Prometheus' rule engine (``promtool test rules`` over the chart's
+PrometheusRule, rendered with helm) which alerts are pending or firing at each minute, through
+the ``ALERTS`` series. The alerts' own unit tests (labels, annotations, windows) are the files of
+``tests/metrics/rules/``; live Prometheus judges them in ``test_metrics_e2e.py``.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 import pytest_asyncio
+import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
@@ -22,30 +25,26 @@ from prometheus_client.parser import text_string_to_metric_families
 from activities.metrics import HELD, PREEMPTION_METRICS, PREEMPTIONS, PreemptionMetricsCollector
 from activities.preemption import PreemptionActivities
 from inference_api.preemption import PreemptionMetrics, ReplicaCount
-from tests.chart.helm import MONITORING_APIS, Helm
+from tests.metrics.promtool import RULES_FILE, Promtool, series_selector, series_values, write_test_file
 from worker.processes import serve_health
-
-from .promql import Labels, Timeline, UnsupportedExpressionError, alert_states, evaluate, seconds
 
 PREEMPTED = "D8AIInferenceCapacityPreempted"
 HELD_ALERT = "D8AIInferenceDonorHeldAtLoweredBound"
 DC = "nvidia-hopper-s3-shared"
-MINUTE = 60.0
+Labels = tuple[tuple[str, str], ...]
+# minute -> alert name -> {output labels: "pending" | "firing"} (an empty dict: no alert)
+Expectations = dict[int, dict[str, dict[Labels, str]]]
 
 
-@pytest.fixture(scope="module")
-def rules(helm: Helm) -> dict[str, dict[str, Any]]:
-    docs = helm.render(api_versions=MONITORING_APIS)
-    rule = next(d for d in docs if d["kind"] == "PrometheusRule" and d["metadata"]["name"] == "ai-inference")
-    return {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"] if "alert" in r}
+def labels(**kw: str) -> Labels:
+    return tuple(sorted(kw.items()))
 
 
 class Endpoint:
     def __init__(self, url: str, collector: PreemptionMetricsCollector) -> None:
         self.url = url
         self.collector = collector
-        self.timeline = Timeline()
-        self.now = 0.0
+        self.scrapes: list[dict[tuple[str, Labels], float]] = []  # one per simulated minute, from 0m
         self.activities = PreemptionActivities(metrics=collector)
 
     async def publish(self, preemptions: dict[str, int], held: dict[str, int]) -> None:
@@ -66,18 +65,47 @@ class Endpoint:
         samples: dict[tuple[str, Labels], float] = {}
         for family in text_string_to_metric_families(response.text):
             for sample in family.samples:
-                samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-        self.timeline.add(self.now, samples)
+                if sample.name.startswith("ai_inference_"):
+                    samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+        self.scrapes.append(samples)
         return response.text
 
-    async def minutes(self, count: int) -> list[float]:
-        """One scrape per minute; returns the evaluation times."""
-        times = []
+    async def minutes(self, count: int) -> int:
+        """One scrape per minute; returns the minute of the last one."""
         for _ in range(count):
-            self.now += MINUTE
             await self.scrape()
-            times.append(self.now)
-        return times
+        return len(self.scrapes) - 1
+
+    def input_series(self) -> list[dict[str, str]]:
+        keys = sorted({key for scrape in self.scrapes for key in scrape})
+        return [
+            {
+                "series": series_selector(name, dict(lbls)),
+                "values": series_values([s.get((name, lbls)) for s in self.scrapes]),
+            }
+            for name, lbls in keys
+        ]
+
+
+def judge(promtool: Promtool, workdir: Path, endpoint: Endpoint, expected: Expectations) -> None:
+    """promtool evaluates the chart's rules over the scrapes: ALERTS must be ``expected`` at each minute."""
+    rules = yaml.safe_load((workdir / RULES_FILE).read_text())
+    rule_labels = {r["alert"]: r.get("labels", {}) for g in rules["groups"] for r in g["rules"] if "alert" in r}
+    cases: list[dict[str, Any]] = []
+    for minute, alerts in sorted(expected.items()):
+        for alert, states in alerts.items():
+            samples = [
+                {
+                    "labels": series_selector(
+                        "ALERTS", {**rule_labels[alert], **dict(out), "alertname": alert, "alertstate": state}
+                    ),
+                    "value": 1,
+                }
+                for out, state in states.items()
+            ]
+            cases.append({"expr": f'ALERTS{{alertname="{alert}"}}', "eval_time": f"{minute}m", "exp_samples": samples})
+    test = {"interval": "1m", "input_series": endpoint.input_series(), "promql_expr_test": cases}
+    promtool.test_rules(write_test_file(workdir / "scraped.yaml", [test]), workdir / RULES_FILE)
 
 
 @pytest_asyncio.fixture
@@ -94,27 +122,9 @@ async def endpoint() -> AsyncIterator[Endpoint]:
         await server.wait_closed()
 
 
-def labels(**kw: str) -> Labels:
-    return tuple(sorted(kw.items()))
-
-
-def states(rule: dict[str, Any], endpoint: Endpoint, evaluations: list[float]) -> dict[Labels, str]:
-    return alert_states(rule["expr"], seconds(rule.get("for", "0s")), endpoint.timeline, evaluations)
-
-
-async def test_the_rule_is_what_this_evaluator_reads(rules: dict[str, dict[str, Any]]) -> None:
-    assert set(rules) >= {PREEMPTED, HELD_ALERT}
-    assert PREEMPTIONS in rules[PREEMPTED]["expr"]
-    assert HELD in rules[HELD_ALERT]["expr"]
-    assert rules[HELD_ALERT]["for"] == "30m"
-    assert "for" not in rules[PREEMPTED]
-    with pytest.raises(UnsupportedExpressionError):
-        evaluate("rate(x[5m]) > 0", Timeline(), 0)
-
-
 async def test_health_and_metrics_on_one_port(endpoint: Endpoint) -> None:
     async with httpx.AsyncClient() as http:
-        assert (await http.get(endpoint.url + "/healthz")).text == "ok\n"
+        assert (await http.get(endpoint.url + "/healthz")).text.startswith("ok")
     text = await endpoint.scrape()
     assert any(
         line.startswith("# TYPE ai_inference_capacity_preemptions") and line.endswith(" counter")
@@ -126,64 +136,47 @@ async def test_health_and_metrics_on_one_port(endpoint: Endpoint) -> None:
 def test_the_process_registry_serves_the_preemption_metrics() -> None:
     assert PREEMPTION_METRICS in list(REGISTRY._collector_to_names)  # what the worker's /metrics serves
     assert HELD.encode() in generate_latest(REGISTRY)
+    assert PREEMPTIONS.startswith("ai_inference_capacity_preemptions")
 
 
 async def test_a_preemption_fires_capacity_preempted_and_a_long_hold_fires_held_at_lowered_bound(
-    rules: dict[str, dict[str, Any]], endpoint: Endpoint
+    promtool: Promtool, rules_workdir: Path, endpoint: Endpoint
 ) -> None:
-    preempted, held = rules[PREEMPTED], rules[HELD_ALERT]
     recipient = labels(device_class=DC, recipient_namespace="support", recipient="high")
     donor = labels(device_class=DC, donor_namespace="support", donor="low")
+    expected: Expectations = {}
 
     # Two orders joined the device class: counters at 0, nothing held. No alert.
     await endpoint.publish({"high": 0, "low": 0}, {})
     quiet = await endpoint.minutes(3)
-    assert states(preempted, endpoint, quiet) == {}
-    assert states(held, endpoint, quiet) == {}
+    expected[quiet] = {PREEMPTED: {}, HELD_ALERT: {}}
 
     # A preemption: the counter steps to 1, one replica is held.
     await endpoint.publish({"high": 1, "low": 0}, {"low": 1})
     step = await endpoint.minutes(2)
-    assert states(preempted, endpoint, quiet + step) == {recipient: "firing"}
-    assert evaluate(preempted["expr"], endpoint.timeline, step[-1]) == {recipient: 1.0}
-    assert states(held, endpoint, quiet + step) == {donor: "pending"}
+    expected[step] = {PREEMPTED: {recipient: "firing"}, HELD_ALERT: {donor: "pending"}}
 
-    # Ten minutes on, no new preemption: CapacityPreempted resolves; the hold fires after 30 minutes.
+    # 29 minutes on, no new preemption: CapacityPreempted resolved; the hold fires after 30 minutes.
     later = await endpoint.minutes(29)
-    timeline = quiet + step + later
-    assert states(preempted, endpoint, timeline) == {}
-    assert states(held, endpoint, timeline) == {donor: "firing"}
-    assert evaluate(held["expr"], endpoint.timeline, timeline[-1]) == {donor: 1.0}
+    expected[later - 1] = {HELD_ALERT: {donor: "pending"}}
+    expected[later] = {PREEMPTED: {}, HELD_ALERT: {donor: "firing"}}
 
     # The donor is restored: its series goes, the alert resolves; the counter stays where it was.
     await endpoint.publish({"high": 1, "low": 0}, {})
     after = await endpoint.minutes(2)
-    assert states(held, endpoint, timeline + after) == {}
-    assert states(preempted, endpoint, timeline + after) == {}
+    expected[after] = {PREEMPTED: {}, HELD_ALERT: {}}
+    judge(promtool, rules_workdir, endpoint, expected)
 
 
-async def test_a_worker_restart_counts_nothing_twice(rules: dict[str, dict[str, Any]], endpoint: Endpoint) -> None:
+async def test_a_worker_restart_counts_nothing_twice(
+    promtool: Promtool, rules_workdir: Path, endpoint: Endpoint
+) -> None:
     """The totals come from workflow state: a new process exports the same total, not one more."""
-    preempted = rules[PREEMPTED]
     await endpoint.publish({"high": 3}, {"low": 1})
     first = await endpoint.minutes(12)
-    assert states(preempted, endpoint, first) == {}
     endpoint.collector.clear()  # the worker died: its series are gone
     gap = await endpoint.minutes(2)
     await endpoint.publish({"high": 3}, {"low": 1})  # the new worker's first publish: the same totals
     back = await endpoint.minutes(3)
-    assert states(preempted, endpoint, first + gap + back) == {}
-
-
-def test_the_evaluator_needs_two_samples_for_increase() -> None:
-    """Why every member's counter is exported at 0 first: a series born at 1 has not 'increased'."""
-    timeline = Timeline()
-    series = ("ai_inference_capacity_preemptions_total", labels(device_class=DC, recipient="x"))
-    expr = "sum by (device_class, recipient) (increase(ai_inference_capacity_preemptions_total[10m])) > 0"
-    timeline.add(60, {series: 1.0})
-    timeline.add(120, {series: 1.0})
-    assert evaluate(expr, timeline, 120) == {}
-    reset = Timeline()
-    for at, value in ((60, 5.0), (120, 0.0), (180, 2.0)):
-        reset.add(at, {series: value})
-    assert evaluate(expr, reset, 180) == {labels(device_class=DC, recipient="x"): 2.0}
+    expected: Expectations = {minute: {PREEMPTED: {}} for minute in (first, gap, back)}
+    judge(promtool, rules_workdir, endpoint, expected)

@@ -194,9 +194,30 @@ TOOLS: dict[str, Tool] = {
         ),
         stamp_recipe=True,
     ),
+    # The metrics parts of the local stack (dev/devstack/metrics/): Prometheus scrapes the stand-in
+    # runtimes and the module, the adapter serves custom.metrics.k8s.io to the HPA controller.
+    "prometheus": Tool(
+        key="prometheus",
+        module="github.com/prometheus/prometheus",
+        packages={name: f"github.com/prometheus/prometheus/cmd/{name}" for name in ("prometheus", "promtool")},
+        cgo=False,
+        # Upstream's release tags minus builtinassets (no web UI); remove_all_sd keeps only the
+        # file and HTTP discoveries the local stack uses and halves the build.
+        tags="netgo,remove_all_sd",
+        ldflags_template=("-s", "-w", "-X github.com/prometheus/common/version.Version={version}"),
+        stamp_recipe=True,
+    ),
+    "prometheus-adapter": Tool(
+        key="prometheus-adapter",
+        module="sigs.k8s.io/prometheus-adapter",
+        packages={"prometheus-adapter": "sigs.k8s.io/prometheus-adapter/cmd/adapter"},
+        cgo=False,
+        stamp_recipe=True,
+    ),
 }
 
 CONTROL_PLANE_TOOLS = ("k8s", "etcd", "kwok")
+METRICS_TOOLS = ("prometheus", "prometheus-adapter")
 
 
 def _patch_stamp(binary: Path) -> Path:
@@ -223,11 +244,18 @@ class Binaries:
     etcd: Path
     kwok: Path
     helm: Path
+    prometheus: Path
+    promtool: Path
+    prometheus_adapter: Path
 
     @classmethod
     def pinned(cls) -> Binaries:
         k8s, etcd, kwok, helm = (TOOLS[k].bin_dir for k in ("k8s", "etcd", "kwok", "helm"))
+        prometheus, adapter = (TOOLS[k].bin_dir for k in METRICS_TOOLS)
         return cls(
+            prometheus=prometheus / "prometheus",
+            promtool=prometheus / "promtool",
+            prometheus_adapter=adapter / "prometheus-adapter",
             kube_apiserver=k8s / "kube-apiserver",
             kube_controller_manager=k8s / "kube-controller-manager",
             kube_scheduler=k8s / "kube-scheduler",
