@@ -122,7 +122,7 @@ class Process:
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def until(self, path: str, status: int, timeout: float = 60) -> httpx.Response:
+    def until(self, path: str, status: int, timeout: float = 180) -> httpx.Response:
         deadline = time.monotonic() + timeout
         last = "no answer"
         while time.monotonic() < deadline:
@@ -165,11 +165,11 @@ def stopped_then_resumed(server: DevServer, process: Process) -> tuple[httpx.Res
     """readyz and healthz with the Temporal server stopped (SIGSTOP); readyz back after SIGCONT."""
     server.process.send_signal(signal.SIGSTOP)
     try:
-        not_ready = process.until("/readyz", 503, timeout=60)
+        not_ready = process.until("/readyz", 503, timeout=90)
         live = process.get("/healthz")
     finally:
         server.process.send_signal(signal.SIGCONT)
-    process.until("/readyz", 200, timeout=90)
+    process.until("/readyz", 200, timeout=180)
     return not_ready, live
 
 
