@@ -360,8 +360,10 @@ async def engine_tier(
     timeout: float,
     client: Client | None = None,
     repeats: int = 3,
+    workflow_task_slots: int | None = None,
 ) -> Report:
-    """``client``: a Temporal client to use (a test's dev server); None starts a dev server of its own."""
+    """``client``: a Temporal client to use (a test's dev server); None starts a dev server of its own.
+    ``workflow_task_slots``: the worker's concurrent workflow tasks (None: the production worker's)."""
     report = Report(f"workflow-engine tier: {orders} orders (Temporal dev server, fakes, real prober)")
     report.header()
     rng = random.Random(7)
@@ -400,7 +402,8 @@ async def engine_tier(
                 outbox.put(signal_to(ref, OrderSignal.HEALTH_CHANGED, [health_report]))
 
             prober = Prober(health, 64, candidates, spec_of, state_of, report_health)
-            worker = build_worker(client, task_queue, engine.activities())
+            slots = {"max_concurrent_workflow_tasks": workflow_task_slots} if workflow_task_slots else {}
+            worker = build_worker(client, task_queue, engine.activities(), **slots)
             tasks = [asyncio.create_task(c) for c in (worker.run(), outbox.run(), prober.run())]
             try:
                 # The order alone (median of three), before anything else runs.
@@ -444,6 +447,8 @@ async def engine_tier(
     report.add(f"one order alone (median of {repeats})", f"{alone:.2f} s to Ready")
     report.add(f"{orders} orders at once", f"{batch:.1f} s to all Ready, {orders / batch:.1f} orders/s")
     report.add(f"late order while {orders} serve", f"{late:.2f} s, {late / alone:.2f}x alone", "target <= 2x")
+    if workflow_task_slots:
+        report.add("worker workflow-task slots", str(workflow_task_slots), "production: 100")
     report.add("worker+observer process RSS", f"{worker_rss:.0f} MiB (peak {worker_peak:.0f} MiB)", "<= 1 GiB")
     report.add("multiplexed stand-in RSS", f"{standin_rss:.0f} MiB for {len(engine.tokens)} orders, one port")
     report.add("Temporal dev server RSS", f"{server_rss:.0f} MiB")
@@ -691,6 +696,12 @@ def main(argv: list[str] | None = None) -> int:
     engine.add_argument("--sample", type=int, default=100, help="orders described / histories read")
     engine.add_argument("--timeout", type=float, default=3600)
     engine.add_argument("--repeats", type=int, default=3, help="runs of the order alone (the median counts)")
+    engine.add_argument(
+        "--workflow-task-slots",
+        type=int,
+        default=None,
+        help="the worker's concurrent workflow tasks (default: the production worker's, 100)",
+    )
     e2e = tiers.add_parser("e2e", help="end to end on the local control plane")
     e2e.add_argument("--orders", type=int, default=1_000)
     e2e.add_argument("--h100-nodes", type=int, default=None, help="H100 nodes (default: ~40 orders a node)")
@@ -715,6 +726,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.sample,
                 args.timeout,
                 repeats=args.repeats,
+                workflow_task_slots=args.workflow_task_slots,
             )
         )
     else:
