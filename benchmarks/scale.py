@@ -78,7 +78,7 @@ from inference_api.payloads import (
     StatusUpdate,
     order_workflow_id,
 )
-from inference_api.settings import HealthSettings
+from inference_api.settings import HealthSettings, WorkerSettings
 from inference_api.types import Phase
 from tests.factories import make_class, make_order
 from tests.workflows.world import World
@@ -402,7 +402,7 @@ async def engine_tier(
                 outbox.put(signal_to(ref, OrderSignal.HEALTH_CHANGED, [health_report]))
 
             prober = Prober(health, 64, candidates, spec_of, state_of, report_health)
-            slots = {"max_concurrent_workflow_tasks": workflow_task_slots} if workflow_task_slots else {}
+            slots = {"workflow_task_slots": workflow_task_slots} if workflow_task_slots else {}
             worker = build_worker(client, task_queue, engine.activities(), **slots)
             tasks = [asyncio.create_task(c) for c in (worker.run(), outbox.run(), prober.run())]
             try:
@@ -448,7 +448,9 @@ async def engine_tier(
     report.add(f"{orders} orders at once", f"{batch:.1f} s to all Ready, {orders / batch:.1f} orders/s")
     report.add(f"late order while {orders} serve", f"{late:.2f} s, {late / alone:.2f}x alone", "target <= 2x")
     if workflow_task_slots:
-        report.add("worker workflow-task slots", str(workflow_task_slots), "production: 100")
+        report.add(
+            "worker workflow-task slots", str(workflow_task_slots), f"production: {WorkerSettings().workflowTaskSlots}"
+        )
     report.add("worker+observer process RSS", f"{worker_rss:.0f} MiB (peak {worker_peak:.0f} MiB)", "<= 1 GiB")
     report.add("multiplexed stand-in RSS", f"{standin_rss:.0f} MiB for {len(engine.tokens)} orders, one port")
     report.add("Temporal dev server RSS", f"{server_rss:.0f} MiB")

@@ -250,6 +250,20 @@ class ObserverSettings(BaseModel):
         return self
 
 
+class WorkerSettings(BaseModel):
+    """The Temporal worker's own sizing; like the observer's, not part of what shapes an order.
+
+    Workflow tasks run Python under one interpreter lock: a worker that takes far more at once than
+    it can finish within the workflow task timeout (10 s) times them out, and they come back, so a
+    burst of new orders livelocked a worker with the SDK's default of 100 on a busy 2-core machine
+    (benchmarks/scale.py). Fewer in flight keeps each under the timeout; the rest wait at the server.
+    """
+
+    workflowTaskSlots: int = Field(default=10, ge=1)
+    # Activities block on the API server in a thread pool of this size; slots match it.
+    activitySlots: int = Field(default=16, ge=1)
+
+
 class ModuleSettings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="AI_INFERENCE_", env_nested_delimiter="__", case_sensitive=False, extra="ignore"
@@ -264,6 +278,7 @@ class ModuleSettings(BaseSettings):
     health: HealthSettings = Field(default_factory=HealthSettings)
     # exclude: per-process (a shard number), never part of the release fingerprint.
     observer: ObserverSettings = Field(default_factory=ObserverSettings, exclude=True)
+    worker: WorkerSettings = Field(default_factory=WorkerSettings, exclude=True)
     moduleNamespace: str = "d8-ai-inference"
 
     @classmethod

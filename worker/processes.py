@@ -52,7 +52,13 @@ def order_worker(
 ) -> Worker:
     activities = OrderActivities(api, settings, planner or default_planner(settings, api))
     preemption = PreemptionActivities()
-    return build_worker(client, settings.temporal.taskQueue, [*activities.all(), *preemption.all()], **kwargs)
+    sizing = {
+        "workflow_task_slots": settings.worker.workflowTaskSlots,
+        "activity_slots": settings.worker.activitySlots,
+    }
+    return build_worker(
+        client, settings.temporal.taskQueue, [*activities.all(), *preemption.all()], **(sizing | kwargs)
+    )
 
 
 async def run_worker(
