@@ -142,7 +142,7 @@ class KubeFaultProxy:
                 continue
             kept.append(line)
         body = await reader.readexactly(length) if length else b""
-        watch = b"watch=true" in target or b"watch=1" in target
+        watch = b"watch=true" in target.lower() or b"watch=1" in target
         fault = self._pick(method, watch)
         if fault == "timeout":
             self.counts["timeout"] += 1

@@ -78,4 +78,5 @@ async def test_api_errors_timeouts_and_cut_watches(
 
     await churn(fs, faulty_api)
     print(f"faults injected: {dict(kube_proxy.counts)}")
-    assert sum(kube_proxy.counts.values()) > 0
+    assert kube_proxy.counts["cut_watch"] > 0
+    assert sum(kube_proxy.counts.values()) > kube_proxy.counts["cut_watch"]

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from devstack.standins.catalog_service import CatalogServiceProcess
+from devstack.standins.catalog_service import CatalogServiceProcess, StandInModel
 from inference_api.catalog_types import ModelFacts
 from inference_api.types import EndpointType, ModelKind
 from tests.faults.churn import FaultStand, churn
@@ -21,15 +21,26 @@ from tests.faults.churn import FaultStand, churn
 DOWN_SECONDS = 30
 
 
+MODELS = [
+    StandInModel(
+        kind=ModelKind.CLUSTER_MODEL,
+        name=name,
+        source=f"hf://{repo}",
+        facts=ModelFacts(parameterCount=size, format="safetensors", endpointTypes=[EndpointType.CHAT]),
+    )
+    for name, repo, size in (
+        ("faults-small", "Qwen/Qwen2.5-0.5B-Instruct", "0.5B"),
+        ("faults-larger", "Qwen/Qwen2.5-1.5B-Instruct", "1.5B"),
+    )
+]
+
+
 @pytest.fixture
 def catalog() -> Iterator[CatalogServiceProcess]:
-    with CatalogServiceProcess([]) as service:
-        for name, repo, size in (
-            ("faults-small", "Qwen/Qwen2.5-0.5B-Instruct", "0.5B"),
-            ("faults-larger", "Qwen/Qwen2.5-1.5B-Instruct", "1.5B"),
-        ):
-            facts = ModelFacts(parameterCount=size, format="safetensors", endpointTypes=[EndpointType.CHAT])
-            service.put_model(ModelKind.CLUSTER_MODEL, name, ready=True, source=f"hf://{repo}", facts=facts)
+    # The models as the stand-in's fixtures: started again, it serves them again (a catalog that was
+    # down, not one that lost its models). A generous start: on a loaded 2-core machine the process
+    # takes its time to import.
+    with CatalogServiceProcess(MODELS, startup_timeout_seconds=90) as service:
         yield service
 
 
