@@ -208,10 +208,10 @@ class DevStack:
         """``fleet``: the simulated fleet's size (None: as the cluster has it, the default fleet at first)."""
         started = time.monotonic()
         self.state.mkdir(parents=True, exist_ok=True)
-        from devstack.cluster.build import CONTROL_PLANE_TOOLS, ensure_binaries
+        from devstack.cluster.build import CONTROL_PLANE_TOOLS, METRICS_TOOLS, ensure_binaries
 
         say("[1/6] control-plane binaries (built once, cached)")
-        ensure_binaries((*CONTROL_PLANE_TOOLS, "helm"), progress=say)
+        ensure_binaries((*CONTROL_PLANE_TOOLS, *METRICS_TOOLS, "helm"), progress=say)
         cluster = self.cluster()
         say("[2/6] local Kubernetes control plane with simulated GPUs")
         if fleet is not None:
@@ -289,14 +289,21 @@ class DevStack:
             wait_port(ports[name], timeout=120)
         self.issue_planner_token(cluster)
         env = self.module_env(ports)
-        say("[4/6] worker, watcher, stand-in runtimes")
+        say("[4/6] worker, watcher, stand-in runtimes, Prometheus and the custom metrics adapter")
+        for name in ("worker", "watcher"):  # their /metrics, scraped by Prometheus
+            if name not in running or f"{name}-health" not in ports:
+                ports[f"{name}-health"] = free_port()
+        health = {name: ["--health-port", str(ports[f"{name}-health"])] for name in ("worker", "watcher")}
         for name, argv in (
-            ("worker", [sys.executable, "-m", "worker.cli", "worker", "--kubeconfig", kubeconfig]),
-            ("watcher", [sys.executable, "-m", "worker.cli", "watch", "--kubeconfig", kubeconfig]),
+            ("worker", [sys.executable, "-m", "worker.cli", "worker", "--kubeconfig", kubeconfig, *health["worker"]]),
+            ("watcher", [sys.executable, "-m", "worker.cli", "watch", "--kubeconfig", kubeconfig, *health["watcher"]]),
             ("fleet", [sys.executable, "-m", "worker.cli", "dev", "fleet", "--kubeconfig", kubeconfig]),
         ):
             if name not in running:
                 self.spawn(name, argv, env)
+        from devstack.metrics.dev import start_metrics
+
+        start_metrics(self, cluster, ports, running, say)
         say("[5/6] bundled class, example classes, priority classes, the minimal order")
         self.install_manifests(cluster)
         say(f"stack up in {time.monotonic() - started:.0f}s; logs in {self.logs}")
