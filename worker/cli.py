@@ -86,8 +86,22 @@ def crds(
         Path("deploy") / "crds", help="Directory to write the CRDs into (run from the repository root)."
     ),
     check: bool = typer.Option(False, help="Fail when the files there differ from the generated ones."),
+    apply: bool = typer.Option(
+        False,
+        "--apply",
+        help="Instead of files: server-side apply the module's two CRDs, generated from the installed "
+        "package, to the cluster (the chart's pre-upgrade hook). Exit 3 when the API server refuses (403).",
+    ),
+    kubeconfig: str | None = typer.Option(
+        None, help="With --apply: kubeconfig (default: in-cluster, then KUBECONFIG)."
+    ),
 ) -> None:
-    """Generate the CustomResourceDefinitions from the API types."""
+    """Generate the CustomResourceDefinitions from the API types (with --apply: upgrade them in the cluster)."""
+    if apply:
+        if check:
+            fail(ExitCode.USAGE, "--apply and --check exclude each other")
+        _apply_crds(kubeconfig)
+        return
     if check:
         stale = [name for name, text in crd_files().items() if _read(output / name) != text]
         if stale:
@@ -96,6 +110,34 @@ def crds(
         return
     for path in write_crds(output):
         typer.echo(f"wrote {path}")
+
+
+def _apply_crds(kubeconfig: str | None) -> None:
+    from kubernetes.client.rest import ApiException
+    from kubernetes.config import ConfigException
+    from kubernetes.dynamic.exceptions import DynamicApiError
+    from urllib3.exceptions import HTTPError
+
+    from activities.builders.common import FIELD_MANAGER
+    from activities.kube import load_api_client
+    from worker.crd_upgrade import RefusedError, kube_client, module_crds, server_message, upgrade
+
+    try:
+        with load_api_client(kubeconfig) as api:
+            lines = upgrade(kube_client(api, FIELD_MANAGER), module_crds())
+    except RefusedError as err:
+        fail(ExitCode.REFUSED, str(err))
+    except ConfigException as err:
+        fail(ExitCode.FAILED, f"no cluster credentials (in-cluster or kubeconfig): {err}")
+    except (HTTPError, OSError) as err:
+        fail(ExitCode.UNREACHABLE, f"the API server cannot be reached: {type(err).__name__}")
+    except (ApiException, DynamicApiError) as err:
+        status = getattr(err, "status", "?")
+        fail(ExitCode.FAILED, f"the API server answered {status}: {server_message(getattr(err, 'body', None))}")
+    except RuntimeError as err:
+        fail(ExitCode.FAILED, str(err))
+    for line in lines:
+        typer.echo(line)
 
 
 KUBECONFIG_OPTION = typer.Option(None, help="Kubeconfig (default: in-cluster, then KUBECONFIG).")

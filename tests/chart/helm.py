@@ -106,7 +106,11 @@ class Helm:
 
     def install(self, cluster: LocalCluster, values: dict[str, Any] | None = None) -> None:
         """``helm upgrade --install`` as the cluster admin (idempotent; takes over objects a previous
-        run left behind in a reused cluster)."""
+        run left behind in a reused cluster).
+
+        The CRD upgrade hook is off unless ``values`` turn it on: kwok runs no container, so its Job
+        would never finish and an upgrade would wait for it (tests/chart/test_crd_upgrade.py runs it)."""
+        values = {"crdUpgrade.enabled": False, **(values or {})}
         self(
             "upgrade",
             "--install",

@@ -134,6 +134,7 @@ def test_helm_template_renders_every_object_once_into_the_module_namespace(docs:
         "PodDisruptionBudget",
         "ValidatingAdmissionPolicy",  # the worker guard
         "ValidatingAdmissionPolicyBinding",
+        "Job",  # the CRD upgrade, a pre-upgrade hook (tests/chart/test_crd_upgrade.py)
     }
 
 
@@ -659,6 +660,7 @@ def test_human_roles_can_be_left_out(helm: Helm) -> None:
         "d8:ai-inference:watcher",
         "d8:ai-inference:planner",
         "d8:ai-inference:catalog-reader",
+        "d8:ai-inference:crd-upgrade",  # the pre-upgrade hook's (tests/chart/test_crd_upgrade.py)
     }
 
 

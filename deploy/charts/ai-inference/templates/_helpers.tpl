@@ -40,7 +40,9 @@ platform's at .Values.global in both. What differs is resolved here and nowhere 
   image.repository:image.tag (the chart's appVersion when the tag is empty);
 - "ai-inference.createNamespace": Deckhouse modules own their namespace; with plain Helm,
   createNamespace (helm install --create-namespace otherwise);
-- "ai-inference.publicDomainTemplate": global.modules.publicDomainTemplate, Deckhouse's or set by hand.
+- "ai-inference.publicDomainTemplate": global.modules.publicDomainTemplate, Deckhouse's or set by hand;
+- "ai-inference.crdUpgrade": the pre-upgrade hook that applies the CRDs, with plain Helm only
+  (crdUpgrade.enabled): Deckhouse applies the module's crds/ itself.
 */}}
 {{- define "ai-inference.global" -}}
 {{- toYaml (.Values.global | default dict) -}}
@@ -75,6 +77,17 @@ imagePullSecrets:
 
 {{- define "ai-inference.createNamespace" -}}
 {{- if or .Values.createNamespace (include "ai-inference.deckhouse" .) -}}true{{- end -}}
+{{- end -}}
+
+{{- define "ai-inference.crdUpgrade" -}}
+{{- if and .Values.crdUpgrade.enabled (not (include "ai-inference.deckhouse" .)) -}}true{{- end -}}
+{{- end -}}
+
+{{/* Annotations of a pre-upgrade hook object; call with its weight ("-20"): lower runs first. */}}
+{{- define "ai-inference.crdUpgradeHook" -}}
+helm.sh/hook: pre-upgrade
+helm.sh/hook-weight: {{ . | quote }}
+helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
 {{- end -}}
 
 {{- define "ai-inference.publicDomainTemplate" -}}
