@@ -96,6 +96,10 @@ class PlannerSettings(BaseModel):
     # new runtime release ahead of a module release); empty: the tables the module ships. Part of the
     # release fingerprint: a new runtime release here reaches every order without an edit.
     recipesDirectory: str | None = None
+    # How long the planner service counts a plan it answered against later plans while the order's
+    # claims are not allocated yet (a booking; see docs/planner.md). Service behaviour, not what an
+    # order gets: out of the release fingerprint.
+    bookingTTLSeconds: float = Field(default=600, gt=0, exclude=True)
     # How the service is reached and who may call it, not what an order gets: exclude=True keeps
     # these out of the release fingerprint.
     # The audience the planner's TokenReview requires, and the worker's token is bound to.

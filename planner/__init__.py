@@ -8,7 +8,8 @@ Modules: ``inventory`` (snapshot types), ``cel_selectors`` (DeviceClass selector
 ``recipes`` (the recipe tables), ``planning`` (``plan_launch``, the entry) and the stages it runs:
 ``policy`` (the class's acceleratorPolicy with defaults), ``snapshot`` (the per-plan snapshot index),
 ``placement`` (stage 1), ``recipe_choice`` (stage 2), ``fit`` (stages 3 and 4, best fit), ``refusals``
-(refusal reasons and messages). ``scaling`` and ``preemption`` serve the order and preemption
+(refusal reasons and messages). ``bookings`` holds the planner service's answered plans on the snapshot
+until their claims are allocated. ``scaling`` and ``preemption`` serve the order and preemption
 workflows. See docs/planner.md.
 """
 

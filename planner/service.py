@@ -11,6 +11,11 @@ Routes:
   once), else 503; ``GET /openapi.json`` — the OpenAPI 3.1 document of the above, its schemas
   generated from the pydantic models.
 
+Each plan answered is **booked** (``BookingLedger``, ``planner.bookings``): later plans count it until
+the informers show the order's claims allocated, the order plans again, or the booking TTL
+(``planner.bookingTTLSeconds``) passes; unallocated order claims no booking covers count too. Plans
+are serialized under the ledger's lock, as kube-scheduler assumes one pod at a time.
+
 Callers are authorized like an extension API server: the bearer token goes to a **TokenReview**
 (``authentication.k8s.io/v1``) that requires the service's **audience** (``planner.audience``,
 ``ai-inference-planner``: the caller sends a projected ServiceAccount token requested for it, so a
@@ -35,9 +40,9 @@ import os
 import ssl
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -51,6 +56,7 @@ from starlette.routing import Route
 from inference_api.plan import LaunchPlanRequest, PlanOutcome
 from inference_api.settings import PLANNER_AUDIENCE
 from inference_api.types import CLASSES, GROUP
+from planner.bookings import Booking, OrderClaim, prune, reserve
 from planner.inventory import InventorySnapshot
 from planner.planning import PlanningRequest, plan_launch
 from planner.recipes import RecipeBook, load_recipe_book
@@ -71,6 +77,7 @@ PERMISSION = f"{PLANNER_VERB} {PLANNER_RESOURCE}/{PLANNER_SUBRESOURCE} in API gr
 
 MAX_BODY_BYTES = 1 << 20
 DEFAULT_CACHE_TTL = 30.0
+DEFAULT_BOOKING_TTL = 600.0
 
 ErrorKind = Literal["BadRequest", "Unauthorized", "Forbidden", "PayloadTooLarge", "InternalError", "ServiceUnavailable"]
 
@@ -399,6 +406,83 @@ class CertificateReloader:
         return stop
 
 
+# ----------------------------------------------------------------------------- bookings
+
+
+class InventoryReadError(Exception):
+    """The inventory could not be read (the service answers 503; the caller retries)."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+
+_T = TypeVar("_T")
+
+
+def read_guarded(read: Callable[[], _T]) -> _T:
+    try:
+        return read()
+    except Exception as err:
+        status = getattr(err, "status", None)
+        what = f"HTTP {status} {getattr(err, 'reason', '')}".strip() if status else type(err).__name__
+        raise InventoryReadError(what) from err
+
+
+class InventoryView(Protocol):
+    """An inventory that also tells the order claims it saw, from the same state (the informers)."""
+
+    def view(self) -> tuple[InventorySnapshot, Sequence[OrderClaim]]: ...
+
+
+class BookingLedger:
+    """The plans this service answered that the cluster does not show allocated yet (``planner.bookings``).
+
+    ``plan`` runs one plan under the ledger's lock: prune what the claims settled or the TTL expired,
+    drop the order's own booking (a new plan replaces it), reserve the rest on the snapshot, plan, and
+    book the answer. Plans are serialized, as kube-scheduler schedules one pod at a time: two orders
+    planned at once would otherwise both be planned on the capacity neither has booked yet."""
+
+    def __init__(self, ttl: float = DEFAULT_BOOKING_TTL, clock: Callable[[], float] = time.monotonic) -> None:
+        if ttl <= 0:
+            raise ValueError("the booking TTL must be positive")
+        self.ttl = ttl
+        self._clock = clock
+        self._bookings: dict[str, Booking] = {}
+        self._lock = threading.Lock()
+
+    def bookings(self) -> list[Booking]:
+        with self._lock:
+            return list(self._bookings.values())
+
+    def plan(
+        self,
+        view: Callable[[], tuple[InventorySnapshot, Sequence[OrderClaim]]],
+        body: LaunchPlanRequest,
+        book: RecipeBook,
+    ) -> PlanOutcome:
+        with self._lock:
+            snapshot, claims = read_guarded(view)
+            now = self._clock()
+            pruned = prune(self._bookings.values(), claims, now, self.ttl)
+            for dropped, why in pruned.dropped.items():
+                log.info("planner: booking dropped", holder=dropped, why=why)
+            self._bookings = {b.holder: b for b in pruned.kept}
+            holder = body.holder
+            if holder is not None and self._bookings.pop(holder, None) is not None:
+                log.info("planner: booking dropped", holder=holder, why="replanned")
+            reservation = reserve(snapshot, self._bookings.values(), claims)
+            if reservation.unplaced:
+                log.info(
+                    "planner: reservations with room nowhere (the cluster is over-committed)",
+                    holders=sorted({n.holder for n in reservation.unplaced}),
+                )
+            outcome = plan_launch(PlanningRequest(**dict(body), inventory=reservation.snapshot), book)
+            if holder is not None and outcome.plan is not None:
+                self._bookings[holder] = Booking.of_plan(holder, outcome.plan, now)
+            return outcome
+
+
 # ---------------------------------------------------------------------------------- app
 
 
@@ -410,11 +494,26 @@ def create_app(
     cache_ttl: float = DEFAULT_CACHE_TTL,
     clock: Callable[[], float] = time.monotonic,
     ready: Callable[[], bool] | None = None,
+    booking_ttl: float = DEFAULT_BOOKING_TTL,
 ) -> Starlette:
     """The service. ``inventory`` gives the cluster's snapshot (called on every plan: informers keep
     it, so a call reads no API); ``reviewer`` answers TokenReviews and SubjectAccessReviews; ``ready``
-    says whether the inventory is synced (default: the inventory's own ``ready()``, else always)."""
+    says whether the inventory is synced (default: the inventory's own ``ready()``, else always).
+
+    An inventory with a ``view()`` (snapshot and order claims from one state: the informers) gets
+    **bookings**: each answered plan counts against later plans until its claims are allocated, the
+    order plans again, or ``booking_ttl`` seconds pass (``BookingLedger``). A plain reader cannot
+    tell when a booking settles, and plans on what it reads."""
     is_ready: Callable[[], bool] = ready or getattr(inventory, "ready", None) or (lambda: True)
+    view: Callable[[], tuple[InventorySnapshot, Sequence[OrderClaim]]] | None = getattr(inventory, "view", None)
+    ledger = BookingLedger(booking_ttl, clock) if view is not None else None
+
+    def plan_once(body: LaunchPlanRequest) -> PlanOutcome:
+        if ledger is not None and view is not None:
+            return ledger.plan(view, body, book)
+        snapshot = read_guarded(inventory)
+        return plan_launch(PlanningRequest(**dict(body), inventory=snapshot), book)
+
     book = recipes or load_recipe_book()  # loaded (and validated) now: a broken table fails the start
     cache = CallerCache(cache_ttl, clock=clock)
     document = openapi_document()
@@ -464,14 +563,10 @@ def create_app(
             message = f"the body is not a LaunchPlanRequest: {err.error_count()} error(s)"
             return _error(400, "BadRequest", message, [dict(d) for d in details])
         try:
-            snapshot = await run_in_threadpool(inventory)
-        except Exception as err:
-            status = getattr(err, "status", None)
-            what = f"HTTP {status} {getattr(err, 'reason', '')}".strip() if status else type(err).__name__
-            log.warning("planner: inventory read failed", error=what)
-            return _error(503, "ServiceUnavailable", f"reading the inventory failed: {what}")
-        try:
-            outcome = await run_in_threadpool(plan_launch, PlanningRequest(**dict(body), inventory=snapshot), book)
+            outcome = await run_in_threadpool(plan_once, body)
+        except InventoryReadError as err:
+            log.warning("planner: inventory read failed", error=err.what)
+            return _error(503, "ServiceUnavailable", f"reading the inventory failed: {err.what}")
         except Exception as err:
             log.exception("planner: planning failed", holder=body.holder, model=body.facts.modelName)
             return _error(500, "InternalError", f"planning failed: {type(err).__name__}")
@@ -510,11 +605,13 @@ def create_app(
 __all__ = [
     "LAUNCH_PLAN_PATH",
     "AccessReviewer",
+    "BookingLedger",
     "Caller",
     "CallerCache",
     "CertificateReloader",
     "Decision",
     "ErrorBody",
+    "InventoryReadError",
     "KubernetesAccessReviewer",
     "ReviewError",
     "create_app",

@@ -267,7 +267,13 @@ def planner(
     reviewer = KubernetesAccessReviewer(api, timeout, audience=settings.planner.audience)
     recipes = load_recipe_book(settings.planner.recipesDirectory)
     # Informers keep the inventory (list+watch); a plan reads no API. /readyz: synced.
-    service = create_app(InventoryInformers.for_cluster(api).start(), reviewer, recipes=recipes)
+    # Each answered plan is booked until its claims are allocated (planner.bookingTTLSeconds at most).
+    service = create_app(
+        InventoryInformers.for_cluster(api).start(),
+        reviewer,
+        recipes=recipes,
+        booking_ttl=settings.planner.bookingTTLSeconds,
+    )
     tls: dict[str, Any] = {}
     if tls_cert_file is not None and tls_key_file is not None:
         tls = {"ssl_certfile": str(tls_cert_file), "ssl_keyfile": str(tls_key_file)}

@@ -10,6 +10,11 @@ the snapshot, rebuilt by ``activities.inventory.build_snapshot`` only when somet
 last plan. So a plan costs the API server nothing, and what changed (a slice, a claim allocated) is
 seen by the next plan as soon as its watch event arrived.
 
+:meth:`InventoryInformers.view` gives the snapshot with the order claims seen in the same state
+(:func:`order_claims`: each order replica's claim, allocated or not, with its device class, count and
+memory request), from which the service's bookings learn when a plan's claims are allocated
+(``planner.bookings``).
+
 Ready (the service's ``/readyz``) once every kind has been listed once; before that a plan answers
 503 (the caller retries), never a plan made on half an inventory.
 """
@@ -17,17 +22,20 @@ Ready (the service's ``/readyz``) once every kind has been listed once; before t
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 import structlog
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
+from activities.builders.claim import MEMORY_CAPACITY
 from activities.builders.common import LABEL_ORDER
 from activities.inventory import RESOURCE_GROUP, RESOURCE_VERSION, Obj, build_snapshot
 from inference_api.gpu_types import GPU_GROUP, GPU_PLURAL, GPU_VERSION
+from planner.bookings import OrderClaim
 from planner.inventory import GPU_DRIVER, InventorySnapshot
+from planner.quantity import Quantity, QuantityError
 from worker.observer.informer import Informer, InformerItem, Listed, ListWatch, Resource
 
 log = structlog.get_logger(__name__)
@@ -79,6 +87,59 @@ def physical_gpus_served(api: ApiClient, timeout: float = 10) -> bool:
     return True
 
 
+def _order_of(claim: Obj, order_pods: Mapping[tuple[str, str], str]) -> str | None:
+    """The order a claim belongs to: its order label, else a pod owning or reserving it that carries one."""
+    meta = claim.get("metadata") or {}
+    order = (meta.get("labels") or {}).get(LABEL_ORDER)
+    if order:
+        return str(order)
+    namespace = meta.get("namespace", "")
+    pods = [ref.get("name", "") for ref in meta.get("ownerReferences") or [] if ref.get("kind") == "Pod"]
+    pods += [
+        ref.get("name", "")
+        for ref in (claim.get("status") or {}).get("reservedFor") or []
+        if ref.get("resource") == "pods" and not ref.get("apiGroup")
+    ]
+    return next((order_pods[(namespace, p)] for p in pods if (namespace, p) in order_pods), None)
+
+
+def order_claim(claim: Obj, order_pods: Mapping[tuple[str, str], str]) -> OrderClaim | None:
+    """An order replica's claim as the bookings count it; None for a claim of no order, one being
+    deleted, or one not of the shape the order's ResourceClaimTemplate writes (one request, exactly)."""
+    meta = claim.get("metadata") or {}
+    if meta.get("deletionTimestamp"):
+        return None
+    order = _order_of(claim, order_pods)
+    if order is None:
+        return None
+    requests = ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []
+    if len(requests) != 1:
+        return None
+    exactly = requests[0].get("exactly") or {}
+    device_class = exactly.get("deviceClassName")
+    if not device_class:
+        return None
+    memory: int | None = None
+    raw = ((exactly.get("capacity") or {}).get("requests") or {}).get(MEMORY_CAPACITY)
+    if raw is not None:
+        try:
+            memory = Quantity.parse(str(raw)).mib()
+        except QuantityError:
+            return None
+    return OrderClaim(
+        holder=f"{meta.get('namespace', '')}/{order}",
+        name=str(meta.get("name", "")),
+        deviceClass=str(device_class),
+        deviceCount=int(exactly.get("count") or 1),
+        memoryMiB=memory,
+        allocated=bool((claim.get("status") or {}).get("allocation")),
+    )
+
+
+def order_claims(claims: Iterable[Obj], order_pods: Mapping[tuple[str, str], str]) -> list[OrderClaim]:
+    return [found for claim in claims if (found := order_claim(claim, order_pods)) is not None]
+
+
 class InventoryInformers:
     """The inventory as informers see it; call it (``inventory()``) for the current snapshot."""
 
@@ -101,7 +162,7 @@ class InventoryInformers:
         self.version = 0
         self.deliveries = 0
         self._lock = threading.Lock()
-        self._built: tuple[int, InventorySnapshot] | None = None
+        self._built: tuple[int, InventorySnapshot, list[OrderClaim]] | None = None
         self._watches: list[ListWatch] = []
 
     @classmethod
@@ -148,11 +209,16 @@ class InventoryInformers:
 
     def snapshot(self) -> InventorySnapshot:
         """The inventory now (rebuilt only when a delivery changed something since the last call)."""
+        return self.view()[0]
+
+    def view(self) -> tuple[InventorySnapshot, Sequence[OrderClaim]]:
+        """The inventory now and the order claims of the same state (both rebuilt only when a delivery
+        changed something since the last call)."""
         with self._lock:
             if not self.synced:
                 raise InventoryNotSyncedError("the inventory informers have not listed every kind yet")
             if self._built is not None and self._built[0] == self.version:
-                return self._built[1]
+                return self._built[1], self._built[2]
             version = self.version
             classes = cast(list[Obj], list(self.informers[DEVICE_CLASS].cache.values()))
             slices = cast(list[Obj], list(self.informers[RESOURCE_SLICE].cache.values()))
@@ -166,7 +232,8 @@ class InventoryInformers:
             if order:
                 order_pods[(meta.get("namespace", ""), meta.get("name", ""))] = order
         snapshot = build_snapshot(classes, slices, claims, gpus, order_pods, drivers=self.drivers)
+        claimed = order_claims(claims, order_pods)
         with self._lock:
             if self._built is None or self._built[0] < version:
-                self._built = (version, snapshot)
-        return snapshot
+                self._built = (version, snapshot, claimed)
+        return snapshot, claimed

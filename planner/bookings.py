@@ -1,0 +1,303 @@
+"""Bookings: plans the planner service answered whose claims the cluster has not allocated yet. Pure.
+
+Between a plan and its allocation lie the StatefulSet, the pod, the claim made from the template and
+the scheduler: seconds to minutes in which the inventory shows nothing of the plan. Without
+bookings every order planned in that window sees the same free capacity, and the scheduler is left
+with claims it cannot allocate (issue #13). Like kube-scheduler's *assumed pods*, the service
+remembers each plan it answered as a :class:`Booking` and counts it against the capacity of every
+later plan until the order's claims are allocated (then the allocations themselves count), the order
+plans again (the new plan replaces it), or ``ttl`` passes.
+
+Claims of an order that the cluster shows unallocated and no booking covers (the planner restarted,
+replicas beyond the booked ones) are counted too, as :class:`OrderClaim` reservations of their
+device class.
+
+How a reservation is counted: :func:`reserve` turns each outstanding replica into a synthetic
+:class:`~planner.inventory.DeviceAllocation` (holder: the order) on the snapshot's devices, so every
+rule of the capacity stage (shares, memory, exclusive devices, a partition and its whole device)
+applies to it unchanged, and a replan of the order does not count its own booking against it. A
+booking is put on the devices its plan named while they still have room there (what the planner
+just decided, on this same accounting); otherwise, and for an unbooked claim, on the devices of its
+class, best fit: the device with the least free memory that still holds it, as the planner packs.
+The scheduler, not the plan, picks the device a claim gets; a reservation is a stand-in for capacity
+of the class, placed where the planner itself would have put it. A reservation with room nowhere
+(the cluster is already over-committed) is left out and reported, not forced.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from inference_api.plan import LaunchPlan
+from planner.cel_selectors import select_devices
+from planner.inventory import Device, DeviceAllocation, InventorySnapshot, Occupancy, _allocated_mib, related_devices
+
+
+@dataclass(frozen=True)
+class Booking:
+    """One answered plan of one order: what each of its replicas will claim, and where the plan put it."""
+
+    holder: str
+    deviceClass: str
+    deviceCount: int
+    # Compute share of each device (100: the whole device).
+    sharePercent: int
+    # Device memory each device's claim asks for (the claim's gpu.deckhouse.io/memory); None: the whole device.
+    memoryMiB: int | None
+    replicas: int
+    # When it was answered (the service's monotonic clock, seconds).
+    bookedAt: float
+    node: str | None = None
+    devices: tuple[str, ...] = ()
+
+    @classmethod
+    def of_plan(cls, holder: str, plan: LaunchPlan, now: float, replicas: int = 1) -> Booking:
+        """The booking of an answered plan; its memory is what the order's claim template will ask."""
+        share = plan.sharePercent
+        memory = None
+        if share < 100:
+            memory = plan.memoryRequestMiB or plan.modelMemoryMiB
+            if memory is None:
+                memory = math.ceil(plan.acceleratorMemoryGiB * 1024 * share / 100)
+        return cls(
+            holder=holder,
+            deviceClass=plan.deviceClass,
+            deviceCount=plan.deviceCount,
+            sharePercent=share,
+            memoryMiB=memory,
+            replicas=replicas,
+            bookedAt=now,
+            node=plan.nodeName,
+            devices=tuple(plan.deviceNames),
+        )
+
+    def matches(self, claim: OrderClaim) -> bool:
+        """Whether the claim is one a replica of this plan makes (class, device count, memory request)."""
+        return (
+            claim.holder == self.holder
+            and claim.deviceClass == self.deviceClass
+            and claim.deviceCount == self.deviceCount
+            and claim.memoryMiB == self.memoryMiB
+        )
+
+
+@dataclass(frozen=True)
+class OrderClaim:
+    """A ResourceClaim of an order's replica, as the informers see it."""
+
+    holder: str  # <namespace>/<order>
+    name: str
+    deviceClass: str
+    deviceCount: int = 1
+    # The claim's gpu.deckhouse.io/memory request, MiB; None: whole devices.
+    memoryMiB: int | None = None
+    allocated: bool = False
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """What :func:`prune` kept and dropped (holder → why: ``allocated`` or ``expired``)."""
+
+    kept: tuple[Booking, ...]
+    dropped: Mapping[str, str] = field(default_factory=dict)
+
+
+def outstanding(booking: Booking, claims: Iterable[OrderClaim]) -> int:
+    """Replicas of the booking the cluster does not show allocated yet."""
+    allocated = sum(1 for c in claims if c.allocated and booking.matches(c))
+    return max(0, booking.replicas - allocated)
+
+
+def prune(bookings: Iterable[Booking], claims: Sequence[OrderClaim], now: float, ttl: float) -> Pruned:
+    """Drop the bookings whose claims are all allocated (the allocations count now) and those older than ``ttl``."""
+    kept: list[Booking] = []
+    dropped: dict[str, str] = {}
+    for booking in bookings:
+        if now - booking.bookedAt >= ttl:
+            dropped[booking.holder] = "expired"
+        elif outstanding(booking, claims) == 0:
+            dropped[booking.holder] = "allocated"
+        else:
+            kept.append(booking)
+    return Pruned(tuple(kept), dropped)
+
+
+@dataclass(frozen=True)
+class Need:
+    """One replica to reserve: ``deviceCount`` devices of one node, each held as ``sharePercent`` and
+    ``memoryMiB`` (None: the whole device; a share of None: sized on the device, as the planner would)."""
+
+    holder: str
+    deviceClass: str
+    deviceCount: int
+    sharePercent: int | None
+    memoryMiB: int | None
+    node: str | None = None
+    devices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """The snapshot with the reservations on it, and the replicas that had room nowhere."""
+
+    snapshot: InventorySnapshot
+    placed: tuple[tuple[Need, tuple[str, ...]], ...] = ()
+    unplaced: tuple[Need, ...] = ()
+
+
+def needs(bookings: Iterable[Booking], claims: Sequence[OrderClaim]) -> list[Need]:
+    """The replicas to reserve: each booking's outstanding ones (oldest booking first), then the
+    unallocated claims no booking covers. A booking covers at most its outstanding replicas among
+    its order's unallocated claims of its shape; claims beyond (more replicas than booked, an older
+    plan's) are reserved on their own."""
+    out: list[Need] = []
+    pending = sorted((c for c in claims if not c.allocated), key=lambda c: (c.holder, c.name))
+    covered: set[tuple[str, str]] = set()
+    for booking in sorted(bookings, key=lambda b: (b.bookedAt, b.holder)):
+        count = outstanding(booking, claims)
+        for i in range(count):
+            out.append(
+                Need(
+                    booking.holder,
+                    booking.deviceClass,
+                    booking.deviceCount,
+                    booking.sharePercent,
+                    booking.memoryMiB,
+                    # The plan named the devices of one replica; the others go where they fit best.
+                    booking.node if i == 0 else None,
+                    booking.devices if i == 0 else (),
+                )
+            )
+        mine = [c for c in pending if booking.matches(c)]
+        covered.update((c.holder, c.name) for c in mine[:count])
+    for claim in pending:
+        if (claim.holder, claim.name) in covered:
+            continue
+        share = 100 if claim.memoryMiB is None else None
+        out.append(Need(claim.holder, claim.deviceClass, claim.deviceCount, share, claim.memoryMiB))
+    return out
+
+
+def reserve(snapshot: InventorySnapshot, bookings: Iterable[Booking], claims: Sequence[OrderClaim]) -> Reservation:
+    """The snapshot with every outstanding booked replica and every unbooked pending claim held on its
+    devices (see the module's docstring), greedily, oldest booking first."""
+    wanted = needs(bookings, claims)
+    if not wanted:
+        return Reservation(snapshot)
+    related = related_devices(snapshot)
+    held: dict[str, list[DeviceAllocation]] = {d.key: list(d.allocations) for d in snapshot.devices}
+    by_key = {d.key: d for d in snapshot.devices}
+    members: dict[str, tuple[Device, ...]] = {}
+    placed: list[tuple[Need, tuple[str, ...]]] = []
+    unplaced: list[Need] = []
+
+    def used(device: Device) -> Occupancy:
+        """What the device holds now, reservations included (``planner.inventory.occupancy``'s rules)."""
+        mine = held[device.key]
+        share = min(100, sum(a.sharePercent for a in mine))
+        memory = sum(_allocated_mib(device, a) for a in mine)
+        exclusive = bool(mine) and not device.allowMultipleAllocations
+        if any(held[r.key] for r in related.get(device.key, ())):
+            exclusive = True
+        return Occupancy(sharePercent=share, memoryMiB=memory, exclusive=exclusive)
+
+    def free(device: Device) -> float:
+        return math.inf if device.memoryMiB is None else device.memoryMiB - used(device).memoryMiB
+
+    def allocation(need: Need, device: Device) -> DeviceAllocation | None:
+        """What the need holds of the device, when it has room; None when it has none."""
+        now = used(device)
+        if now.exclusive:
+            return None
+        memory = need.memoryMiB
+        share = need.sharePercent
+        if share is None:  # a memory request of an unbooked claim: the share the planner would give it
+            share = 100 if not device.memoryMiB else min(100, math.ceil(100 * (memory or 0) / device.memoryMiB))
+        if memory is None or not device.allowMultipleAllocations:
+            # A whole device (or one that cannot be shared): it must be empty.
+            return DeviceAllocation(holder=need.holder, sharePercent=100) if now.empty else None
+        if now.sharePercent + share > 100:
+            return None
+        if device.memoryMiB is not None and now.memoryMiB + memory > device.memoryMiB:
+            return None
+        return DeviceAllocation(holder=need.holder, sharePercent=share, memoryMiB=memory)
+
+    for need in wanted:
+        if need.deviceClass not in members:
+            device_class = snapshot.device_class(need.deviceClass)
+            selection = select_devices(device_class, snapshot.devices) if device_class is not None else None
+            members[need.deviceClass] = selection.devices if selection is not None and selection.decidable else ()
+        pool = members[need.deviceClass]
+        chosen = _named(need, pool, by_key, allocation) or _best_fit(need, pool, allocation, free)
+        if chosen is None:
+            unplaced.append(need)
+            continue
+        for device, held_part in chosen:
+            held[device.key].append(held_part)
+        placed.append((need, tuple(device.key for device, _ in chosen)))
+    devices = [
+        d if len(held[d.key]) == len(d.allocations) else d.model_copy(update={"allocations": held[d.key]})
+        for d in snapshot.devices
+    ]
+    return Reservation(replace_devices(snapshot, devices), tuple(placed), tuple(unplaced))
+
+
+Fits = Sequence[tuple[Device, DeviceAllocation]]
+Room = Callable[[Need, Device], DeviceAllocation | None]
+
+
+def _named(need: Need, pool: Sequence[Device], by_key: Mapping[str, Device], allocation: Room) -> Fits | None:
+    """The devices the plan named, when they are all of the class and all still have room."""
+    if need.node is None or len(need.devices) != need.deviceCount:
+        return None
+    members = {d.key for d in pool}
+    out: list[tuple[Device, DeviceAllocation]] = []
+    for name in need.devices:
+        device = by_key.get(f"{need.node}/{name}")
+        if device is None or device.key not in members:
+            return None
+        part = allocation(need, device)
+        if part is None:
+            return None
+        out.append((device, part))
+    return out
+
+
+def _best_fit(need: Need, pool: Sequence[Device], allocation: Room, free: Callable[[Device], float]) -> Fits | None:
+    """``deviceCount`` devices of one node with room, the fullest first; among nodes, the least free memory in all."""
+    by_node: dict[str, list[tuple[float, str, Device, DeviceAllocation]]] = {}
+    for device in pool:
+        part = allocation(need, device)
+        if part is not None:
+            by_node.setdefault(device.node, []).append((free(device), device.name, device, part))
+    best: tuple[float, str, list[tuple[float, str, Device, DeviceAllocation]]] | None = None
+    for node, fits in by_node.items():
+        if len(fits) < need.deviceCount:
+            continue
+        chosen = sorted(fits, key=lambda f: (f[0], f[1]))[: need.deviceCount]
+        total = sum(f[0] for f in chosen)
+        if best is None or (total, node) < (best[0], best[1]):
+            best = (total, node, chosen)
+    if best is None:
+        return None
+    return [(device, part) for _, _, device, part in best[2]]
+
+
+def replace_devices(snapshot: InventorySnapshot, devices: list[Device]) -> InventorySnapshot:
+    """The snapshot with its devices replaced (no re-validation: keys are unchanged)."""
+    return snapshot.model_copy(update={"devices": devices})
+
+
+__all__ = [
+    "Booking",
+    "Need",
+    "OrderClaim",
+    "Pruned",
+    "Reservation",
+    "needs",
+    "outstanding",
+    "prune",
+    "reserve",
+]
