@@ -8,7 +8,8 @@ request per connection, so every request is a separate decision) or answers a fa
 * ``409`` Conflict on writes that can conflict (PUT, PATCH);
 * ``429`` Too Many Requests (with ``Retry-After: 1``), ``500``, ``503``;
 * a timeout: the request is read and never answered (the connection is held open, then dropped);
-* a cut watch: a watch request is relayed, and its stream is cut after a second or two.
+* a cut watch: a watch request is relayed, and its stream is cut after a second or two; when the
+  rates turn faulty, the watch streams open at that moment are cut.
 
 The faults are HTTP answers after TLS termination — honest for what a client sees from an API server
 or a proxy in front of it (errors, stalls, dropped streams); TLS itself is not attacked. ``rates``
@@ -85,13 +86,22 @@ class KubeFaultProxy:
             self.port: int = sock.getsockname()[1]
         self.server: asyncio.Server | None = None
         self.tasks: set[asyncio.Task[None]] = set()
+        # The client sides of the watch streams being relayed now.
+        self.watches: set[asyncio.WriteTransport] = set()
 
     @property
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}"
 
     def set_rates(self, rates: Rates) -> None:
+        """New rates; with ``cut_watch``, the watch streams open now are cut too (a watch lives for
+        minutes: without this, a fault window would meet only the watches that start inside it)."""
         self.rates = rates
+        if rates.cut_watch > 0:
+            for transport in list(self.watches):
+                self.counts["cut_watch"] += 1
+                transport.abort()
+            self.watches.clear()
 
     def off(self) -> None:
         self.rates = Rates()
@@ -172,8 +182,11 @@ class KubeFaultProxy:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(relay, timeout=1 + self.random.random())
                 return
+            if watch:
+                self.watches.add(writer.transport)
             await relay
         finally:
+            self.watches.discard(writer.transport)
             up_writer.transport.abort()
 
     @staticmethod
