@@ -204,6 +204,11 @@ class WorkloadSettings(BaseModel):
     # Scheduling onto GPU nodes: a nodeSelector and tolerations (Kubernetes' shapes) for every runtime pod.
     nodeSelector: dict[str, str] = Field(default_factory=dict)
     tolerations: list[dict[str, Any]] = Field(default_factory=list)
+    # The autoscaler's stabilization windows (HPA behavior): how long a rise (a fall) of the queue must
+    # last before a replica is added (given up). A replica loads its model for minutes, so both are
+    # slow by default; the HPA allows at most an hour.
+    scaleUpStabilizationSeconds: int = Field(default=60, ge=0, le=3600)
+    scaleDownStabilizationSeconds: int = Field(default=600, ge=0, le=3600)
 
     def image(self, reference: str) -> str:
         """``reference`` pulled from ``imageRegistry``: its own registry host (a first part with a dot or

@@ -96,14 +96,14 @@ def build_autoscaler(inputs: WorkloadInputs) -> dict[str, Any] | None:
             ],
             "behavior": {
                 "scaleUp": {
-                    "stabilizationWindowSeconds": 60,
+                    "stabilizationWindowSeconds": inputs.settings.workload.scaleUpStabilizationSeconds,
                     "selectPolicy": "Max",
                     "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}],
                 },
                 "scaleDown": {
                     # A replica costs minutes of model loading to bring back: give a dip ten
-                    # minutes before giving a replica up.
-                    "stabilizationWindowSeconds": 600,
+                    # minutes (the default) before giving a replica up.
+                    "stabilizationWindowSeconds": inputs.settings.workload.scaleDownStabilizationSeconds,
                     "selectPolicy": "Max",
                     "policies": [{"type": "Pods", "value": 1, "periodSeconds": 300}],
                 },

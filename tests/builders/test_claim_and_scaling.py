@@ -15,6 +15,7 @@ from activities.builders import (
     memory_request_mib,
     replica_bounds,
 )
+from inference_api.settings import ModuleSettings, WorkloadSettings
 from inference_api.types import ModelScope
 from tests import factories as f
 
@@ -124,3 +125,27 @@ def test_constraints_status() -> None:
     assert (c.minReplicas, c.maxReplicas, c.priorityClassName, c.modelScope) == (1, 1, None, None)
     c = constraints_status(f.strict_class(), ModelScope.NAMESPACE, replica_ceiling=2)
     assert (c.minReplicas, c.maxReplicas) == (1, 2)
+
+
+def test_the_stabilization_windows_come_from_the_workload_settings() -> None:
+    default = build_autoscaler(f.inputs())
+    assert default is not None
+    behavior = default["spec"]["behavior"]
+    assert (behavior["scaleUp"]["stabilizationWindowSeconds"], behavior["scaleDown"]["stabilizationWindowSeconds"]) == (
+        60,
+        600,
+    )
+    quick = ModuleSettings(workload=WorkloadSettings(scaleUpStabilizationSeconds=0, scaleDownStabilizationSeconds=15))
+    tuned = build_autoscaler(f.inputs(settings=quick))
+    assert tuned is not None
+    behavior = tuned["spec"]["behavior"]
+    assert (behavior["scaleUp"]["stabilizationWindowSeconds"], behavior["scaleDown"]["stabilizationWindowSeconds"]) == (
+        0,
+        15,
+    )
+
+
+@pytest.mark.parametrize("field", ["scaleUpStabilizationSeconds", "scaleDownStabilizationSeconds"])
+def test_a_window_past_the_hpas_hour_is_refused(field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        WorkloadSettings(**{field: 3601})

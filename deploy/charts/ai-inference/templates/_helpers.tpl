@@ -271,6 +271,14 @@ Module settings as environment variables: AI_INFERENCE_<FIELD> with "__" between
 - name: AI_INFERENCE_WORKLOAD__TOLERATIONS
   value: {{ .tolerations | toJson | quote }}
 {{- end }}
+{{- if hasKey . "scaleUpStabilizationSeconds" }}
+- name: AI_INFERENCE_WORKLOAD__SCALEUPSTABILIZATIONSECONDS
+  value: {{ .scaleUpStabilizationSeconds | quote }}
+{{- end }}
+{{- if hasKey . "scaleDownStabilizationSeconds" }}
+- name: AI_INFERENCE_WORKLOAD__SCALEDOWNSTABILIZATIONSECONDS
+  value: {{ .scaleDownStabilizationSeconds | quote }}
+{{- end }}
 {{- end }}
 {{- end -}}
 
