@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
 import structlog
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_asgi_app
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.json_schema import models_json_schema
 from starlette.applications import Starlette
@@ -486,6 +487,16 @@ class BookingLedger:
 # ---------------------------------------------------------------------------------- app
 
 
+class _AsgiEndpoint:
+    """An ASGI callable as a Route's endpoint (a plain function there is taken for a request handler)."""
+
+    def __init__(self, app: Callable[[Any, Any, Any], Any]) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.app(scope, receive, send)
+
+
 def create_app(
     inventory: Callable[[], InventorySnapshot],
     reviewer: AccessReviewer,
@@ -495,6 +506,7 @@ def create_app(
     clock: Callable[[], float] = time.monotonic,
     ready: Callable[[], bool] | None = None,
     booking_ttl: float = DEFAULT_BOOKING_TTL,
+    registry: CollectorRegistry | None = None,
 ) -> Starlette:
     """The service. ``inventory`` gives the cluster's snapshot (called on every plan: informers keep
     it, so a call reads no API); ``reviewer`` answers TokenReviews and SubjectAccessReviews; ``ready``
@@ -503,10 +515,31 @@ def create_app(
     An inventory with a ``view()`` (snapshot and order claims from one state: the informers) gets
     **bookings**: each answered plan counts against later plans until its claims are allocated, the
     order plans again, or ``booking_ttl`` seconds pass (``BookingLedger``). A plain reader cannot
-    tell when a booking settles, and plans on what it reads."""
+    tell when a booking settles, and plans on what it reads.
+
+    ``GET /metrics`` (no token: counts and timings only) serves ``registry`` (default: one of the
+    app's own): plans by outcome, their latency, bookings held."""
     is_ready: Callable[[], bool] = ready or getattr(inventory, "ready", None) or (lambda: True)
     view: Callable[[], tuple[InventorySnapshot, Sequence[OrderClaim]]] | None = getattr(inventory, "view", None)
     ledger = BookingLedger(booking_ttl, clock) if view is not None else None
+    metrics = registry or CollectorRegistry()
+    plans = Counter(
+        "ai_inference_planner_plans",
+        "Launch-plan requests answered, by outcome: Planned, a refusal reason, or the error kind.",
+        ["outcome"],
+        registry=metrics,
+    )
+    plan_seconds = Histogram(
+        "ai_inference_planner_plan_seconds",
+        "Time to answer a launch-plan request that was planned or refused (authorization included).",
+        buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        registry=metrics,
+    )
+    bookings_held = Gauge(
+        "ai_inference_planner_bookings", "Plans booked and not yet settled by their claims.", registry=metrics
+    )
+    bookings_held.set_function(lambda: len(ledger.bookings()) if ledger is not None else 0)
+    metrics_app = make_asgi_app(registry=metrics)
 
     def plan_once(body: LaunchPlanRequest) -> PlanOutcome:
         if ledger is not None and view is not None:
@@ -566,10 +599,14 @@ def create_app(
             outcome = await run_in_threadpool(plan_once, body)
         except InventoryReadError as err:
             log.warning("planner: inventory read failed", error=err.what)
+            plans.labels("ServiceUnavailable").inc()
             return _error(503, "ServiceUnavailable", f"reading the inventory failed: {err.what}")
         except Exception as err:
             log.exception("planner: planning failed", holder=body.holder, model=body.facts.modelName)
+            plans.labels("InternalError").inc()
             return _error(500, "InternalError", f"planning failed: {type(err).__name__}")
+        plans.labels(outcome.refusal.reason.value if outcome.refusal else "Planned").inc()
+        plan_seconds.observe(time.perf_counter() - started)
         log.info(
             "planner: planned",
             user=caller.username,
@@ -598,6 +635,8 @@ def create_app(
             Route(HEALTHZ_PATH, healthz, methods=["GET"]),
             Route(READYZ_PATH, readyz, methods=["GET"]),
             Route(OPENAPI_PATH, openapi, methods=["GET"]),
+            # A Route, not a Mount: a Mount would redirect /metrics to /metrics/.
+            Route("/metrics", _AsgiEndpoint(metrics_app), methods=["GET"]),
         ]
     )
 

@@ -383,8 +383,8 @@ def test_deployment_runs_its_process_locked_down_with_probes(
     assert container["image"] == "ai-inference:0.1.0"
     assert {"name": port_name, "containerPort": port, "protocol": "TCP"} in container["ports"]
     for probe in ("livenessProbe", "readinessProbe"):
-        # Live: /healthz; ready: /readyz (the worker and the watcher answer it from real state).
-        path = "/readyz" if probe == "readinessProbe" and port_name == "health" else "/healthz"
+        # Live: /healthz; ready: /readyz (each process answers it from real state: Temporal, informers).
+        path = "/readyz" if probe == "readinessProbe" else "/healthz"
         expected = {"path": path, "port": port_name}
         assert container[probe]["httpGet"] == (expected | {"scheme": "HTTPS"} if port_name == "https" else expected)
     sc = container["securityContext"]

@@ -320,3 +320,14 @@ def test_a_renewed_serving_certificate_is_served_to_new_connections(tmp_path: Pa
         shutil.copy(second.server.key, key)
         assert reloader.check() is True
         assert served_certificate(port) == der(second.server.cert)
+
+
+def test_metrics_count_plans_by_outcome_without_a_token(http: TestClient) -> None:
+    before = http.get("/metrics")
+    assert before.status_code == 200
+    assert 'ai_inference_planner_plans_total{outcome="Planned"}' not in before.text
+    assert post(http, ALLOWED).status_code == 200
+    after = http.get("/metrics").text
+    assert 'ai_inference_planner_plans_total{outcome="Planned"} 1.0' in after
+    assert "ai_inference_planner_plan_seconds_count 1.0" in after
+    assert "ai_inference_planner_bookings 0.0" in after
