@@ -587,6 +587,28 @@ def _server(app: Starlette) -> uvicorn.Server:
     return uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
 
 
+def _serve_in_thread(
+    server: uvicorn.Server, sock: socket.socket, name: str, timeout_seconds: float
+) -> threading.Thread:
+    """Run ``server`` on ``sock`` in a daemon thread; return once it serves (it then owns the socket)."""
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name=name)
+    thread.start()
+    deadline = time.monotonic() + timeout_seconds
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            server.should_exit = True
+            sock.close()
+            raise RuntimeError(f"the {name} server did not start")
+        time.sleep(0.01)
+    return thread
+
+
+def _stop_in_thread(server: uvicorn.Server | None, thread: threading.Thread | None, timeout_seconds: float) -> None:
+    if server is not None and thread is not None:
+        server.should_exit = True
+        thread.join(timeout_seconds)
+
+
 # ------------------------------------------------------------------ Python API: in a thread
 
 
@@ -631,26 +653,15 @@ class StandInRuntime:
         sock = bind_socket(self.host, self.port)
         self.port = int(sock.getsockname()[1])
         server = _server(create_app(self.config, self.state))
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="standin-runtime")
-        thread.start()
-        deadline = time.monotonic() + timeout_seconds
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                server.should_exit = True
-                sock.close()
-                raise RuntimeError("the stand-in runtime did not start")
-            time.sleep(0.01)
         # The server owns the socket from here: it closes it when it shuts down.
-        self._server, self._thread = server, thread
+        self._thread = _serve_in_thread(server, sock, "standin-runtime", timeout_seconds)
+        self._server = server
         return self
 
     def stop(self, timeout_seconds: float = 10) -> None:
         server, thread = self._server, self._thread
         self._server, self._thread = None, None
-        if server is None or thread is None:
-            return
-        server.should_exit = True
-        thread.join(timeout_seconds)
+        _stop_in_thread(server, thread, timeout_seconds)
 
     def fail(self, status: int = 503) -> None:
         self.state.failing_status = status
@@ -830,24 +841,14 @@ class MultiplexedRuntime:
                 self.app, log_level="warning", access_log=False, lifespan="off", backlog=2048, interface="asgi3"
             )
         )
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="standin-mux")
-        thread.start()
-        deadline = time.monotonic() + timeout_seconds
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                server.should_exit = True
-                sock.close()
-                raise RuntimeError("the multiplexed stand-in runtime did not start")
-            time.sleep(0.01)
-        self._server, self._thread = server, thread
+        self._thread = _serve_in_thread(server, sock, "standin-mux", timeout_seconds)
+        self._server = server
         return self
 
     def stop(self, timeout_seconds: float = 10) -> None:
         server, thread = self._server, self._thread
         self._server, self._thread = None, None
-        if server is not None and thread is not None:
-            server.should_exit = True
-            thread.join(timeout_seconds)
+        _stop_in_thread(server, thread, timeout_seconds)
 
     def __enter__(self) -> MultiplexedRuntime:
         return self.start()
