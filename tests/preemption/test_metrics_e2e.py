@@ -35,7 +35,7 @@ from typing import Any
 import httpx
 import pytest
 import pytest_asyncio
-from kubernetes.client import ApiClient, AutoscalingV2Api, CustomObjectsApi, SchedulingV1Api
+from kubernetes.client import AdmissionregistrationV1Api, ApiClient, AutoscalingV2Api, CustomObjectsApi, SchedulingV1Api
 from kubernetes.client.exceptions import ApiException
 from temporalio.testing import WorkflowEnvironment
 
@@ -316,6 +316,106 @@ async def test_load_grows_a_high_order_by_a_replica_of_a_low_one_and_the_alert_f
         assert len(running_pods(stand, "high")) == 1
         clock.mark("donor restored: low Ready with 3 replicas, ScalingHealthy True; high Ready with 1")
     finally:
+        generator.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await generator
+        print("timings:\n" + clock.report(), flush=True)
+
+
+def scale_refusal(namespace: str, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A ValidatingAdmissionPolicy (and its binding) refusing every change of one StatefulSet's scale:
+    what a cluster policy or a quota admission does to the HPA controller's writes."""
+    policy_name = f"e2e-refuse-scale-{namespace}-{name}"
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": policy_name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": ["apps"],
+                        "apiVersions": ["v1"],
+                        "operations": ["UPDATE"],
+                        "resources": ["statefulsets/scale"],
+                    }
+                ]
+            },
+            "validations": [
+                {
+                    "expression": f"!(request.namespace == '{namespace}' && object.metadata.name == '{name}')",
+                    "message": "scaling this StatefulSet is refused by a test policy",
+                }
+            ],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": policy_name},
+        "spec": {"policyName": policy_name, "validationActions": ["Deny"]},
+    }
+    return policy, binding
+
+
+async def test_an_hpa_refused_its_scale_makes_the_order_degraded_until_it_may_scale(
+    stand: Stand, metrics_servers: MetricsStand, kube_admin: ApiClient
+) -> None:
+    """The real HPA controller's scale update refused (AbleToScale=False/FailedUpdateScale): the order
+    is Degraded with ScalingHealthy False/AutoscalerUnableToScale; once it may scale, True again."""
+    clock = Clock()
+    load = LoadGenerator(stand)
+    generator = asyncio.create_task(load.run())
+    admission = AdmissionregistrationV1Api(kube_admin)
+    policy, binding = scale_refusal(stand.namespace, "capped")
+    try:
+        stand.create_order("capped", MODEL, class_name="e2e-preempt-low")
+        await stand.until_phase("capped", "Ready", timeout=150)
+        await stand.until(
+            lambda: condition(stand, "capped", "ScalingHealthy") == ("True", "ScalingAllowed"),
+            timeout=120,
+            what=lambda: f"ScalingHealthy True (now {stand.describe('capped')})",
+        )
+        admission.create_validating_admission_policy(policy)
+        admission.create_validating_admission_policy_binding(binding)
+        clock.mark("a policy refuses every change of capped's scale")
+        load.set("capped", 6)
+        await stand.until(
+            lambda: (
+                stand.phase("capped") == ("Degraded", "AutoscalerUnableToScale")
+                and condition(stand, "capped", "ScalingHealthy") == ("False", "AutoscalerUnableToScale")
+            ),
+            timeout=180,
+            what=lambda: (
+                f"capped Degraded/AutoscalerUnableToScale (now {stand.describe('capped')}; "
+                f"HPA: {hpa_report(stand, 'capped')})"
+            ),
+        )
+        able = next(c for c in hpa(stand, "capped").status.conditions if c.type == "AbleToScale")
+        assert (able.status, able.reason) == ("False", "FailedUpdateScale")
+        clock.mark(
+            "the HPA cannot scale (AbleToScale=False/FailedUpdateScale): capped Degraded/AutoscalerUnableToScale"
+        )
+        admission.delete_validating_admission_policy_binding(binding["metadata"]["name"])
+        admission.delete_validating_admission_policy(policy["metadata"]["name"])
+        await stand.until(lambda: len(running_pods(stand, "capped")) >= 2, timeout=180, what="capped scales up")
+        await stand.until(
+            lambda: (
+                stand.phase("capped")[0] == "Ready"
+                and condition(stand, "capped", "ScalingHealthy") == ("True", "ScalingAllowed")
+            ),
+            timeout=120,
+            what=lambda: f"capped Ready, ScalingHealthy True (now {stand.describe('capped')})",
+        )
+        clock.mark("policy gone: capped scaled up, Ready, ScalingHealthy True")
+    finally:
+        for delete, name in (
+            (admission.delete_validating_admission_policy_binding, binding["metadata"]["name"]),
+            (admission.delete_validating_admission_policy, policy["metadata"]["name"]),
+        ):
+            with contextlib.suppress(ApiException):
+                delete(name)
         generator.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await generator
