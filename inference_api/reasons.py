@@ -24,6 +24,8 @@ class Reason(StrEnum):
     NO_COMPATIBLE_RUNTIME_AVAILABLE = "NoCompatibleRuntimeAvailable"
     RESOURCE_CLAIM_EXHAUSTED = "ResourceClaimExhausted"
     PLACEMENT_UNDECIDABLE = "PlacementUndecidable"
+    # The planner service did not answer (down, unreachable, refusing the worker's token): retried.
+    PLANNER_UNAVAILABLE = "PlannerUnavailable"
     # Serving life.
     SCALE_UP_BLOCKED = "ScaleUpBlocked"
     # The autoscaler cannot read or write the workload's scale (ScalingHealthy=False).

@@ -24,7 +24,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from inference_api.observation import ORDER_WORKFLOW_TYPE, HealthReport, ObservedChange, OrderSignal
@@ -67,6 +67,18 @@ with workflow.unsafe.imports_passed_through():
 __all__ = ["OrderState", "OrderTimings", "OrderWorkflow", "ReplanOutcome", "ScalingProfile"]
 
 SERVE_SECONDS_PER_GIB = 20.0
+
+
+# An order with no plan yet tells why it waits when the planner (its service) cannot answer: the plan
+# activity is tried a few times, then the order says PlannerUnavailable and plans again on a short
+# backoff — instead of retrying unseen with no status at all. Patched: runs that started before retry
+# as they did (the activity's retry policy is part of its command).
+PLANNER_WAIT_PATCH = "plan-waits-visibly"
+PLAN_ATTEMPTS = RetryPolicy(
+    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=4), maximum_attempts=3
+)
+PLANNER_RETRY_BASE_SECONDS = 5.0
+PLANNER_RETRY_MAX_SECONDS = 30.0
 
 
 @workflow.defn(name=ORDER_WORKFLOW_TYPE)
@@ -410,22 +422,31 @@ class OrderWorkflow(PreemptionMembership):
         state.replanRequested = False
         if state.plan is not None and key == state.planKey and not requested:
             return False  # stable: nothing the plan depends on changed
-        outcome: PlanOutcome = await workflow.execute_activity(
-            act.PLAN_LAUNCH,
-            PlanInput(
-                ref=state.ref,
-                order=order,
-                cls=cls,
-                facts=resolution.facts,
-                servedName=resolution.servedName,
-                endpointType=endpoint_type,
-                current=state.plan,
-            ),
-            result_type=PlanOutcome,
-            start_to_close_timeout=timedelta(seconds=60),
-            retry_policy=K8S_RETRY,
-            summary="launch plan",
-        )
+        # A serving order keeps serving on its plan while the planner is away (its status unchanged, its
+        # edit not yet observed); one without a plan would show nothing at all: it says why it waits.
+        telling = state.plan is None and workflow.patched(PLANNER_WAIT_PATCH)
+        try:
+            outcome: PlanOutcome = await workflow.execute_activity(
+                act.PLAN_LAUNCH,
+                PlanInput(
+                    ref=state.ref,
+                    order=order,
+                    cls=cls,
+                    facts=resolution.facts,
+                    servedName=resolution.servedName,
+                    endpointType=endpoint_type,
+                    current=state.plan,
+                ),
+                result_type=PlanOutcome,
+                start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=PLAN_ATTEMPTS if telling else K8S_RETRY,
+                summary="launch plan",
+            )
+        except ActivityError as err:
+            if not telling or isinstance(err.cause, CancelledError):
+                raise
+            self._wait_for_planner(err)
+            return False
         if outcome.refusal is not None:
             refusal = Refusal(outcome.refusal.reason, outcome.refusal.message)
             serving = state.plan is not None and state.everReady
@@ -625,6 +646,20 @@ class OrderWorkflow(PreemptionMembership):
         )
 
     # --------------------------------------------------------------- conditions
+
+    def _wait_for_planner(self, err: ActivityError) -> None:
+        """Planned=False PlannerUnavailable with what failed (the activity's error text: the client never
+        puts a token in one), and a plan tried again on a short backoff."""
+        state = self._require_state()
+        cause = err.cause
+        what = f"{cause.type}: {cause.message}" if isinstance(cause, ApplicationError) else str(cause or err)
+        delay = min(PLANNER_RETRY_BASE_SECONDS * (2**state.retryAttempt), PLANNER_RETRY_MAX_SECONDS)
+        state.retryAttempt += 1
+        message = (
+            f"waiting for the planner service, which did not answer ({what[:300]}); planning again in {delay:.0f} s"
+        )
+        self._refuse(ConditionType.PLANNED, Refusal(Reason.PLANNER_UNAVAILABLE, message))
+        state.retryDelaySeconds = delay
 
     def _step_done(self, step: str) -> None:
         state = self._require_state()

@@ -81,6 +81,29 @@ async def test_capacity_refusal_retries_on_a_backoff_without_an_edit(harness: Ha
     assert len(calls) == 3
 
 
+async def test_an_order_without_a_plan_says_it_waits_for_an_unreachable_planner(harness: Harness) -> None:
+    """The planner service down: the new order is not silently retried with no status at all, nor
+    failed for good; it says PlannerUnavailable and why, and is Ready once the service answers."""
+    calls: list[int] = []
+
+    def unreachable(_: PlanInput) -> PlanOutcome:
+        calls.append(1)
+        raise ConnectionRefusedError("[Errno 111] Connection refused")
+
+    harness.world.plan = unreachable
+    await harness.start(make_order("waits-for-the-planner"))
+    await harness.until(harness.phase_is(Phase.PENDING, Reason.PLANNER_UNAVAILABLE))
+    planned = cond(harness.world.last(), "Planned")
+    assert planned.status == ConditionStatus.FALSE
+    assert "waiting for the planner service" in planned.message
+    assert "Connection refused" in planned.message
+    assert harness.world.applies == []
+    assert len(calls) == 3  # the activity's attempts before the order says it
+    harness.world.plan = None
+    await harness.until(harness.phase_is(Phase.READY))
+    assert len(harness.world.applies) == 1
+
+
 async def test_class_refusal_waits_without_a_timer(harness: Harness) -> None:
     harness.world.classes["narrow"] = make_class("narrow", admissionPolicy={"allowedNamespaces": ["analytics"]})
     handle = await harness.start(make_order("wrong-ns", class_name="narrow"))
