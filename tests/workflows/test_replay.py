@@ -25,6 +25,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, WorkflowReplayResult
 
 from inference_api.observation import LEGACY_ORDER_WORKFLOW_TYPES, ORDER_WORKFLOW_TYPE
+from inference_api.payloads import PlanInput
+from inference_api.plan import PlanOutcome
+from inference_api.reasons import Reason
 from inference_api.types import Phase
 from tests.factories import make_order
 from tests.workflows.world import Harness, Stand
@@ -62,6 +65,23 @@ async def test_order_workflow_history_replays(harness: Harness) -> None:
     await handle.signal(OrderWorkflow.delete)
     assert await handle.result() == "deleted"
     await replay(await record(handle, "v2-order-ready-replan-delete"))
+
+
+async def test_order_workflow_history_through_an_unreachable_planner_replays(harness: Harness) -> None:
+    """The ``plan-waits-visibly`` patch: PlannerUnavailable shown, the wait timer, then Ready."""
+
+    def unreachable(_: PlanInput) -> PlanOutcome:
+        raise ConnectionRefusedError("[Errno 111] Connection refused")
+
+    harness.world.plan = unreachable
+    handle = await harness.start(make_order("planner-away"))
+    await harness.until(harness.phase_is(Phase.PENDING, Reason.PLANNER_UNAVAILABLE))
+    harness.world.plan = None
+    await harness.until(harness.phase_is(Phase.READY))
+    harness.world.delete_order("planner-away")
+    await handle.signal(OrderWorkflow.delete)
+    assert await handle.result() == "deleted"
+    await replay(await record(handle, "v2-order-planner-unavailable"))
 
 
 async def test_preemption_workflow_history_replays(preemption_stand: Stand) -> None:
