@@ -66,6 +66,8 @@ class StandInFleet:
     _stale_since: dict[str, float] = field(default_factory=dict)
     # namespace/name -> the status its runtime fails with from the start
     _fail_from_start: dict[str, int] = field(default_factory=dict)
+    # namespace/name -> the StatefulSet revision whose pods the runtime was started for
+    _revisions: dict[str, str | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.core = CoreV1Api(self.api)
@@ -136,8 +138,9 @@ class StandInFleet:
             if (sts.status.ready_replicas or 0) < 1:
                 continue
             standing = self.runtime(sts.metadata.namespace, sts.metadata.name)
-            if standing is not None and standing.config.model != served_model(sts):
-                # An edit changed the model: the "pod" now serves the new one.
+            if standing is not None and (standing.config.model != served_model(sts) or self._rolled(key, sts)):
+                # An edit changed the model, or pods of a new revision run (a rotated token rolls
+                # them): the "pod" starts again, reading its model and token as a real one does.
                 with self._lock:
                     self.runtimes.pop(key).stop()
                 standing = None
@@ -146,6 +149,17 @@ class StandInFleet:
         with self._lock:
             for key in set(self.runtimes) - alive:
                 self.runtimes.pop(key).stop()
+                self._revisions.pop(key, None)
+
+    def _rolled(self, key: str, sts: Any) -> bool:
+        """Whether a pod of another revision than the runtime was started for now runs: real replicas
+        read their token (an env from the Secret) when they start, so the stand-in must start again."""
+        status = sts.status
+        return bool(
+            status.update_revision
+            and status.update_revision != self._revisions.get(key)
+            and (status.updated_replicas or 0) >= 1
+        )
 
     def _serve(self, sts: Any) -> None:
         namespace, name = sts.metadata.namespace, sts.metadata.name
@@ -161,6 +175,9 @@ class StandInFleet:
             if failing is not None:
                 runtime.fail(failing)
             self.runtimes[f"{namespace}/{name}"] = runtime
+            # The revision a ready pod runs now: the one the update rolled out once a pod of it runs.
+            rolled = sts.status.update_revision if (sts.status.updated_replicas or 0) >= 1 else None
+            self._revisions[f"{namespace}/{name}"] = rolled or sts.status.current_revision
         try:
             self.core.patch_namespaced_service(
                 name, namespace, {"metadata": {"annotations": {PROBE_URL_ANNOTATION: runtime.url}}}
