@@ -702,7 +702,7 @@ def main(argv: list[str] | None = None) -> int:
         "--workflow-task-slots",
         type=int,
         default=None,
-        help="the worker's concurrent workflow tasks (default: the production worker's, 100)",
+        help="the worker's concurrent workflow tasks (default: the production worker's, worker.workflowTaskSlots)",
     )
     e2e = tiers.add_parser("e2e", help="end to end on the local control plane")
     e2e.add_argument("--orders", type=int, default=1_000)
