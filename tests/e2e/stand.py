@@ -286,6 +286,24 @@ async def open_stand(
             CoreV1Api(api).delete_namespace(namespace)
 
 
+@contextlib.asynccontextmanager
+async def worker_and_observer(
+    client: Client, api: ApiClient, overrides: dict[str, Any], task_queue: str
+) -> AsyncIterator[None]:
+    """The module's worker and observer, in this process, with these settings, for as long as the
+    block runs (tests that restart the module under other settings over one stand)."""
+    settings = e2e_settings(task_queue, overrides)
+    worker = order_worker(client, api, settings, max_cached_workflows=100)
+    observer = asyncio.create_task(run_watcher(client, api, settings))
+    try:
+        async with worker:
+            yield
+    finally:
+        observer.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await observer
+
+
 # ---------------------------------------------------------------------- processes of their own
 # For tests that run ``ai-inference worker`` / ``ai-inference watch`` as subprocesses (and kill them).
 

