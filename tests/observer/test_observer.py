@@ -25,7 +25,7 @@ from inference_api.observation import ORDER_WORKFLOW_TYPE, ObservedChange, Order
 from inference_api.payloads import OrderRef, order_workflow_id
 from tests.tcp_proxy import Proxy
 from worker.observer.decisions import ListedOrder, running_order_query
-from worker.observer.outbox import MOVE_REASON, Outbox, signal_to
+from worker.observer.outbox import MOVE_REASON, Delivery, Outbox, signal_to
 from worker.observer.resync import Resync
 from workflows.search_attributes import ORDER_RELEASE
 
@@ -167,6 +167,39 @@ async def test_resync_starts_moves_ends_orphans_and_tells_a_new_release(
         assert ended.status == WorkflowExecutionStatus.TERMINATED
         assert await signals_of(client, wid(stale.ref)) == [[OrderSignal.SETTINGS_CHANGED, FINGERPRINT]]
         assert await signals_of(client, wid(deleting.ref)) == [[OrderSignal.DELETE], [OrderSignal.DELETE]]
+
+
+async def test_a_resync_leaves_alone_an_order_whose_start_is_queued_or_on_its_way(
+    temporal_client: Client, task_queue: str
+) -> None:
+    """The watch's ADDED and the first resync race for a new order: one start, so one signal heard."""
+    client = temporal_client
+
+    class GatedOutbox(Outbox):
+        """Holds a signal-with-start at the door, as a slow Temporal would."""
+
+        entered = asyncio.Event()
+        gate = asyncio.Event()
+
+        async def _start(self, delivery: Delivery, ref: OrderRef) -> None:
+            self.entered.set()
+            await self.gate.wait()
+            await super()._start(delivery, ref)
+
+    fresh = order("fresh")
+    outbox = GatedOutbox(client, task_queue, senders=2, rpc_timeout_seconds=5)
+    resync = Resync(client, task_queue, outbox, FINGERPRINT)
+    outbox.put(signal_to(fresh.ref, OrderSignal.SPEC_CHANGED, [1], start=True))  # the watch's ADDED
+    # Queued, not sent yet: not started again.
+    assert (await resync.run_once(lambda: [fresh])).counts()["start"] == 0
+    async with run_outbox(outbox):
+        await asyncio.wait_for(outbox.entered.wait(), 10)
+        # On its way, not yet delivered: not started again either.
+        assert (await resync.run_once(lambda: [fresh])).counts()["start"] == 0
+        outbox.gate.set()
+        await outbox.wait_idle(30)
+        assert await signals_of(client, wid(fresh.ref)) == [[OrderSignal.SPEC_CHANGED, 1]]
+        assert outbox.starting == {}
 
 
 # ------------------------------------------------------------------- Temporal unreachable

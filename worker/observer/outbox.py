@@ -140,13 +140,17 @@ class Outbox:
         # workflow id → when a signal-with-start of it was delivered (the resync leaves those alone
         # while visibility may not list them yet).
         self.started: dict[str, float] = {}
+        # workflow id → signal-with-start deliveries of it on their way now.
+        self.starting: dict[str, int] = {}
 
     def recently_started(self, within_seconds: float) -> set[str]:
-        """Workflow ids started (signal-with-start delivered) in the last ``within_seconds``; older
-        records are dropped."""
+        """Workflow ids started (signal-with-start delivered) in the last ``within_seconds``, and those
+        whose start is queued or on its way (older records are dropped). A resync must not start
+        those again: a second signal-with-start of a running workflow is a second signal."""
         horizon = self.clock() - within_seconds
         self.started = {wid: t for wid, t in self.started.items() if t >= horizon}
-        return set(self.started)
+        queued = {d.workflow_id for d in self.pending.values() if d.start is not None}
+        return set(self.started) | queued | set(self.starting)
 
     # -------------------------------------------------------------------------- queueing
 
@@ -250,6 +254,21 @@ class Outbox:
             attempt=delivery.attempts + 1,
         )
 
+    async def _start(self, delivery: Delivery, ref: OrderRef) -> None:
+        await self.client.start_workflow(
+            ORDER_WORKFLOW_TYPE,
+            OrderState(ref=ref),
+            id=delivery.workflow_id,
+            task_queue=self.task_queue,
+            start_signal=delivery.signal,
+            start_signal_args=delivery.args,
+            # A completed order workflow is not restarted (it removed its finalizer); a failed or
+            # terminated one is, so a fix or a legacy move picks the order up.
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
+            static_summary=f"order {ref.namespace}/{ref.name}",
+            rpc_timeout=self.rpc_timeout,
+        )
+
     async def _deliver(self, delivery: Delivery) -> str:
         timeout = self.rpc_timeout.total_seconds() + 5
         try:
@@ -267,20 +286,14 @@ class Outbox:
                     return "sent"
             if delivery.start is not None:
                 ref = delivery.start
-                async with asyncio.timeout(timeout):
-                    await self.client.start_workflow(
-                        ORDER_WORKFLOW_TYPE,
-                        OrderState(ref=ref),
-                        id=delivery.workflow_id,
-                        task_queue=self.task_queue,
-                        start_signal=delivery.signal,
-                        start_signal_args=delivery.args,
-                        # A completed order workflow is not restarted (it removed its finalizer); a
-                        # failed or terminated one is, so a fix or a legacy move picks the order up.
-                        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
-                        static_summary=f"order {ref.namespace}/{ref.name}",
-                        rpc_timeout=self.rpc_timeout,
-                    )
+                self.starting[delivery.workflow_id] = self.starting.get(delivery.workflow_id, 0) + 1
+                try:
+                    async with asyncio.timeout(timeout):
+                        await self._start(delivery, ref)
+                finally:
+                    left = self.starting.pop(delivery.workflow_id, 1) - 1
+                    if left:
+                        self.starting[delivery.workflow_id] = left
             else:
                 handle = self.client.get_workflow_handle(delivery.workflow_id)
                 async with asyncio.timeout(timeout):
