@@ -108,7 +108,9 @@ class CatalogOutcome(BaseModel):
     reason: Reason | None = None
     message: str = ""
     requeueAfterSeconds: float | None = Field(
-        default=None, description="ModelNotReady only: when to look again (notReadyRequeueSeconds)."
+        default=None,
+        description="When to look again (notReadyRequeueSeconds): ModelNotReady, and ModelNotFound while "
+        "the lookup service did not answer.",
     )
     answeredBy: CatalogPath
     restUnavailable: str | None = Field(
@@ -202,6 +204,19 @@ def outcome_from_result(
             if ref.kind is ModelKind.MODEL
             else ""
         )
+        if rest_unavailable is not None:
+            # Only the objects were asked: the lookup service, which may know the model, did not
+            # answer. Not a final answer, so the order looks again (the message never carries a token:
+            # ``rest_unavailable`` names the failure, not the request).
+            requeue = settings.aiModels.catalogLookup.notReadyRequeueSeconds
+            return CatalogOutcome(
+                reason=Reason.MODEL_NOT_FOUND,
+                message=f"{what} is not among the catalog's objects, and the ai-models lookup service did "
+                f"not answer ({rest_unavailable[:200]}); the order looks again in {requeue:g}s. "
+                f"Check spec.model.ref (kind, name, namespace) against the catalog.{hint}",
+                requeueAfterSeconds=requeue,
+                **common,
+            )
         return CatalogOutcome(
             reason=Reason.MODEL_NOT_FOUND,
             message=f"{what} does not exist in the ai-models catalog. "

@@ -114,6 +114,19 @@ def test_not_found_names_what_was_looked_for() -> None:
     assert "order's namespace" in outcome.message
 
 
+def test_not_found_while_the_lookup_service_is_down_looks_again() -> None:
+    """Only the objects answered: the lookup service may know the model, so it is not a final no."""
+    ref = ModelRef(kind=ModelKind.CLUSTER_MODEL, name="rest-only")
+    why = "HTTP 503 from the lookup service"
+    outcome = outcome_from_result(None, ref, None, make_settings(requeue=45), CatalogPath.KUBERNETES, why)
+    assert outcome.reason is Reason.MODEL_NOT_FOUND
+    assert outcome.requeueAfterSeconds == 45
+    assert why in outcome.message
+    assert "looks again in 45s" in outcome.message
+    assert outcome.restUnavailable == why
+    assert model_resolution(outcome, ref).retryAfterSeconds == 45
+
+
 def test_catalog_disabled_tells_the_reader_what_to_do() -> None:
     outcome = catalog_disabled_outcome(ModelRef(kind=ModelKind.CLUSTER_MODEL, name="q"))
     assert outcome.reason is Reason.CATALOG_DISABLED
