@@ -361,6 +361,7 @@ async def engine_tier(
     client: Client | None = None,
     repeats: int = 3,
     workflow_task_slots: int | None = None,
+    cached_workflows: int | None = None,
 ) -> Report:
     """``client``: a Temporal client to use (a test's dev server); None starts a dev server of its own.
     ``workflow_task_slots``: the worker's concurrent workflow tasks (None: the production worker's)."""
@@ -402,7 +403,9 @@ async def engine_tier(
                 outbox.put(signal_to(ref, OrderSignal.HEALTH_CHANGED, [health_report]))
 
             prober = Prober(health, 64, candidates, spec_of, state_of, report_health)
-            slots = {"workflow_task_slots": workflow_task_slots} if workflow_task_slots else {}
+            slots: dict[str, int] = {"workflow_task_slots": workflow_task_slots} if workflow_task_slots else {}
+            if cached_workflows is not None:
+                slots["max_cached_workflows"] = cached_workflows
             worker = build_worker(client, task_queue, engine.activities(), **slots)
             tasks = [asyncio.create_task(c) for c in (worker.run(), outbox.run(), prober.run())]
             try:
@@ -456,6 +459,8 @@ async def engine_tier(
         report.add(
             "worker workflow-task slots", str(workflow_task_slots), f"production: {WorkerSettings().workflowTaskSlots}"
         )
+    if cached_workflows is not None:
+        report.add("worker workflow cache", str(cached_workflows), f"production: {WorkerSettings().cachedWorkflows}")
     report.add("worker+observer process RSS", f"{worker_rss:.0f} MiB (peak {worker_peak:.0f} MiB)", "<= 1 GiB")
     report.add("multiplexed stand-in RSS", f"{standin_rss:.0f} MiB for {len(engine.tokens)} orders, one port")
     report.add("Temporal dev server RSS", f"{server_rss:.0f} MiB")
@@ -713,6 +718,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="the worker's concurrent workflow tasks (default: the production worker's, worker.workflowTaskSlots)",
     )
+    engine.add_argument(
+        "--cached-workflows",
+        type=int,
+        default=None,
+        help="workflows the worker keeps in memory (default: the production worker's, worker.cachedWorkflows)",
+    )
     e2e = tiers.add_parser("e2e", help="end to end on the local control plane")
     e2e.add_argument("--orders", type=int, default=1_000)
     e2e.add_argument("--h100-nodes", type=int, default=None, help="H100 nodes (default: ~40 orders a node)")
@@ -738,6 +749,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.timeout,
                 repeats=args.repeats,
                 workflow_task_slots=args.workflow_task_slots,
+                cached_workflows=args.cached_workflows,
             )
         )
     else:

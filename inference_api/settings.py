@@ -271,6 +271,10 @@ class WorkerSettings(BaseModel):
     workflowTaskSlots: int = Field(default=10, ge=1)
     # Activities block on the API server in a thread pool of this size; slots match it.
     activitySlots: int = Field(default=16, ge=1)
+    # Order workflows kept in memory between their tasks. One not kept is replayed from its whole
+    # history on its next task: harmless for serving orders (a task a day), costly when more orders
+    # than this make progress at once (a burst of new orders, a release reaching every order).
+    cachedWorkflows: int = Field(default=1000, ge=0)
 
 
 class ModuleSettings(BaseSettings):

@@ -55,6 +55,7 @@ def order_worker(
     sizing = {
         "workflow_task_slots": settings.worker.workflowTaskSlots,
         "activity_slots": settings.worker.activitySlots,
+        "max_cached_workflows": settings.worker.cachedWorkflows,
     }
     return build_worker(
         client, settings.temporal.taskQueue, [*activities.all(), *preemption.all()], **(sizing | kwargs)

@@ -21,7 +21,7 @@ def build_worker(
     client: Client,
     task_queue: str,
     activities: Sequence[Callable[..., Any]],
-    max_cached_workflows: int = 1000,
+    max_cached_workflows: int = WorkerSettings().cachedWorkflows,
     workflow_task_slots: int = WorkerSettings().workflowTaskSlots,
     activity_slots: int = WorkerSettings().activitySlots,
     **kwargs: Any,
