@@ -1,10 +1,19 @@
-"""Fixtures of the fault suite: ``fault_stand`` (tests/faults/churn.py). Every test here is marked ``faults``."""
+"""Fixtures of the fault suite: ``fault_stand`` (tests/faults/churn.py) on ``faults_cluster``, a local
+control plane of the suite's own. Every test here is marked ``faults``.
+
+Its own control plane, not the session's: the suite restarts its API server and puts a fault proxy in
+front of it, which must not reach the other suites' tests, and its fleet is sized to the suite's
+orders (``AI_INFERENCE_FAULT_ORDERS``), which the session's default fleet does not hold.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import math
+import os
+import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -14,16 +23,19 @@ from kubernetes.client.exceptions import ApiException
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from devstack.cluster.build import CONTROL_PLANE_TOOLS, ensure_binaries
+from devstack.cluster.inventory import FleetSize, save_fleet
 from devstack.cluster.launcher import LocalCluster
 from devstack.standins.fleet import StandInFleet
 from inference_api.types import CLASSES, GROUP, VERSION
 from tests.e2e.stand import DEFAULT_LLM, Processes, Stand, e2e_settings, process_env
-from tests.faults.churn import FAULTS_CLASS_NAME, FaultStand
+from tests.faults.churn import FAULTS_CLASS_NAME, ORDER_COUNT, FaultStand
 from tests.faults.temporal_server import DevServer
+from tests.fixtures.cluster import REUSE_ENV, reuse_dir
 
 HERE = Path(__file__).parent
 # The default e2e class on the MPS-shared H100s only: the T4 node's CPUs hold eight small orders, the
-# H100 node's about thirty.
+# H100 node's about thirty (the planner does not count CPUs: a full node leaves an order Pending).
 FAULTS_CLASS = {
     **DEFAULT_LLM,
     "metadata": {"name": FAULTS_CLASS_NAME},
@@ -42,10 +54,50 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if HERE in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.faults)
+            # A case makes, edits and deletes ORDER_COUNT orders around its fault: the suite's own
+            # bound, past the 600 s every other test gets.
+            item.add_marker(pytest.mark.timeout(max(600, 600 + 8 * (ORDER_COUNT - 10))))
+
+
+# Small orders per simulated H100 node the suite plans for: room to spare for the edits' rebuilds
+# (old and new replicas at once) under the thirty a node's CPUs hold.
+ORDERS_PER_H100_NODE = 20
+
+
+def faults_fleet(orders: int = ORDER_COUNT) -> FleetSize:
+    """The fleet of the suite's control plane: H100 nodes enough for ``orders`` (one at least), one of
+    each other shape."""
+    return FleetSize(h100_nodes=max(1, math.ceil(orders / ORDERS_PER_H100_NODE)))
+
+
+@pytest.fixture(scope="session")
+def faults_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """The fault suite's own control plane, its fleet sized to the suite's orders (a running one is
+    reused as for the session's, ``AI_INFERENCE_TEST_KUBECONFIG_DIR``)."""
+    reuse = os.environ.get(REUSE_ENV)
+    if reuse:
+        yield LocalCluster(reuse_dir(reuse))
+        return
+    state = tmp_path_factory.mktemp("faults-cluster")
+    save_fleet(state, faults_fleet())
+    cluster = LocalCluster(state, binaries=ensure_binaries(CONTROL_PLANE_TOOLS))
+    cluster.up(progress=lambda line: print(f"faults cluster: {line}", file=sys.stderr, flush=True))
+    try:
+        yield cluster
+    finally:
+        cluster.down()
+
+
+@pytest.fixture(scope="session")
+def faults_admin(faults_cluster: LocalCluster) -> Iterator[ApiClient]:
+    with faults_cluster.api_client("admin") as api:
+        yield api
 
 
 @pytest_asyncio.fixture
-async def fault_stand(local_cluster: LocalCluster, kube_admin: ApiClient, tmp_path: Path) -> AsyncIterator[FaultStand]:
+async def fault_stand(
+    faults_cluster: LocalCluster, faults_admin: ApiClient, tmp_path: Path
+) -> AsyncIterator[FaultStand]:
     """A namespace, the default class and the stand-in fleet; a dev server of its own; the worker and
     the observer as ``ai-inference`` subprocesses against it (started here, killed by the test)."""
     server = DevServer(tmp_path)
@@ -55,12 +107,12 @@ async def fault_stand(local_cluster: LocalCluster, kube_admin: ApiClient, tmp_pa
     env = {**process_env(server.address, task_queue), "AI_INFERENCE_OBSERVER__RESYNCSECONDS": "5"}
     logs = tmp_path / "logs"
     logs.mkdir()
-    processes = Processes(local_cluster.kubeconfig("admin"), env, logs)
-    namespace = local_cluster.create_namespace(f"faults-{uuid.uuid4().hex[:6]}", users=())
+    processes = Processes(faults_cluster.kubeconfig("admin"), env, logs)
+    namespace = faults_cluster.create_namespace(f"faults-{uuid.uuid4().hex[:6]}", users=())
     with contextlib.suppress(ApiException):  # 409: another test made it
-        CustomObjectsApi(kube_admin).create_cluster_custom_object(GROUP, VERSION, CLASSES, FAULTS_CLASS)
-    fleet = StandInFleet(kube_admin).start()
-    stand = Stand(kube_admin, client, fleet, namespace, e2e_settings(task_queue))
+        CustomObjectsApi(faults_admin).create_cluster_custom_object(GROUP, VERSION, CLASSES, FAULTS_CLASS)
+    fleet = StandInFleet(faults_admin).start()
+    stand = Stand(faults_admin, client, fleet, namespace, e2e_settings(task_queue))
     fs = FaultStand(stand, server, processes)
     fs.start_worker()
     fs.start_observer()
@@ -75,10 +127,12 @@ async def fault_stand(local_cluster: LocalCluster, kube_admin: ApiClient, tmp_pa
             fs.start_observer()
         with contextlib.suppress(Exception):
             if stand.delete_orders():
-                await stand.until(lambda: not stand.order_names(), timeout=60, what="orders deleted")
+                await stand.until(
+                    lambda: not stand.order_names(), timeout=max(60, 2 * ORDER_COUNT), what="orders deleted"
+                )
     finally:
         processes.stop_all()
         server.kill()
         fleet.stop()
         with contextlib.suppress(ApiException):
-            CoreV1Api(kube_admin).delete_namespace(namespace)
+            CoreV1Api(faults_admin).delete_namespace(namespace)

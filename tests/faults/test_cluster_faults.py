@@ -48,7 +48,7 @@ async def kubelet_reports_readiness(api: ApiClient, namespace: str, counted: lis
         await asyncio.sleep(1)
 
 
-async def test_kube_apiserver_restarted(fault_stand: FaultStand, local_cluster: LocalCluster) -> None:
+async def test_kube_apiserver_restarted(fault_stand: FaultStand, faults_cluster: LocalCluster) -> None:
     fs = fault_stand
     restarts: list[float] = []
     reready: list[int] = []
@@ -56,9 +56,9 @@ async def test_kube_apiserver_restarted(fault_stand: FaultStand, local_cluster: 
 
     async def restart_the_apiserver() -> None:
         await asyncio.sleep(3)
-        restarts.append(await asyncio.to_thread(local_cluster.restart, "kube-apiserver"))
+        restarts.append(await asyncio.to_thread(faults_cluster.restart, "kube-apiserver"))
         await asyncio.sleep(4)
-        restarts.append(await asyncio.to_thread(local_cluster.restart, "kube-apiserver", kill=True))
+        restarts.append(await asyncio.to_thread(faults_cluster.restart, "kube-apiserver", kill=True))
 
     try:
         await churn(fs, restart_the_apiserver)

@@ -27,9 +27,9 @@ FAULTY = Rates(conflict=0.08, throttle=0.05, error=0.08, timeout=0.02, cut_watch
 
 
 @pytest_asyncio.fixture
-async def kube_proxy(local_cluster: LocalCluster) -> AsyncIterator[KubeFaultProxy]:
-    pki = local_cluster.pki
-    proxy = KubeFaultProxy(local_cluster.server, pki.ca_cert, pki.serving_cert, pki.serving_key, hold_seconds=40)
+async def kube_proxy(faults_cluster: LocalCluster) -> AsyncIterator[KubeFaultProxy]:
+    pki = faults_cluster.pki
+    proxy = KubeFaultProxy(faults_cluster.server, pki.ca_cert, pki.serving_cert, pki.serving_key, hold_seconds=40)
     await proxy.open()
     try:
         yield proxy
@@ -38,12 +38,12 @@ async def kube_proxy(local_cluster: LocalCluster) -> AsyncIterator[KubeFaultProx
 
 
 async def test_an_api_call_never_answered_gives_up_instead_of_holding_its_thread(
-    kube_proxy: KubeFaultProxy, local_cluster: LocalCluster, tmp_path: Path
+    kube_proxy: KubeFaultProxy, faults_cluster: LocalCluster, tmp_path: Path
 ) -> None:
     """The module's API client (activities.kube.load_api_client, the worker's and the observer's)
     bounds every request: a request the API server never answers fails in seconds. Without a bound
     the activity's thread waits forever, and 16 such requests stop the worker's every activity."""
-    kubeconfig = kube_proxy.kubeconfig(local_cluster.kubeconfig("admin"), tmp_path / "proxied.yaml")
+    kubeconfig = kube_proxy.kubeconfig(faults_cluster.kubeconfig("admin"), tmp_path / "proxied.yaml")
     api = load_api_client(str(kubeconfig))
     kube_proxy.set_rates(Rates(timeout=1.0))
     started = time.monotonic()
@@ -59,12 +59,12 @@ async def test_an_api_call_never_answered_gives_up_instead_of_holding_its_thread
 
 
 async def test_api_errors_timeouts_and_cut_watches(
-    kube_proxy: KubeFaultProxy, fault_stand: FaultStand, local_cluster: LocalCluster, tmp_path: Path
+    kube_proxy: KubeFaultProxy, fault_stand: FaultStand, faults_cluster: LocalCluster, tmp_path: Path
 ) -> None:
     # kube_proxy first: set up before the stand, torn down after it (the stand's teardown deletes the
     # orders through the worker, which talks through the proxy).
     fs = fault_stand
-    proxied = kube_proxy.kubeconfig(local_cluster.kubeconfig("admin"), tmp_path / "proxied.yaml")
+    proxied = kube_proxy.kubeconfig(faults_cluster.kubeconfig("admin"), tmp_path / "proxied.yaml")
     fs.kill_worker()
     fs.kill_observer()
     fs.processes.kubeconfig = proxied

@@ -131,7 +131,7 @@ class Planner:
 
 
 @pytest.fixture
-def planner(fault_stand: FaultStand, kube_admin: ApiClient, tmp_path: Path) -> Iterator[Planner]:
+def planner(fault_stand: FaultStand, faults_admin: ApiClient, tmp_path: Path) -> Iterator[Planner]:
     """The planner service started, and the stand's worker started again to plan through it."""
     fs = fault_stand
     directory = tmp_path / "planner-tls"
@@ -139,7 +139,7 @@ def planner(fault_stand: FaultStand, kube_admin: ApiClient, tmp_path: Path) -> I
     ca = create_ca(directory, "planner-ca")
     tls = issue_certificate(ca, directory, "planner", sans=("DNS:localhost", "IP:127.0.0.1"))
     role = f"faults-planner-caller-{uuid.uuid4().hex[:6]}"
-    token = _planner_token(kube_admin, fs.stand.namespace, role)
+    token = _planner_token(faults_admin, fs.stand.namespace, role)
     token_file = tmp_path / "planner-token"
     token_file.write_text(token)
     token_file.chmod(0o600)
@@ -162,7 +162,7 @@ def planner(fault_stand: FaultStand, kube_admin: ApiClient, tmp_path: Path) -> I
         with contextlib.suppress(Exception):
             if service.process is None or service.process.poll() is not None:
                 service.start()
-        rbac = RbacAuthorizationV1Api(kube_admin)
+        rbac = RbacAuthorizationV1Api(faults_admin)
         with contextlib.suppress(ApiException):
             rbac.delete_cluster_role_binding(role)
         with contextlib.suppress(ApiException):

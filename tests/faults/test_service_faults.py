@@ -38,13 +38,13 @@ MODELS = [
 
 
 @pytest.fixture
-def catalog(kube_admin: ApiClient) -> Iterator[CatalogServiceProcess]:
+def catalog(faults_admin: ApiClient) -> Iterator[CatalogServiceProcess]:
     # The models as the stand-in's fixtures: started again, it serves them again (a catalog that was
     # down, not one that lost its models). A generous start: on a loaded 2-core machine the process
     # takes its time to import. The same models as ClusterModel objects: with the lookup service
     # unreachable the module reads the catalog's objects (activities/catalog.py), as it would in a
     # cluster where ai-models runs.
-    objects = ClusterModels(kube_admin)
+    objects = ClusterModels(faults_admin)
     for model in MODELS:
         assert model.source is not None
         objects.create(model.name, source=model.source, facts=model.facts)
