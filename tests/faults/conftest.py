@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
-import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -23,7 +21,6 @@ from kubernetes.client.exceptions import ApiException
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from devstack.cluster.build import CONTROL_PLANE_TOOLS, ensure_binaries
 from devstack.cluster.inventory import FleetSize, save_fleet
 from devstack.cluster.launcher import LocalCluster
 from devstack.standins.fleet import StandInFleet
@@ -31,7 +28,7 @@ from inference_api.types import CLASSES, GROUP, VERSION
 from tests.e2e.stand import DEFAULT_LLM, Processes, Stand, e2e_settings, process_env
 from tests.faults.churn import FAULTS_CLASS_NAME, ORDER_COUNT, FaultStand
 from tests.faults.temporal_server import DevServer
-from tests.fixtures.cluster import REUSE_ENV, reuse_dir
+from tests.fixtures.cluster import running_cluster
 
 HERE = Path(__file__).parent
 # The default e2e class on the MPS-shared H100s only: the T4 node's CPUs hold eight small orders, the
@@ -74,18 +71,10 @@ def faults_fleet(orders: int = ORDER_COUNT) -> FleetSize:
 def faults_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """The fault suite's own control plane, its fleet sized to the suite's orders (a running one is
     reused as for the session's, ``AI_INFERENCE_TEST_KUBECONFIG_DIR``)."""
-    reuse = os.environ.get(REUSE_ENV)
-    if reuse:
-        yield LocalCluster(reuse_dir(reuse))
-        return
     state = tmp_path_factory.mktemp("faults-cluster")
     save_fleet(state, faults_fleet())
-    cluster = LocalCluster(state, binaries=ensure_binaries(CONTROL_PLANE_TOOLS))
-    cluster.up(progress=lambda line: print(f"faults cluster: {line}", file=sys.stderr, flush=True))
-    try:
+    with running_cluster(state, label="faults cluster: ") as cluster:
         yield cluster
-    finally:
-        cluster.down()
 
 
 @pytest.fixture(scope="session")
