@@ -204,6 +204,7 @@ def outcome_from_result(
             if ref.kind is ModelKind.MODEL
             else ""
         )
+        check = f"Check spec.model.ref (kind, name, namespace) against the catalog.{hint}"
         if rest_unavailable is not None:
             # Only the objects were asked: the lookup service, which may know the model, did not
             # answer. Not a final answer, so the order looks again (the message never carries a token:
@@ -212,15 +213,13 @@ def outcome_from_result(
             return CatalogOutcome(
                 reason=Reason.MODEL_NOT_FOUND,
                 message=f"{what} is not among the catalog's objects, and the ai-models lookup service did "
-                f"not answer ({rest_unavailable[:200]}); the order looks again in {requeue:g}s. "
-                f"Check spec.model.ref (kind, name, namespace) against the catalog.{hint}",
+                f"not answer ({rest_unavailable[:200]}); the order looks again in {requeue:g}s. {check}",
                 requeueAfterSeconds=requeue,
                 **common,
             )
         return CatalogOutcome(
             reason=Reason.MODEL_NOT_FOUND,
-            message=f"{what} does not exist in the ai-models catalog. "
-            f"Check spec.model.ref (kind, name, namespace) against the catalog.{hint}",
+            message=f"{what} does not exist in the ai-models catalog. {check}",
             **common,
         )
     if not result.ready:

@@ -21,6 +21,7 @@ import heapq
 import itertools
 import random
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -130,7 +131,8 @@ class Outbox:
         self.max_backoff = max_backoff_seconds
         self.clock = clock
         self.pending: dict[tuple[str, str], Delivery] = {}
-        self.in_flight: set[tuple[str, str]] = set()
+        # key → the delivery on its way now (one per key: a newer one waits for it).
+        self.in_flight: dict[tuple[str, str], Delivery] = {}
         self._heap: list[tuple[float, int, tuple[str, str]]] = []
         self._seq = itertools.count()
         self._wake = asyncio.Event()
@@ -140,8 +142,6 @@ class Outbox:
         # workflow id → when a signal-with-start of it was delivered (the resync leaves those alone
         # while visibility may not list them yet).
         self.started: dict[str, float] = {}
-        # workflow id → signal-with-start deliveries of it on their way now.
-        self.starting: dict[str, int] = {}
 
     def recently_started(self, within_seconds: float) -> set[str]:
         """Workflow ids started (signal-with-start delivered) in the last ``within_seconds``, and those
@@ -149,8 +149,13 @@ class Outbox:
         those again: a second signal-with-start of a running workflow is a second signal."""
         horizon = self.clock() - within_seconds
         self.started = {wid: t for wid, t in self.started.items() if t >= horizon}
-        queued = {d.workflow_id for d in self.pending.values() if d.start is not None}
-        return set(self.started) | queued | set(self.starting)
+        on_the_way = itertools.chain(self.pending.values(), self.in_flight.values())
+        return set(self.started) | {d.workflow_id for d in on_the_way if d.start is not None}
+
+    @property
+    def starting(self) -> Counter[str]:
+        """Workflow id → its signal-with-start deliveries on their way now."""
+        return Counter(d.workflow_id for d in self.in_flight.values() if d.start is not None)
 
     # -------------------------------------------------------------------------- queueing
 
@@ -202,7 +207,7 @@ class Outbox:
                     self._schedule(key, queued.due)
                     continue
                 del self.pending[key]
-                self.in_flight.add(key)
+                self.in_flight[key] = queued
                 return queued
             timeout = (self._heap[0][0] - now) if self._heap else None
             self._wake.clear()
@@ -224,7 +229,7 @@ class Outbox:
                 outcome = "retry"
                 self._log_failure(delivery, err)
             finally:
-                self.in_flight.discard(key)
+                self.in_flight.pop(key, None)
             SIGNALS.labels(delivery.label, outcome).inc()
             if outcome == "retry":
                 self._retry(delivery)
@@ -286,14 +291,8 @@ class Outbox:
                     return "sent"
             if delivery.start is not None:
                 ref = delivery.start
-                self.starting[delivery.workflow_id] = self.starting.get(delivery.workflow_id, 0) + 1
-                try:
-                    async with asyncio.timeout(timeout):
-                        await self._start(delivery, ref)
-                finally:
-                    left = self.starting.pop(delivery.workflow_id, 1) - 1
-                    if left:
-                        self.starting[delivery.workflow_id] = left
+                async with asyncio.timeout(timeout):
+                    await self._start(delivery, ref)
             else:
                 handle = self.client.get_workflow_handle(delivery.workflow_id)
                 async with asyncio.timeout(timeout):
