@@ -1,6 +1,6 @@
 """The scale benchmark: how many serving orders one worker and one observer hold, in two tiers.
 
-    .venv/bin/python -m benchmarks.scale engine [--orders 10000] [--probe-interval 60]
+    .venv/bin/python -m benchmarks.scale engine [--orders 10000] [--probe-interval 600]
     .venv/bin/python -m benchmarks.scale e2e [--orders 1000] [--h100-nodes N]
 
 It prints figures, each with the target it is judged against; it asserts nothing (speed is measured
@@ -90,6 +90,10 @@ from workflows import activity_names as act
 from workflows.search_attributes import ALL_KEYS
 
 GIB = 1 << 30
+# How long the machine's CPU is sampled while the N orders serve, before the late orders.
+CPU_WINDOW_SECONDS = 20.0
+# How often a long wait says how far it got (stderr, beside the figures).
+PROGRESS_SECONDS = 60.0
 SMALL_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 # Temporal actions, as billed: what a workflow asks the server to do (history events that are one).
 ACTION_EVENTS = {
@@ -134,6 +138,65 @@ def tree_rss_mib(pid: int) -> float:
     return total
 
 
+def _cpu_ticks() -> dict[int, tuple[str, int]]:
+    """Every process's (name, user+system clock ticks) from ``/proc/<pid>/stat``."""
+    ticks = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            stat = (entry / "stat").read_text()
+            name = stat[stat.index("(") + 1 : stat.rindex(")")]
+            fields = stat[stat.rindex(")") + 2 :].split()
+            ticks[int(entry.name)] = (name, int(fields[11]) + int(fields[12]))
+    return ticks
+
+
+def _process_label(pid: int, name: str) -> str:
+    """A python process by its module (``worker.cli watch`` → watch), anything else by its name."""
+    if not name.startswith("python"):
+        return name
+    with contextlib.suppress(OSError):
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        words = [a.decode() for a in argv if a and not a.startswith(b"-")][1:]
+        if words and words[0] == "worker.cli" and len(words) > 1:
+            return f"ai-inference {words[1]}"
+        if words:
+            return words[0].rsplit(".", 1)[-1]
+    return name
+
+
+async def cpu_by_process(seconds: float) -> list[tuple[str, float]]:
+    """CPU used over ``seconds`` by every process on the machine, grouped by what it is, as a
+    percentage of one core, busiest first (those under 1 % left out)."""
+    before = _cpu_ticks()
+    await asyncio.sleep(seconds)
+    after = _cpu_ticks()
+    per_second = os.sysconf("SC_CLK_TCK")
+    used: dict[str, float] = {}
+    for pid, (name, ticks) in after.items():
+        spent = ticks - before.get(pid, (name, 0))[1]  # a process started meanwhile: all of it
+        label = _process_label(pid, name)
+        used[label] = used.get(label, 0.0) + 100.0 * spent / per_second / seconds
+    return sorted(((k, v) for k, v in used.items() if v >= 1.0), key=lambda kv: -kv[1])
+
+
+# The packages the wheel ships (pyproject's packages.find).
+SHIPPED_PACKAGES = ("inference_api", "workflows", "activities", "worker", "planner")
+
+
+def compile_bytecode() -> None:
+    """Bytecode for the shipped packages, as pip writes it when the image installs the wheel. A
+    source checkout run with PYTHONDONTWRITEBYTECODE has none, and the workflow sandbox imports the
+    workflow's module afresh for every workflow it creates, so without this every new (or evicted)
+    workflow would compile ``workflows/order.py`` from source: a cost the image does not pay."""
+    import compileall
+
+    root = Path(__file__).resolve().parent.parent
+    for package in SHIPPED_PACKAGES:
+        compileall.compile_dir(str(root / package), quiet=1)
+
+
 @dataclass
 class Report:
     """Figures in print order: (what, value, target or note)."""
@@ -161,6 +224,66 @@ async def history_counts(handle: WorkflowHandle[Any, Any]) -> tuple[int, int, in
     return events, actions, fired
 
 
+@dataclass
+class StepTimes:
+    """Where one order's time went, from its workflow history (nanosecond timestamps): per activity
+    type, seconds queued (scheduled → started: waiting for a worker slot) and running (started →
+    closed); workflow tasks the same way; ``span``: the run's start to its last event read."""
+
+    queued: dict[str, float] = field(default_factory=dict)
+    running: dict[str, float] = field(default_factory=dict)
+    span: float = 0.0
+
+    def add(self, step: str, queued: float, running: float) -> None:
+        self.queued[step] = self.queued.get(step, 0.0) + queued
+        self.running[step] = self.running.get(step, 0.0) + running
+
+    def describe(self) -> str:
+        steps = sorted(self.running, key=lambda s: -(self.queued[s] + self.running[s]))
+        parts = [f"{s} {self.queued[s]:.2f}+{self.running[s]:.2f}" for s in steps]
+        return f"{self.span:.2f} s in the workflow; queued+running s: " + ", ".join(parts)
+
+
+async def step_times(handle: WorkflowHandle[Any, Any]) -> StepTimes:
+    """The order's steps, its whole history: read just after it is Ready, that is its way to Ready
+    (a serving order then sleeps on its resync timer)."""
+    times = StepTimes()
+    scheduled: dict[int, tuple[str, float]] = {}
+    started: dict[int, float] = {}
+    first = last = None
+    async for event in handle.fetch_history_events():
+        at = event.event_time.ToNanoseconds() / 1e9
+        first = at if first is None else first
+        last = at
+        kind = event.event_type
+        if kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            scheduled[event.event_id] = (event.activity_task_scheduled_event_attributes.activity_type.name, at)
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
+            scheduled[event.event_id] = ("workflow task", at)
+        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            started[event.activity_task_started_event_attributes.scheduled_event_id] = at
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+            started[event.workflow_task_started_event_attributes.scheduled_event_id] = at
+        closed = None
+        if kind == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            closed = event.activity_task_completed_event_attributes.scheduled_event_id
+        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED:
+            closed = event.activity_task_failed_event_attributes.scheduled_event_id
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            closed = event.workflow_task_completed_event_attributes.scheduled_event_id
+        if closed is not None and closed in scheduled and closed in started:
+            step, at_scheduled = scheduled[closed]
+            times.add(step, started[closed] - at_scheduled, at - started[closed])
+    times.span = (last or 0.0) - (first or 0.0)
+    return times
+
+
+def median_run(runs: list[tuple[float, str]]) -> tuple[float, str]:
+    """The median run of an odd number (the upper middle of an even one): its seconds and its id."""
+    ordered = sorted(runs)
+    return ordered[len(ordered) // 2]
+
+
 async def pending_activities(client: Client, workflow_ids: list[str]) -> int:
     total = 0
     for workflow_id in workflow_ids:
@@ -169,11 +292,23 @@ async def pending_activities(client: Client, workflow_ids: list[str]) -> int:
     return total
 
 
-async def wait_for(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.2) -> None:
-    deadline = time.monotonic() + timeout
+async def wait_for(
+    check: Callable[[], bool],
+    timeout: float,
+    what: str,
+    interval: float = 0.2,
+    progress: Callable[[], str] | None = None,
+) -> None:
+    """Until ``check()``; ``progress()`` is told on stderr every PROGRESS_SECONDS meanwhile."""
+    started = time.monotonic()
+    told = started
     while not check():
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if now > started + timeout:
             raise TimeoutError(f"{what}: not after {timeout:.0f}s")
+        if progress is not None and now - told >= PROGRESS_SECONDS:
+            told = now
+            print(f"   {now - started:.0f} s: {progress()}", file=sys.stderr, flush=True)
         await asyncio.sleep(interval)
 
 
@@ -315,11 +450,12 @@ class EngineRun:
     def ready(self, keys: list[str]) -> bool:
         return all(k in self.engine.ready_at for k in keys)
 
-    async def one_order(self, name: str, timeout: float) -> float:
+    async def one_order(self, name: str, timeout: float) -> tuple[float, str]:
+        """(seconds to Ready, workflow id) of one order created now."""
         started = time.perf_counter()
         ref = self.start(name)
         await wait_for(lambda: self.ready([ref.key]), timeout, f"{name} Ready", interval=0.02)
-        return self.engine.ready_at[ref.key] - started
+        return self.engine.ready_at[ref.key] - started, workflow_id(ref)
 
 
 def workflow_id(ref: OrderRef) -> str:
@@ -362,6 +498,7 @@ async def engine_tier(
     repeats: int = 3,
     workflow_task_slots: int | None = None,
     cached_workflows: int | None = None,
+    cpu_window: float = CPU_WINDOW_SECONDS,
 ) -> Report:
     """``client``: a Temporal client to use (a test's dev server); None starts a dev server of its own.
     ``workflow_task_slots``: the worker's concurrent workflow tasks (None: the production worker's)."""
@@ -403,24 +540,33 @@ async def engine_tier(
                 outbox.put(signal_to(ref, OrderSignal.HEALTH_CHANGED, [health_report]))
 
             prober = Prober(health, 64, candidates, spec_of, state_of, report_health)
-            slots: dict[str, int] = {"workflow_task_slots": workflow_task_slots} if workflow_task_slots else {}
+            slots: dict[str, Any] = {"workflow_task_slots": workflow_task_slots} if workflow_task_slots else {}
             if cached_workflows is not None:
                 slots["max_cached_workflows"] = cached_workflows
             worker = build_worker(client, task_queue, engine.activities(), **slots)
             tasks = [asyncio.create_task(c) for c in (worker.run(), outbox.run(), prober.run())]
             try:
                 # The order alone (median of three), before anything else runs.
-                alone = statistics.median([await run.one_order(f"alone-{i}", 120) for i in range(repeats)])
+                alone, alone_id = median_run([await run.one_order(f"alone-{i}", 120) for i in range(repeats)])
                 # The orders whose resync runs every resync_seconds: one resync is one order-day.
                 day_timings = OrderTimings(resyncSeconds=resync_seconds)
                 day_refs = [run.start(f"day-{i}", day_timings) for i in range(day_orders)]
                 started = time.perf_counter()
                 refs = [run.start(f"order-{i}") for i in range(orders)]
                 keys = [r.key for r in refs]
-                await wait_for(lambda: run.ready(keys), timeout, f"{orders} orders Ready", interval=0.5)
+                await wait_for(
+                    lambda: run.ready(keys),
+                    timeout,
+                    f"{orders} orders Ready",
+                    interval=0.5,
+                    progress=lambda: f"{sum(k in engine.ready_at for k in keys)} of {orders} Ready",
+                )
                 batch = max(engine.ready_at[k] for k in keys) - started
                 # Late orders one after another while the N serve (median of as many as alone).
-                late = statistics.median([await run.one_order(f"late-{i}", 300) for i in range(repeats)])
+                serving_cpu = await cpu_by_process(cpu_window)
+                late, late_id = median_run([await run.one_order(f"late-{i}", 300) for i in range(repeats)])
+                alone_steps = await step_times(client.get_workflow_handle(alone_id))
+                late_steps = await step_times(client.get_workflow_handle(late_id))
                 # Serving: let the day orders run their resyncs (while the N serve and are probed).
                 await wait_for(lambda: run.ready([r.key for r in day_refs]), 120, "day orders Ready")
                 before = [await history_counts(client.get_workflow_handle(workflow_id(r))) for r in day_refs]
@@ -455,6 +601,13 @@ async def engine_tier(
         f"{late:.2f} s, {late / alone:.2f}x alone",
         "target <= 2x",
     )
+    report.add("  the order alone, step by step", alone_steps.describe())
+    report.add("  the late order, step by step", late_steps.describe())
+    report.add(
+        f"CPU while the {orders} serve ({cpu_window:.0f} s, % of one core)",
+        ", ".join(f"{name} {share:.0f}" for name, share in serving_cpu) or "none over 1 %",
+        f"{os.cpu_count()} cores",
+    )
     if workflow_task_slots:
         report.add(
             "worker workflow-task slots", str(workflow_task_slots), f"production: {WorkerSettings().workflowTaskSlots}"
@@ -477,7 +630,8 @@ async def engine_tier(
     report.add(f"activity slots held by serving orders (sample of {len(picked)})", str(held), "target 0")
     report.add(
         "health probes by the observer",
-        f"{probes} (every {probe_interval:.0f} s per order; {len(flips)} flips signalled)",
+        f"{probes} (every {probe_interval:.0f} s per order, {(orders + day_orders) / probe_interval:.1f} a second "
+        f"once all serve; {len(flips)} flips signalled)",
     )
     return report
 
@@ -582,6 +736,7 @@ async def e2e_tier(
     timeout: float,
     keep: bool,
     repeats: int = 3,
+    cpu_window: float = CPU_WINDOW_SECONDS,
 ) -> Report:
     from kubernetes.client import CustomObjectsApi
     from kubernetes.client.exceptions import ApiException
@@ -627,43 +782,53 @@ async def e2e_tier(
                     if (o.get("status") or {}).get("phase") == "Ready"
                 }
 
-            def is_ready(name: str) -> bool:
+            def ready_uid(name: str) -> str | None:
+                """The order's uid once it is Ready."""
                 try:
                     order = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, ORDERS, name)
                 except ApiException:
-                    return False
-                return bool((order.get("status") or {}).get("phase") == "Ready")
+                    return None
+                return str(order["metadata"]["uid"]) if (order.get("status") or {}).get("phase") == "Ready" else None
 
-            async def time_one(name: str) -> float:
+            async def time_one(name: str) -> tuple[float, str]:
+                """(seconds to Ready, workflow id) of one order created now."""
                 # One order read, not the listing: listing a thousand orders four times a second
                 # loaded the API server and this process, and the late order paid for it.
                 started = time.perf_counter()
                 await asyncio.to_thread(create, name)
-                while not await asyncio.to_thread(is_ready, name):
+                while not (uid := await asyncio.to_thread(ready_uid, name)):
                     if time.perf_counter() - started > 600:
                         raise TimeoutError(f"{name} not Ready")
                     await asyncio.sleep(0.25)
-                return time.perf_counter() - started
+                return time.perf_counter() - started, order_workflow_id(namespace, name, uid)
 
             # Warm: the processes have loaded what they load on a first order.
             await time_one("warmup")
-            alone = statistics.median([await time_one(f"alone-{i}") for i in range(repeats)])
+            alone, alone_id = median_run([await time_one(f"alone-{i}") for i in range(repeats)])
             requests_before = await asyncio.to_thread(apiserver_requests, api)
             names = [f"order-{i}" for i in range(orders)]
             started = time.perf_counter()
             for name in names:
                 await asyncio.to_thread(create, name)
             created = time.perf_counter() - started
+            told = 0.0
             while True:
                 ready = await asyncio.to_thread(ready_names)
                 if all(n in ready for n in names):
                     break
-                if time.perf_counter() - started > timeout:
+                waited = time.perf_counter() - started
+                if waited > timeout:
                     raise TimeoutError(f"{sum(n in ready for n in names)} of {orders} Ready after {timeout:.0f}s")
+                if waited - told >= PROGRESS_SECONDS:
+                    told = waited
+                    say(f"{waited:.0f} s: {sum(n in ready for n in names)} of {orders} Ready")
                 await asyncio.sleep(1)
             batch = time.perf_counter() - started
             requests_after = await asyncio.to_thread(apiserver_requests, api)
-            late = statistics.median([await time_one(f"late-{i}") for i in range(repeats)])
+            serving_cpu = await cpu_by_process(cpu_window)
+            late, late_id = median_run([await time_one(f"late-{i}") for i in range(repeats)])
+            alone_steps = await step_times(temporal.get_workflow_handle(alone_id))
+            late_steps = await step_times(temporal.get_workflow_handle(late_id))
             running = stack.running()
             rss = {name: tree_rss_mib(pid) for name, pid in running.items()}
             picked = random.Random(7).sample(names, min(sample, len(names)))
@@ -690,6 +855,13 @@ async def e2e_tier(
         f"{late:.2f} s, {late / alone:.2f}x alone",
         "target <= 2x",
     )
+    report.add("  the order alone, step by step", alone_steps.describe())
+    report.add("  the late order, step by step", late_steps.describe())
+    report.add(
+        f"CPU while the {orders} serve ({cpu_window:.0f} s, % of one core)",
+        ", ".join(f"{name} {share:.0f}" for name, share in serving_cpu) or "none over 1 %",
+        f"{os.cpu_count()} cores",
+    )
     for name in ("worker", "watcher", "planner"):
         report.add(f"{name} RSS", f"{rss.get(name, float('nan')):.0f} MiB")
     report.add(
@@ -715,13 +887,19 @@ def main(argv: list[str] | None = None) -> int:
     tiers = parser.add_subparsers(dest="tier", required=True)
     engine = tiers.add_parser("engine", help="the workflow engine: Temporal dev server, fakes, real prober")
     engine.add_argument("--orders", type=int, default=10_000)
-    engine.add_argument("--probe-interval", type=float, default=60, help="seconds between two probes of an order")
+    engine.add_argument(
+        "--probe-interval",
+        type=float,
+        default=HealthSettings().intervalSeconds,
+        help="seconds between two probes of an order (default: the module's health.intervalSeconds)",
+    )
     engine.add_argument("--day-orders", type=int, default=20, help="orders whose daily resync runs quicker")
     engine.add_argument("--resync-seconds", type=float, default=10, help="their resync period (one order-day)")
     engine.add_argument("--day-cycles", type=int, default=3, help="resyncs to count")
     engine.add_argument("--sample", type=int, default=100, help="orders described / histories read")
     engine.add_argument("--timeout", type=float, default=3600)
     engine.add_argument("--repeats", type=int, default=3, help="runs of the order alone (the median counts)")
+    engine.add_argument("--cpu-window", type=float, default=CPU_WINDOW_SECONDS, help="seconds of CPU sampled")
     engine.add_argument(
         "--workflow-task-slots",
         type=int,
@@ -742,8 +920,10 @@ def main(argv: list[str] | None = None) -> int:
     e2e.add_argument("--sample", type=int, default=50)
     e2e.add_argument("--timeout", type=float, default=3600)
     e2e.add_argument("--repeats", type=int, default=3, help="runs of the order alone (the median counts)")
+    e2e.add_argument("--cpu-window", type=float, default=CPU_WINDOW_SECONDS, help="seconds of CPU sampled")
     args = parser.parse_args(argv)
     quiet_logs()
+    compile_bytecode()
     # Stopped (SIGTERM): unwind, so the processes and the cluster a tier started are stopped too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.perf_counter()
@@ -760,11 +940,21 @@ def main(argv: list[str] | None = None) -> int:
                 repeats=args.repeats,
                 workflow_task_slots=args.workflow_task_slots,
                 cached_workflows=args.cached_workflows,
+                cpu_window=args.cpu_window,
             )
         )
     else:
         asyncio.run(
-            e2e_tier(args.orders, args.state_dir, args.h100_nodes, args.sample, args.timeout, args.keep, args.repeats)
+            e2e_tier(
+                args.orders,
+                args.state_dir,
+                args.h100_nodes,
+                args.sample,
+                args.timeout,
+                args.keep,
+                args.repeats,
+                cpu_window=args.cpu_window,
+            )
         )
     print(f"  (the run took {time.perf_counter() - started:.0f} s; {os.cpu_count()} CPUs)", flush=True)
     return 0

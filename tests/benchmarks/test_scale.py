@@ -7,12 +7,15 @@ there and sane (every order Ready, no activity slot held by a serving order), ne
 from __future__ import annotations
 
 import asyncio
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from benchmarks.scale import e2e_tier, engine_tier
+from benchmarks.scale import cpu_by_process, e2e_tier, engine_tier
+from workflows import activity_names as act
 
 
 def figures(lines: list[tuple[str, str, str]]) -> dict[str, str]:
@@ -30,6 +33,7 @@ async def test_the_engine_tier_runs_at_a_tiny_size(temporal_env: WorkflowEnviron
         timeout=120,
         client=temporal_env.client,
         repeats=1,
+        cpu_window=1,
     )
     got = figures(report.lines)
     assert got["activity slots held by serving orders"] == "0"
@@ -39,15 +43,40 @@ async def test_the_engine_tier_runs_at_a_tiny_size(temporal_env: WorkflowEnviron
     probes = int(got["health probes by the observer"].split()[0])
     assert probes > 0  # the real prober probed the multiplexed stand-in
     assert "0 flips signalled" in got["health probes by the observer"]
+    assert_steps_and_cpu(got)
+
+
+def assert_steps_and_cpu(got: dict[str, str]) -> None:
+    """The late order's time is told step by step from its history, and the machine's CPU by process."""
+    for order in ("the order alone", "the late order"):
+        steps = got[f"  {order}, step by step"]
+        for step in (act.APPLY_WORKLOAD, act.AWAIT_SERVING, act.PUBLISH_STATUS, "workflow task"):
+            assert f"{step} " in steps
+        assert float(steps.split()[0]) > 0
+    cpu = got["CPU while the 5 serve"]
+    assert cpu == "none over 1 %" or re.fullmatch(r"[^,]+ \d+(, [^,]+ \d+)*", cpu), cpu
+
+
+def test_the_cpu_figure_finds_a_busy_process() -> None:
+    busy = subprocess.Popen(["sh", "-c", "while :; do :; done"])
+    try:
+        used = dict(asyncio.run(cpu_by_process(1.0)))
+    finally:
+        busy.kill()
+        busy.wait()
+    assert used.get("sh", 0) > 30  # most of a core (the machine may be busy with other work)
 
 
 @pytest.mark.cluster
 @pytest.mark.temporal
 def test_the_end_to_end_tier_runs_at_a_tiny_size(tmp_path: Path) -> None:
-    tier = e2e_tier(orders=5, state_dir=tmp_path, h100_nodes=1, sample=5, timeout=300, keep=False, repeats=1)
+    tier = e2e_tier(
+        orders=5, state_dir=tmp_path, h100_nodes=1, sample=5, timeout=300, keep=False, repeats=1, cpu_window=1
+    )
     report = asyncio.run(tier)
     got = figures(report.lines)
     assert got["activity slots held by serving orders"] == "0"
     assert float(got["API requests per order"].split()[0]) > 0
     for name in ("worker", "watcher", "planner"):
         assert float(got[f"{name} RSS"].split()[0]) > 0
+    assert_steps_and_cpu(got)
