@@ -359,6 +359,7 @@ class EngineWorld:
     standin: str
     http: httpx.AsyncClient
     latest: dict[str, StatusUpdate] = field(default_factory=dict)
+    serving_state: dict[str, d.Serving] = field(default_factory=dict)
     refs: dict[str, OrderRef] = field(default_factory=dict)
     keys: dict[str, str] = field(default_factory=dict)  # uid -> key
     tokens: dict[str, str] = field(default_factory=dict)
@@ -370,14 +371,17 @@ class EngineWorld:
         return f"{self.standin}{ORDER_PREFIX}/{ref.namespace}/{ref.name}"
 
     def serving(self, key: str) -> d.Serving:
-        update = self.latest.get(key)
-        if update is None:
-            return d.Serving.NO
+        """What ``decisions.serving`` says of the order's latest status (decided once per status, as
+        the observer's informer hands it a new object only when the status changes)."""
+        return self.serving_state.get(key, d.Serving.NO)
+
+    def record(self, update: StatusUpdate) -> None:
+        self.latest[update.ref.key] = update
         status = {
             "phase": update.phase.value,
             "conditions": [c.model_dump(mode="json") for c in update.conditions],
         }
-        return d.serving({"metadata": {}, "status": status})
+        self.serving_state[update.ref.key] = d.serving({"metadata": {}, "status": status})
 
     def activities(self) -> list[Callable[..., Any]]:
         """The world's activities, with apply, first probe, status and read replaced."""
@@ -418,7 +422,7 @@ class EngineWorld:
         @activity.defn(name=act.PUBLISH_STATUS)
         async def publish_status(update: StatusUpdate) -> None:
             key = update.ref.key
-            engine.latest[key] = update
+            engine.record(update)
             if update.phase == Phase.READY and key not in engine.ready_at:
                 engine.ready_at[key] = time.perf_counter()
 
