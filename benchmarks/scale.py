@@ -208,6 +208,29 @@ class Report:
         self.lines.append((what, value, target))
         print(f"  {what}: {value}" + (f"   [{target}]" if target else ""), flush=True)
 
+    def late_order(
+        self,
+        orders: int,
+        repeats: int,
+        alone: tuple[float, StepTimes],
+        late: tuple[float, StepTimes],
+        serving_cpu: list[tuple[str, float]],
+        cpu_window: float,
+    ) -> None:
+        """The late order against the order alone, both step by step, and the CPU while the N serve."""
+        self.add(
+            f"late order while {orders} serve (median of {repeats})",
+            f"{late[0]:.2f} s, {late[0] / alone[0]:.2f}x alone",
+            "target <= 2x",
+        )
+        self.add("  the order alone, step by step", alone[1].describe())
+        self.add("  the late order, step by step", late[1].describe())
+        self.add(
+            f"CPU while the {orders} serve ({cpu_window:.0f} s, % of one core)",
+            ", ".join(f"{name} {share:.0f}" for name, share in serving_cpu) or "none over 1 %",
+            f"{os.cpu_count()} cores",
+        )
+
     def header(self) -> None:
         print(f"== {self.title}", flush=True)
 
@@ -600,18 +623,7 @@ async def engine_tier(
     day_per_default = 86400 / OrderTimings().resyncSeconds
     report.add(f"one order alone (median of {repeats})", f"{alone:.2f} s to Ready")
     report.add(f"{orders} orders at once", f"{batch:.1f} s to all Ready, {orders / batch:.1f} orders/s")
-    report.add(
-        f"late order while {orders} serve (median of {repeats})",
-        f"{late:.2f} s, {late / alone:.2f}x alone",
-        "target <= 2x",
-    )
-    report.add("  the order alone, step by step", alone_steps.describe())
-    report.add("  the late order, step by step", late_steps.describe())
-    report.add(
-        f"CPU while the {orders} serve ({cpu_window:.0f} s, % of one core)",
-        ", ".join(f"{name} {share:.0f}" for name, share in serving_cpu) or "none over 1 %",
-        f"{os.cpu_count()} cores",
-    )
+    report.late_order(orders, repeats, (alone, alone_steps), (late, late_steps), serving_cpu, cpu_window)
     if workflow_task_slots:
         report.add(
             "worker workflow-task slots", str(workflow_task_slots), f"production: {WorkerSettings().workflowTaskSlots}"
@@ -854,18 +866,7 @@ async def e2e_tier(
         f"{orders} orders at once",
         f"{batch:.1f} s to all Ready, {orders / batch:.2f} orders/s (created in {created:.1f} s)",
     )
-    report.add(
-        f"late order while {orders} serve (median of {repeats})",
-        f"{late:.2f} s, {late / alone:.2f}x alone",
-        "target <= 2x",
-    )
-    report.add("  the order alone, step by step", alone_steps.describe())
-    report.add("  the late order, step by step", late_steps.describe())
-    report.add(
-        f"CPU while the {orders} serve ({cpu_window:.0f} s, % of one core)",
-        ", ".join(f"{name} {share:.0f}" for name, share in serving_cpu) or "none over 1 %",
-        f"{os.cpu_count()} cores",
-    )
+    report.late_order(orders, repeats, (alone, alone_steps), (late, late_steps), serving_cpu, cpu_window)
     for name in ("worker", "watcher", "planner"):
         report.add(f"{name} RSS", f"{rss.get(name, float('nan')):.0f} MiB")
     report.add(
