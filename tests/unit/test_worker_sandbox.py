@@ -17,7 +17,8 @@ from workflows.order import OrderWorkflow
 def workflow_class(instance: Any) -> type:
     """The class the sandbox instantiated for this workflow (the SDK's sandbox instance keeps it)."""
     cls = instance.globals_and_locals["__temporal_workflow_class"]
-    assert isinstance(cls, type) and cls.__name__ == "OrderWorkflow"
+    assert isinstance(cls, type)
+    assert cls.__name__ == "OrderWorkflow"
     return cls
 
 
