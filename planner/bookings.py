@@ -27,7 +27,7 @@ of the class, placed where the planner itself would have put it. A reservation w
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from inference_api.plan import LaunchPlan
@@ -186,93 +186,160 @@ def reserve(snapshot: InventorySnapshot, bookings: Iterable[Booking], claims: Se
     wanted = needs(bookings, claims)
     if not wanted:
         return Reservation(snapshot)
-    related = related_devices(snapshot)
-    held: dict[str, list[DeviceAllocation]] = {d.key: list(d.allocations) for d in snapshot.devices}
-    by_key = {d.key: d for d in snapshot.devices}
-    members: dict[str, tuple[Device, ...]] = {}
+    holdings = _Holdings(snapshot)
+    members: dict[str, _Pool] = {}
     placed: list[tuple[Need, tuple[str, ...]]] = []
     unplaced: list[Need] = []
+    for need in wanted:
+        if need.deviceClass not in members:
+            device_class = snapshot.device_class(need.deviceClass)
+            selection = select_devices(device_class, snapshot.devices) if device_class is not None else None
+            chosen_devices = selection.devices if selection is not None and selection.decidable else ()
+            slots = tuple(holdings.slot(d) for d in chosen_devices)
+            members[need.deviceClass] = _Pool(slots, frozenset(slot.key for slot in slots))
+        pool = members[need.deviceClass]
+        chosen = _named(need, pool, holdings) or _best_fit(need, pool, holdings)
+        if chosen is None:
+            unplaced.append(need)
+            continue
+        for slot, part in chosen:
+            holdings.hold(slot, need.holder, part)
+        placed.append((need, tuple(slot.key for slot, _ in chosen)))
+    return Reservation(holdings.snapshot(), tuple(placed), tuple(unplaced))
 
-    def used(device: Device) -> Occupancy:
+
+@dataclass(frozen=True, eq=False)
+class _Slot:
+    """A device with its key computed once (``Device.key`` formats it on every read)."""
+
+    key: str
+    device: Device
+
+
+@dataclass(frozen=True)
+class _Pool:
+    """The devices of one class, and their keys."""
+
+    slots: tuple[_Slot, ...]
+    keys: frozenset[str]
+
+
+# What a need holds of one device: (share percent, memory MiB; None: the whole device).
+Part = tuple[int, int | None]
+Fits = Sequence[tuple[_Slot, Part]]
+
+
+class _Holdings:
+    """The snapshot's allocations with the reservations added so far, and each device's occupancy.
+
+    An occupancy is computed once and dropped when a reservation lands on its device or on one
+    sharing its silicon: every need looks at every device of its class, so recomputing it from the
+    allocations each time made a plan cost bookings x devices x allocations (seconds in a burst of
+    orders, when hundreds of bookings are outstanding)."""
+
+    def __init__(self, snapshot: InventorySnapshot) -> None:
+        self._snapshot = snapshot
+        self.slots = {d.key: _Slot(d.key, d) for d in snapshot.devices}
+        self._related = {key: tuple(d.key for d in ds) for key, ds in related_devices(snapshot).items()}
+        self._held: dict[str, list[DeviceAllocation]] = {}
+        self._occupied: dict[str, Occupancy] = {}
+
+    def slot(self, device: Device) -> _Slot:
+        return self.slots[device.key]
+
+    def allocations(self, key: str) -> Sequence[DeviceAllocation]:
+        held = self._held.get(key)
+        return held if held is not None else self.slots[key].device.allocations
+
+    def used(self, slot: _Slot) -> Occupancy:
         """What the device holds now, reservations included (``planner.inventory.occupancy``'s rules)."""
-        mine = held[device.key]
+        known = self._occupied.get(slot.key)
+        if known is not None:
+            return known
+        device = slot.device
+        mine = self.allocations(slot.key)
         share = min(100, sum(a.sharePercent for a in mine))
         memory = sum(_allocated_mib(device, a) for a in mine)
         exclusive = bool(mine) and not device.allowMultipleAllocations
-        if any(held[r.key] for r in related.get(device.key, ())):
+        if any(self.allocations(r) for r in self._related.get(slot.key, ())):
             exclusive = True
-        return Occupancy(sharePercent=share, memoryMiB=memory, exclusive=exclusive)
+        self._occupied[slot.key] = found = Occupancy(sharePercent=share, memoryMiB=memory, exclusive=exclusive)
+        return found
 
-    def free(device: Device) -> float:
-        return math.inf if device.memoryMiB is None else device.memoryMiB - used(device).memoryMiB
+    def free(self, slot: _Slot) -> float:
+        memory = slot.device.memoryMiB
+        return math.inf if memory is None else memory - self.used(slot).memoryMiB
 
-    def allocation(need: Need, device: Device) -> DeviceAllocation | None:
+    def room(self, need: Need, slot: _Slot) -> Part | None:
         """What the need holds of the device, when it has room; None when it has none."""
-        now = used(device)
+        now = self.used(slot)
         if now.exclusive:
             return None
+        device = slot.device
         memory = need.memoryMiB
         share = need.sharePercent
         if share is None:  # a memory request of an unbooked claim: the share the planner would give it
             share = 100 if not device.memoryMiB else min(100, math.ceil(100 * (memory or 0) / device.memoryMiB))
         if memory is None or not device.allowMultipleAllocations:
             # A whole device (or one that cannot be shared): it must be empty.
-            return DeviceAllocation(holder=need.holder, sharePercent=100) if now.empty else None
+            return (100, None) if now.empty else None
         if now.sharePercent + share > 100:
             return None
         if device.memoryMiB is not None and now.memoryMiB + memory > device.memoryMiB:
             return None
-        return DeviceAllocation(holder=need.holder, sharePercent=share, memoryMiB=memory)
+        return (share, memory)
 
-    for need in wanted:
-        if need.deviceClass not in members:
-            device_class = snapshot.device_class(need.deviceClass)
-            selection = select_devices(device_class, snapshot.devices) if device_class is not None else None
-            members[need.deviceClass] = selection.devices if selection is not None and selection.decidable else ()
-        pool = members[need.deviceClass]
-        chosen = _named(need, pool, by_key, allocation) or _best_fit(need, pool, allocation, free)
-        if chosen is None:
-            unplaced.append(need)
-            continue
-        for device, held_part in chosen:
-            held[device.key].append(held_part)
-        placed.append((need, tuple(device.key for device, _ in chosen)))
-    devices = [
-        d if len(held[d.key]) == len(d.allocations) else d.model_copy(update={"allocations": held[d.key]})
-        for d in snapshot.devices
-    ]
-    return Reservation(replace_devices(snapshot, devices), tuple(placed), tuple(unplaced))
+    def hold(self, slot: _Slot, holder: str, part: Part) -> None:
+        share, memory = part
+        held = self._held.setdefault(slot.key, list(slot.device.allocations))
+        held.append(DeviceAllocation(holder=holder, sharePercent=share, memoryMiB=memory))
+        self._occupied.pop(slot.key, None)
+        for other in self._related.get(slot.key, ()):
+            self._occupied.pop(other, None)
+
+    def snapshot(self) -> InventorySnapshot:
+        """The snapshot with the reservations on it (the devices nothing was reserved on unchanged)."""
+        devices = [
+            d if (held := self._held.get(d.key)) is None else d.model_copy(update={"allocations": held})
+            for d in self._snapshot.devices
+        ]
+        return replace_devices(self._snapshot, devices)
 
 
-Fits = Sequence[tuple[Device, DeviceAllocation]]
-Room = Callable[[Need, Device], DeviceAllocation | None]
-
-
-def _named(need: Need, pool: Sequence[Device], by_key: Mapping[str, Device], allocation: Room) -> Fits | None:
+def _named(need: Need, pool: _Pool, holdings: _Holdings) -> Fits | None:
     """The devices the plan named, when they are all of the class and all still have room."""
     if need.node is None or len(need.devices) != need.deviceCount:
         return None
-    members = {d.key for d in pool}
-    out: list[tuple[Device, DeviceAllocation]] = []
+    out: list[tuple[_Slot, Part]] = []
     for name in need.devices:
-        device = by_key.get(f"{need.node}/{name}")
-        if device is None or device.key not in members:
+        slot = holdings.slots.get(f"{need.node}/{name}")
+        if slot is None or slot.key not in pool.keys:
             return None
-        part = allocation(need, device)
+        part = holdings.room(need, slot)
         if part is None:
             return None
-        out.append((device, part))
+        out.append((slot, part))
     return out
 
 
-def _best_fit(need: Need, pool: Sequence[Device], allocation: Room, free: Callable[[Device], float]) -> Fits | None:
+def _best_fit(need: Need, pool: _Pool, holdings: _Holdings) -> Fits | None:
     """``deviceCount`` devices of one node with room, the fullest first; among nodes, the least free memory in all."""
-    by_node: dict[str, list[tuple[float, str, Device, DeviceAllocation]]] = {}
-    for device in pool:
-        part = allocation(need, device)
+    if need.deviceCount == 1:
+        # One device: the fullest with room, ties by node then name (what the general rule picks).
+        one: tuple[float, str, str, _Slot, Part] | None = None
+        for slot in pool.slots:
+            part = holdings.room(need, slot)
+            if part is not None:
+                candidate = (holdings.free(slot), slot.device.node, slot.device.name, slot, part)
+                if one is None or candidate[:3] < one[:3]:
+                    one = candidate
+        return None if one is None else [(one[3], one[4])]
+    by_node: dict[str, list[tuple[float, str, _Slot, Part]]] = {}
+    for slot in pool.slots:
+        part = holdings.room(need, slot)
         if part is not None:
-            by_node.setdefault(device.node, []).append((free(device), device.name, device, part))
-    best: tuple[float, str, list[tuple[float, str, Device, DeviceAllocation]]] | None = None
+            by_node.setdefault(slot.device.node, []).append((holdings.free(slot), slot.device.name, slot, part))
+    best: tuple[float, str, list[tuple[float, str, _Slot, Part]]] | None = None
     for node, fits in by_node.items():
         if len(fits) < need.deviceCount:
             continue
@@ -282,7 +349,7 @@ def _best_fit(need: Need, pool: Sequence[Device], allocation: Room, free: Callab
             best = (total, node, chosen)
     if best is None:
         return None
-    return [(device, part) for _, _, device, part in best[2]]
+    return [(slot, part) for _, _, slot, part in best[2]]
 
 
 def replace_devices(snapshot: InventorySnapshot, devices: list[Device]) -> InventorySnapshot:

@@ -1,6 +1,6 @@
 """Planner benchmark: throughput on a large fleet and placement quality on small packing instances.
 
-    .venv/bin/python -m tests.planner.bench_planner [--seconds 3] [--instances 200]
+    .venv/bin/python -m tests.planner.bench_planner [--seconds 3] [--bookings 100 300 1000] [--instances 200]
 
 (a) Throughput. 1,000 MPS-shareable H100 (125 nodes x 8) carrying 10,000 standing allocations (10 a
     device, 5 % each, various memory); orders of three models (a compiled recipe of 24 GiB, one of
@@ -9,6 +9,13 @@
     (cold: the selectors are judged and the recipes resolved) and plans per second after it (warm:
     selector verdicts and recipe resolutions are cached across plans, the snapshot index is built by
     every plan — nothing is cached per snapshot).
+
+(c) Plans under bookings. The planner service counts every plan it answered whose claims the cluster
+    has not allocated yet (``planner.bookings``) against each later plan: 1,000 orders created at
+    once leave hundreds of bookings outstanding while their pods are scheduled. A fleet as the e2e
+    scale benchmark sizes it for 1,000 orders (25 nodes x 4 shared H100, 5 standing allocations a
+    device); per plan, the bookings reserved on the snapshot (``reserve``) then the plan made on it,
+    against the same plan on the bare snapshot (the baseline, measured in the same run).
 
 (b) Placement quality. An instance is a sequence of orders (fallback models of various sizes, so of
     various shares) arriving one by one on identical empty H100s. Each order is planned by
@@ -33,10 +40,11 @@ import argparse
 import random
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from inference_api.plan import OrderFacts, RuntimeFallbackFlag
+from planner.bookings import Booking, reserve
 from planner.inventory import Device, DeviceAllocation, DeviceClass, InventorySnapshot
 from planner.planning import PlanningRequest, plan_launch
 from tests.planner.helpers import H100, SHARED, WHOLE, cel, policy
@@ -274,9 +282,79 @@ def quality(instances: int, seed: int = 7) -> list[str]:
     ]
 
 
+# ------------------------------------------------------------------ (c) bookings
+
+
+def booked(count: int, seed: int = 3) -> list[Booking]:
+    """``count`` outstanding bookings of small shares; half name the devices their plan chose."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(count):
+        named = i % 2 == 0
+        node = f"node-{rng.randrange(25)}"
+        out.append(
+            Booking(
+                holder=f"ns/booked-{i}",
+                deviceClass=CLASS,
+                deviceCount=1,
+                sharePercent=3,
+                memoryMiB=1024,
+                replicas=1,
+                bookedAt=float(i),
+                node=node if named else None,
+                devices=(f"gpu-{rng.randrange(4)}",) if named else (),
+            )
+        )
+    return out
+
+
+def per_plan(plan: Callable[[], object], seconds: float) -> float:
+    """Seconds a plan (at least three, then as many as ``seconds`` allows)."""
+    count = 0
+    start = time.perf_counter()
+    while True:
+        plan()
+        count += 1
+        elapsed = time.perf_counter() - start
+        if count >= 3 and elapsed >= seconds:
+            return elapsed / count
+
+
+def plans_under_bookings(outstanding: Sequence[int], seconds: float) -> list[str]:
+    snapshot = InventorySnapshot(
+        devices=[h100(f"node-{i // 4}", f"gpu-{i % 4}", d.allocations) for i, d in enumerate(fleet(100, 5).devices)],
+        deviceClasses=CLASSES,
+    )
+
+    def bare() -> object:
+        outcome = plan_launch(request(MODELS[1], snapshot.model_copy(), "ns/new"))
+        assert outcome.plan is not None, outcome.refusal
+        return outcome
+
+    baseline = per_plan(bare, seconds)
+    lines = [f"  no bookings (baseline)  {baseline * 1000:8.2f} ms a plan"]
+    for count in outstanding:
+        bookings = booked(count)
+
+        def with_bookings(bookings: list[Booking] = bookings) -> object:
+            reservation = reserve(snapshot, bookings, ())
+            assert not reservation.unplaced, f"{len(reservation.unplaced)} bookings had no room"
+            outcome = plan_launch(request(MODELS[1], reservation.snapshot, "ns/new"))
+            assert outcome.plan is not None, outcome.refusal
+            return outcome
+
+        took = per_plan(with_bookings, seconds)
+        ratio = took / baseline
+        lines.append(f"  {count:>5} bookings          {took * 1000:8.2f} ms a plan  ({ratio:5.1f}x the baseline)")
+    return lines
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--seconds", type=float, default=3.0, help="how long to measure warm throughput")
+    parser.add_argument(
+        "--bookings", type=int, nargs="*", default=[100, 300, 1000], help="outstanding bookings per (c) case"
+    )
     parser.add_argument("--instances", type=int, default=200, help="packing instances")
     args = parser.parse_args(argv)
 
@@ -287,6 +365,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"  warm               {per_second:8.1f} plans/s  ({count} plans, {1000 / per_second:.1f} ms each: "
         "verdicts and recipes cached, the snapshot indexed by each plan)"
     )
+    print("(c) plans under bookings: 100 shared H100 (25 nodes x 4), 5 standing allocations a device")
+    for line in plans_under_bookings(args.bookings, args.seconds):
+        print(line)
     print(f"(b) placement quality: {args.instances} instances of 6-11 orders, ratio to the exact optimum")
     for line in quality(args.instances):
         print(line)

@@ -320,6 +320,25 @@ def test_a_partition_and_its_whole_device_exclude_each_other() -> None:
     assert [n.holder for n in result.unplaced] == ["ns/w"]
 
 
+def test_a_reservation_on_a_partition_takes_its_whole_device_from_later_bookings() -> None:
+    # The first booking looks at both devices (best fit), so what each holds is known before it lands
+    # on the partition; the whole device must not keep looking empty to the booking after it.
+    whole = device("gpu-0", "n1", H100, "hopper", 80, shareable=False)
+    part = device(
+        "gpu-0-mig-0", "n1", H100, "hopper", 40, shareable=True, placement=PlacementType.PARTITION
+    ).model_copy(update={"parentDevice": "gpu-0"})
+    snapshot = InventorySnapshot(
+        devices=[whole, part], deviceClasses=[DeviceClass(name=ONE_CARD, selectors=[cel(productName=H100)])]
+    )
+    anywhere = shared_booking("ns/p", deviceClass=ONE_CARD, node=None, devices=(), memory=10240, share=25)
+    on_whole = shared_booking(
+        "ns/w", deviceClass=ONE_CARD, node="n1", devices=("gpu-0",), memoryMiB=None, sharePercent=100, bookedAt=1.0
+    )
+    result = reserve(snapshot, [anywhere, on_whole], [])
+    assert [(n.holder, keys) for n, keys in result.placed] == [("ns/p", ("n1/gpu-0-mig-0",))]
+    assert [n.holder for n in result.unplaced] == ["ns/w"]
+
+
 def test_an_unbooked_claim_is_sized_on_the_device_it_lands_on() -> None:
     pending = claim(holder="ns/b", name="b-0", memoryMiB=8 * 1024, deviceClass="nvidia-t4-mps-physical")
     result = reserve(sim_snapshot(), [], [pending])
