@@ -75,6 +75,8 @@ log = structlog.get_logger(__name__)
 
 FINALIZER = "ai.deckhouse.io/inference-service"
 JSON_PATCH = "application/json-patch+json"
+# The first pause of await_serving between looks for a ready replica (it doubles up to serveRetrySeconds).
+FIRST_SERVE_LOOK_SECONDS = 0.5
 
 PlanFunction = Callable[[PlanInput], PlanOutcome]
 
@@ -347,6 +349,9 @@ class OrderActivities:
         """Waits for a ready replica, then for the API to answer; gives up after serveWait."""
         deadline = time.monotonic() + (request.waitSeconds or self.settings.health.serveWaitSeconds)
         last = ProbeResult(ok=False, workloadReady=False, detail="no replica is ready yet")
+        # The first looks come soon (0.5 s, doubling up to serveRetrySeconds): a replica of a small or
+        # cached model is ready in seconds, and a fixed 5 s step would add up to 5 s to its Ready.
+        pause = min(FIRST_SERVE_LOOK_SECONDS, self.settings.health.serveRetrySeconds)
         while time.monotonic() < deadline:
             ready = await asyncio.to_thread(self._ready_replicas, request.ref)
             if ready >= 1:
@@ -355,7 +360,8 @@ class OrderActivities:
                 if result.ok:
                     return last
             activity.heartbeat(last.detail)
-            await asyncio.sleep(self.settings.health.serveRetrySeconds)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, self.settings.health.serveRetrySeconds)
         return last
 
     # ---------------------------------------------------------------- status

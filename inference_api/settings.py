@@ -225,7 +225,8 @@ class HealthSettings(BaseModel):
     intervalSeconds: float = Field(default=600, gt=0)
     failureThreshold: int = Field(default=3, ge=1)
     probeTimeoutSeconds: float = Field(default=5, gt=0)
-    # How long the first probe waits for a replica to load the model, and how often it looks.
+    # How long the first probe waits for a replica to load the model, and how often it looks (at most:
+    # the first looks come after 0.5 s, 1 s, 2 s, ... up to serveRetrySeconds).
     serveWaitSeconds: float = Field(default=1800, gt=0)
     serveRetrySeconds: float = Field(default=5, gt=0)
     # How often an autoscaled order's scaling watch reads its HPA and replicas (preemption).

@@ -13,6 +13,12 @@
 * A pod of an order the scheduler last refused for an unbound volume that is bound by now is
   made again (see ``_reschedule_stale_pods``).
 
+Like a kubelet, it acts on a change when it happens, whatever the number of orders: the order
+StatefulSets come from an informer (a watch), and a StatefulSet event wakes the serving pass, which
+reads the informer's cache. The volume and stale-pod passes still list (PVCs, the orders' pods),
+every ``interval_seconds`` at most and resting as long as they worked; they read the listings as
+plain JSON, not as the client's model objects.
+
 Dev/test only: it is started by ``ai-inference dev up`` and by the end-to-end tests.
 """
 
@@ -21,6 +27,7 @@ from __future__ import annotations
 import base64
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,18 +37,31 @@ from kubernetes.client.exceptions import ApiException
 
 from activities.builders.common import LABEL_MANAGED_BY, MANAGED_BY
 from devstack.standins.runtime import MultiplexedRuntime, OrderRuntime
+from worker.observer.informer import Informer, InformerItem, Listed, ListWatch, Resource, list_all
 
 log = structlog.get_logger(__name__)
 
 PROBE_URL_ANNOTATION = "ai.deckhouse.io/stand-in-url"
 # The scheduler's verdict on a pod whose PersistentVolumeClaim was not bound yet.
 UNBOUND_VOLUME_VERDICT = "unbound immediate PersistentVolumeClaims"
+SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+Obj = Mapping[str, Any]
 
 
-def served_model(statefulset: Any) -> str | None:
+def _get(obj: Obj, *path: str) -> Any:
+    """The value at ``path`` of a JSON object, None where a step is missing."""
+    found: Any = obj
+    for step in path:
+        if not isinstance(found, Mapping):
+            return None
+        found = found.get(step)
+    return found
+
+
+def served_model(statefulset: Obj) -> str | None:
     """The --served-model-name of the runtime container."""
-    for container in statefulset.spec.template.spec.containers or []:
-        words = [*(container.command or []), *(container.args or [])]
+    for container in _get(statefulset, "spec", "template", "spec", "containers") or []:
+        words = [*(container.get("command") or []), *(container.get("args") or [])]
         for i, word in enumerate(words):
             if word == "--served-model-name" and i + 1 < len(words):
                 return str(words[i + 1])
@@ -68,21 +88,31 @@ class StandInFleet:
     _fail_from_start: dict[str, int] = field(default_factory=dict)
     # namespace/name -> the StatefulSet revision whose pods the runtime was started for
     _revisions: dict[str, str | None] = field(default_factory=dict)
+    # The order StatefulSets, as a watch keeps them; an event sets _wake.
+    _sets: Informer = field(default_factory=lambda: Informer("StatefulSet"))
+    _watch: ListWatch | None = None
+    _wake: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         self.core = CoreV1Api(self.api)
         self.apps = AppsV1Api(self.api)
+        self._set_resource = Resource("StatefulSet", self.apps.list_stateful_set_for_all_namespaces, SELECTOR)
 
     # ---------------------------------------------------------------- control
 
     def start(self) -> StandInFleet:
         self.server.start()
+        self._watch = ListWatch(self._set_resource, self._deliver)
+        self._watch.start()
         self._thread = threading.Thread(target=self._loop, name="stand-in-fleet", daemon=True)
         self._thread.start()
         return self
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
+        if self._watch is not None:
+            self._watch.stop()
         if self._thread:
             self._thread.join(10)
         with self._lock:
@@ -115,29 +145,60 @@ class StandInFleet:
 
     # ------------------------------------------------------------------- loop
 
+    def _deliver(self, item: InformerItem) -> None:
+        """From the watch's thread: the cache takes the listing or the event, and the loop wakes."""
+        with self._lock:
+            if isinstance(item, Listed):
+                self._sets.listed(item.items)
+            else:
+                self._sets.watched(item.type, item.obj)
+        self._wake.set()
+
     def _loop(self) -> None:
+        housekeeping_at = 0.0
         while not self._stop.is_set():
-            started = time.monotonic()
+            self._wake.clear()
             try:
-                self.reconcile_once()
+                self._serve_ready()
             except Exception as err:  # keep serving the others whatever one object does
-                log.warning("stand-in fleet pass failed", error=f"{type(err).__name__}: {err}")
-            # A pass lists every order's objects: with thousands of orders it is slow, so the fleet
-            # rests at least as long as it worked (it never takes more than half the API server).
-            self._stop.wait(max(self.interval_seconds, time.monotonic() - started))
+                log.warning("stand-in fleet serving pass failed", error=f"{type(err).__name__}: {err}")
+            now = time.monotonic()
+            if now >= housekeeping_at:
+                try:
+                    self._bind_volumes()
+                    self._reschedule_stale_pods()
+                except Exception as err:
+                    log.warning("stand-in fleet pass failed", error=f"{type(err).__name__}: {err}")
+                # These passes list every order's volumes and pods: with thousands of orders they are
+                # slow, so they rest at least as long as they worked (never half the API server).
+                took = time.monotonic() - now
+                housekeeping_at = time.monotonic() + max(self.interval_seconds, took)
+            self._wake.wait(max(0.0, min(self.interval_seconds, housekeeping_at - time.monotonic())))
 
     def reconcile_once(self) -> None:
-        selector = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+        """One whole pass now: volumes, stale pods, and (listed afresh when no watch runs) serving."""
+        if self._watch is None:
+            items, _ = list_all(self._set_resource)
+            with self._lock:
+                self._sets.listed(items)
         self._bind_volumes()
-        self._reschedule_stale_pods(selector)
-        sets = self.apps.list_stateful_set_for_all_namespaces(label_selector=selector).items
+        self._reschedule_stale_pods()
+        self._serve_ready()
+
+    def _serve_ready(self) -> None:
+        """A runtime for every order StatefulSet with a ready replica (started again when its model
+        changed or a new revision rolled out); none for a StatefulSet that is gone."""
+        with self._lock:
+            if not self._sets.synced:
+                return  # not listed yet: every runtime would look orphaned
+            sets = list(self._sets.cache.items())
         alive = set()
-        for sts in sets:
-            key = f"{sts.metadata.namespace}/{sts.metadata.name}"
+        for key, sts in sets:
             alive.add(key)
-            if (sts.status.ready_replicas or 0) < 1:
+            if (_get(sts, "status", "readyReplicas") or 0) < 1:
                 continue
-            standing = self.runtime(sts.metadata.namespace, sts.metadata.name)
+            namespace, name = key.split("/", 1)
+            standing = self.runtime(namespace, name)
             if standing is not None and (standing.config.model != served_model(sts) or self._rolled(key, sts)):
                 # An edit changed the model, or pods of a new revision run (a rotated token rolls
                 # them): the "pod" starts again, reading its model and token as a real one does.
@@ -145,24 +206,20 @@ class StandInFleet:
                     self.runtimes.pop(key).stop()
                 standing = None
             if standing is None:
-                self._serve(sts)
+                self._serve(namespace, name, sts)
         with self._lock:
             for key in set(self.runtimes) - alive:
                 self.runtimes.pop(key).stop()
                 self._revisions.pop(key, None)
 
-    def _rolled(self, key: str, sts: Any) -> bool:
+    def _rolled(self, key: str, sts: Obj) -> bool:
         """Whether a pod of another revision than the runtime was started for now runs: real replicas
         read their token (an env from the Secret) when they start, so the stand-in must start again."""
-        status = sts.status
-        return bool(
-            status.update_revision
-            and status.update_revision != self._revisions.get(key)
-            and (status.updated_replicas or 0) >= 1
-        )
+        status = sts.get("status") or {}
+        update = status.get("updateRevision")
+        return bool(update and update != self._revisions.get(key) and (status.get("updatedReplicas") or 0) >= 1)
 
-    def _serve(self, sts: Any) -> None:
-        namespace, name = sts.metadata.namespace, sts.metadata.name
+    def _serve(self, namespace: str, name: str, sts: Obj) -> None:
         model = served_model(sts)
         if model is None:
             return
@@ -176,8 +233,9 @@ class StandInFleet:
                 runtime.fail(failing)
             self.runtimes[f"{namespace}/{name}"] = runtime
             # The revision a ready pod runs now: the one the update rolled out once a pod of it runs.
-            rolled = sts.status.update_revision if (sts.status.updated_replicas or 0) >= 1 else None
-            self._revisions[f"{namespace}/{name}"] = rolled or sts.status.current_revision
+            status = sts.get("status") or {}
+            rolled = status.get("updateRevision") if (status.get("updatedReplicas") or 0) >= 1 else None
+            self._revisions[f"{namespace}/{name}"] = rolled or status.get("currentRevision")
         try:
             self.core.patch_namespaced_service(
                 name, namespace, {"metadata": {"annotations": {PROBE_URL_ANNOTATION: runtime.url}}}
@@ -195,26 +253,26 @@ class StandInFleet:
         return base64.b64decode(raw).decode() if raw else None
 
     def _bind_volumes(self) -> None:
-        claims = self.core.list_persistent_volume_claim_for_all_namespaces().items
+        claims, _ = list_all(
+            Resource("PersistentVolumeClaim", self.core.list_persistent_volume_claim_for_all_namespaces)
+        )
         for claim in claims:
-            if claim.status.phase != "Pending" or claim.spec.volume_name:
+            if _get(claim, "status", "phase") != "Pending" or _get(claim, "spec", "volumeName"):
                 continue
-            pv_name = f"standin-{claim.metadata.uid}"
+            meta = claim["metadata"]
+            spec = claim.get("spec") or {}
+            pv_name = f"standin-{meta['uid']}"
             body = {
                 "apiVersion": "v1",
                 "kind": "PersistentVolume",
                 "metadata": {"name": pv_name, "labels": {"ai-inference.deckhouse.io/stand-in": "volume"}},
                 "spec": {
-                    "capacity": {"storage": claim.spec.resources.requests["storage"]},
-                    "accessModes": claim.spec.access_modes,
+                    "capacity": {"storage": _get(spec, "resources", "requests", "storage")},
+                    "accessModes": spec.get("accessModes"),
                     "persistentVolumeReclaimPolicy": "Delete",
-                    "storageClassName": claim.spec.storage_class_name or "",
+                    "storageClassName": spec.get("storageClassName") or "",
                     "hostPath": {"path": f"/tmp/ai-inference-standin/{pv_name}"},
-                    "claimRef": {
-                        "namespace": claim.metadata.namespace,
-                        "name": claim.metadata.name,
-                        "uid": claim.metadata.uid,
-                    },
+                    "claimRef": {"namespace": meta["namespace"], "name": meta["name"], "uid": meta["uid"]},
                 },
             }
             try:
@@ -223,7 +281,7 @@ class StandInFleet:
                 if err.status != 409:
                     raise
 
-    def _reschedule_stale_pods(self, selector: str) -> None:
+    def _reschedule_stale_pods(self) -> None:
         """Delete an order's pod still refused for an unbound volume seconds after the volume got bound.
 
         The volume is bound here, after the pod exists, so the scheduler's first verdict is always
@@ -234,33 +292,39 @@ class StandInFleet:
         """
         now = time.monotonic()
         stale: set[str] = set()
+        claims, _ = list_all(
+            Resource("PersistentVolumeClaim", self.core.list_persistent_volume_claim_for_all_namespaces, SELECTOR)
+        )
         bound = {
-            (c.metadata.namespace, c.metadata.name)
-            for c in self.core.list_persistent_volume_claim_for_all_namespaces(label_selector=selector).items
-            if c.status.phase == "Bound"
+            (c["metadata"]["namespace"], c["metadata"]["name"]) for c in claims if _get(c, "status", "phase") == "Bound"
         }
-        for pod in self.core.list_pod_for_all_namespaces(label_selector=selector).items:
-            if pod.spec.node_name or pod.metadata.deletion_timestamp:
+        pods, _ = list_all(Resource("Pod", self.core.list_pod_for_all_namespaces, SELECTOR))
+        for pod in pods:
+            meta = pod["metadata"]
+            spec = pod.get("spec") or {}
+            if spec.get("nodeName") or meta.get("deletionTimestamp"):
                 continue
-            scheduled = next((c for c in pod.status.conditions or [] if c.type == "PodScheduled"), None)
+            conditions = _get(pod, "status", "conditions") or []
+            scheduled = next((c for c in conditions if c.get("type") == "PodScheduled"), None)
             if (
                 scheduled is None
-                or scheduled.status != "False"
-                or UNBOUND_VOLUME_VERDICT not in (scheduled.message or "")
+                or scheduled.get("status") != "False"
+                or UNBOUND_VOLUME_VERDICT not in (scheduled.get("message") or "")
             ):
                 continue
-            claims = [v.persistent_volume_claim.claim_name for v in pod.spec.volumes or [] if v.persistent_volume_claim]
-            if not claims or any((pod.metadata.namespace, claim) not in bound for claim in claims):
+            volumes = [_get(v, "persistentVolumeClaim", "claimName") for v in spec.get("volumes") or []]
+            mine = [claim for claim in volumes if claim]
+            if not mine or any((meta["namespace"], claim) not in bound for claim in mine):
                 continue
-            uid = pod.metadata.uid
+            uid = meta["uid"]
             stale.add(uid)
             first_seen = self._stale_since.setdefault(uid, now)
             if now - first_seen < self.stale_verdict_seconds:
                 continue
             try:
-                self.core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
+                self.core.delete_namespaced_pod(meta["name"], meta["namespace"], grace_period_seconds=0)
             except ApiException as err:
                 if err.status != 404:
                     raise
-            log.info("stand-in fleet made a pod again", pod=f"{pod.metadata.namespace}/{pod.metadata.name}")
+            log.info("stand-in fleet made a pod again", pod=f"{meta['namespace']}/{meta['name']}")
         self._stale_since = {uid: t for uid, t in self._stale_since.items() if uid in stale}
