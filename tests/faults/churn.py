@@ -132,7 +132,17 @@ class FaultStand:
     def _report(self, names: list[str] | set[str]) -> str:
         waiting = [name for name in sorted(names) if self.stand.phase(name)[0] != "Ready"]
         lines = [f"{name}: {self.stand.describe(name)}" for name in waiting]
-        return "orders Ready; not yet:\n  " + "\n  ".join(lines[:10]) + f"\n  {self.processes.log_text()[-1500:]}"
+        # Where their workloads stand (pods, claims, StatefulSets of the orders not Ready).
+        workloads = [
+            line
+            for line in self.stand.workload_report().splitlines()
+            if any(f"{sep}{name}{end}" in line for name in waiting[:10] for sep in " /" for end in "-:")
+        ]
+        return (
+            "orders Ready; not yet:\n  "
+            + "\n  ".join(lines[:10] + workloads[:30])
+            + f"\n  {self.processes.log_text()[-1500:]}"
+        )
 
 
 async def churn(fs: FaultStand, fault: Callable[[], Awaitable[None]], count: int = ORDER_COUNT) -> float:
