@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +18,7 @@ import httpx
 import structlog
 from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -77,6 +79,11 @@ FINALIZER = "ai.deckhouse.io/inference-service"
 JSON_PATCH = "application/json-patch+json"
 # The first pause of await_serving between looks for a ready replica (it doubles up to serveRetrySeconds).
 FIRST_SERVE_LOOK_SECONDS = 0.5
+
+
+def _ready_of(statefulset: dict[str, Any]) -> int:
+    return int((statefulset.get("status") or {}).get("readyReplicas") or 0)
+
 
 PlanFunction = Callable[[PlanInput], PlanOutcome]
 
@@ -340,9 +347,40 @@ class OrderActivities:
         async with httpx.AsyncClient(verify=False) as http:
             return await probe_models(http, target, request.servedName, token, request.timeoutSeconds)
 
-    def _ready_replicas(self, ref: OrderRef) -> int:
+    def _ready_replicas(self, ref: OrderRef, wait: float = 0) -> int:
+        """The ready replicas of the order's StatefulSet. With none, it watches the StatefulSet up to
+        ``wait`` seconds, so a replica that gets ready is seen then, not at the next look."""
         statefulset = self.applier.get("apps/v1", "StatefulSet", ref.name, ref.namespace) or {}
-        return int((statefulset.get("status") or {}).get("readyReplicas") or 0)
+        ready = _ready_of(statefulset)
+        version = (statefulset.get("metadata") or {}).get("resourceVersion")
+        if ready >= 1 or wait <= 0 or not version:
+            return ready
+        try:
+            response = self.apps.list_namespaced_stateful_set(
+                ref.namespace,
+                field_selector=f"metadata.name={ref.name}",
+                resource_version=version,
+                watch=True,
+                timeout_seconds=max(1, int(wait)),
+                _preload_content=False,
+                _request_timeout=(10, wait + 10),
+            )
+        except ApiException as err:  # an expired version and the like: the next look reads again
+            log.debug("await_serving: watch refused", order=f"{ref.namespace}/{ref.name}", status=err.status)
+            return ready
+        try:
+            for line in iter_resp_lines(response):
+                event = json.loads(line) if line else {}
+                if event.get("type") == "DELETED":
+                    return 0
+                if event.get("type") in ("ADDED", "MODIFIED") and (ready := _ready_of(event.get("object") or {})) >= 1:
+                    return ready
+        except Exception as err:  # a cut watch is only a shorter wait
+            log.debug("await_serving: watch ended", order=f"{ref.namespace}/{ref.name}", error=type(err).__name__)
+        finally:
+            response.close()
+            response.release_conn()
+        return ready
 
     @activity.defn(name=act.AWAIT_SERVING)
     async def await_serving(self, request: ProbeInput) -> ProbeResult:
@@ -350,17 +388,22 @@ class OrderActivities:
         deadline = time.monotonic() + (request.waitSeconds or self.settings.health.serveWaitSeconds)
         last = ProbeResult(ok=False, workloadReady=False, detail="no replica is ready yet")
         # The first looks come soon (0.5 s, doubling up to serveRetrySeconds): a replica of a small or
-        # cached model is ready in seconds, and a fixed 5 s step would add up to 5 s to its Ready.
+        # cached model is ready in seconds, and a fixed 5 s step would add up to 5 s to its Ready;
+        # between looks the StatefulSet is watched, so its ready replica is seen when it comes.
         pause = min(FIRST_SERVE_LOOK_SECONDS, self.settings.health.serveRetrySeconds)
         while time.monotonic() < deadline:
-            ready = await asyncio.to_thread(self._ready_replicas, request.ref)
+            looked = time.monotonic()
+            # With no replica ready this watches for one, up to the pause: no sleep needed after it.
+            ready = await asyncio.to_thread(self._ready_replicas, request.ref, pause)
             if ready >= 1:
                 result = await self.probe(request)
                 last = result.model_copy(update={"workloadReady": True})
                 if result.ok:
                     return last
             activity.heartbeat(last.detail)
-            await asyncio.sleep(pause)
+            rest = pause - (time.monotonic() - looked)
+            if rest > 0:
+                await asyncio.sleep(rest)
             pause = min(pause * 2, self.settings.health.serveRetrySeconds)
         return last
 

@@ -14,10 +14,9 @@
   made again (see ``_reschedule_stale_pods``).
 
 Like a kubelet, it acts on a change when it happens, whatever the number of orders: the order
-StatefulSets come from an informer (a watch), and a StatefulSet event wakes the serving pass, which
-reads the informer's cache. The volume and stale-pod passes still list (PVCs, the orders' pods),
-every ``interval_seconds`` at most and resting as long as they worked; they read the listings as
-plain JSON, not as the client's model objects.
+StatefulSets and the PersistentVolumeClaims come from informers (watches), and an event of either
+wakes the serving and binding passes, which read the informers' caches. The stale-pod pass lists
+only the orders' unscheduled pods (``spec.nodeName=``), as plain JSON, every ``interval_seconds``.
 
 Dev/test only: it is started by ``ai-inference dev up`` and by the end-to-end tests.
 """
@@ -25,6 +24,7 @@ Dev/test only: it is started by ``ai-inference dev up`` and by the end-to-end te
 from __future__ import annotations
 
 import base64
+import json
 import threading
 import time
 from collections.abc import Mapping
@@ -45,6 +45,8 @@ PROBE_URL_ANNOTATION = "ai.deckhouse.io/stand-in-url"
 # The scheduler's verdict on a pod whose PersistentVolumeClaim was not bound yet.
 UNBOUND_VOLUME_VERDICT = "unbound immediate PersistentVolumeClaims"
 SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+STATEFUL_SET = "StatefulSet"
+CLAIM = "PersistentVolumeClaim"
 Obj = Mapping[str, Any]
 
 
@@ -88,22 +90,27 @@ class StandInFleet:
     _fail_from_start: dict[str, int] = field(default_factory=dict)
     # namespace/name -> the StatefulSet revision whose pods the runtime was started for
     _revisions: dict[str, str | None] = field(default_factory=dict)
-    # The order StatefulSets, as a watch keeps them; an event sets _wake.
-    _sets: Informer = field(default_factory=lambda: Informer("StatefulSet"))
-    _watch: ListWatch | None = None
+    # The order StatefulSets and every PersistentVolumeClaim, as watches keep them; an event sets _wake.
+    _sets: Informer = field(default_factory=lambda: Informer(STATEFUL_SET))
+    _claims: Informer = field(default_factory=lambda: Informer(CLAIM))
+    _watches: list[ListWatch] = field(default_factory=list)
     _wake: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         self.core = CoreV1Api(self.api)
         self.apps = AppsV1Api(self.api)
-        self._set_resource = Resource("StatefulSet", self.apps.list_stateful_set_for_all_namespaces, SELECTOR)
+        self._resources = [
+            Resource(STATEFUL_SET, self.apps.list_stateful_set_for_all_namespaces, SELECTOR),
+            Resource(CLAIM, self.core.list_persistent_volume_claim_for_all_namespaces),
+        ]
 
     # ---------------------------------------------------------------- control
 
     def start(self) -> StandInFleet:
         self.server.start()
-        self._watch = ListWatch(self._set_resource, self._deliver)
-        self._watch.start()
+        self._watches = [ListWatch(resource, self._deliver) for resource in self._resources]
+        for watch in self._watches:
+            watch.start()
         self._thread = threading.Thread(target=self._loop, name="stand-in-fleet", daemon=True)
         self._thread.start()
         return self
@@ -111,8 +118,8 @@ class StandInFleet:
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
-        if self._watch is not None:
-            self._watch.stop()
+        for watch in self._watches:
+            watch.stop()
         if self._thread:
             self._thread.join(10)
         with self._lock:
@@ -147,11 +154,12 @@ class StandInFleet:
 
     def _deliver(self, item: InformerItem) -> None:
         """From the watch's thread: the cache takes the listing or the event, and the loop wakes."""
+        informer = self._sets if item.kind == STATEFUL_SET else self._claims
         with self._lock:
             if isinstance(item, Listed):
-                self._sets.listed(item.items)
+                informer.listed(item.items)
             else:
-                self._sets.watched(item.type, item.obj)
+                informer.watched(item.type, item.obj)
         self._wake.set()
 
     def _loop(self) -> None:
@@ -159,28 +167,28 @@ class StandInFleet:
         while not self._stop.is_set():
             self._wake.clear()
             try:
+                self._bind_volumes()
                 self._serve_ready()
             except Exception as err:  # keep serving the others whatever one object does
                 log.warning("stand-in fleet serving pass failed", error=f"{type(err).__name__}: {err}")
             now = time.monotonic()
             if now >= housekeeping_at:
                 try:
-                    self._bind_volumes()
                     self._reschedule_stale_pods()
                 except Exception as err:
                     log.warning("stand-in fleet pass failed", error=f"{type(err).__name__}: {err}")
-                # These passes list every order's volumes and pods: with thousands of orders they are
-                # slow, so they rest at least as long as they worked (never half the API server).
+                # The pass lists the orders' unscheduled pods: it rests at least as long as it worked.
                 took = time.monotonic() - now
                 housekeeping_at = time.monotonic() + max(self.interval_seconds, took)
             self._wake.wait(max(0.0, min(self.interval_seconds, housekeeping_at - time.monotonic())))
 
     def reconcile_once(self) -> None:
-        """One whole pass now: volumes, stale pods, and (listed afresh when no watch runs) serving."""
-        if self._watch is None:
-            items, _ = list_all(self._set_resource)
-            with self._lock:
-                self._sets.listed(items)
+        """One whole pass now: volumes, stale pods and serving (listed afresh when no watch runs)."""
+        if not self._watches:
+            for resource, informer in zip(self._resources, (self._sets, self._claims), strict=True):
+                items, _ = list_all(resource)
+                with self._lock:
+                    informer.listed(items)
         self._bind_volumes()
         self._reschedule_stale_pods()
         self._serve_ready()
@@ -253,9 +261,8 @@ class StandInFleet:
         return base64.b64decode(raw).decode() if raw else None
 
     def _bind_volumes(self) -> None:
-        claims, _ = list_all(
-            Resource("PersistentVolumeClaim", self.core.list_persistent_volume_claim_for_all_namespaces)
-        )
+        with self._lock:
+            claims = list(self._claims.cache.values())
         for claim in claims:
             if _get(claim, "status", "phase") != "Pending" or _get(claim, "spec", "volumeName"):
                 continue
@@ -281,6 +288,16 @@ class StandInFleet:
                 if err.status != 409:
                     raise
 
+    def _unscheduled_pods(self) -> list[Obj]:
+        """The orders' pods no node was picked for yet (few: a field selector, not every pod)."""
+        response = self.core.list_pod_for_all_namespaces(
+            label_selector=SELECTOR, field_selector="spec.nodeName=", _preload_content=False, _request_timeout=60
+        )
+        try:
+            return list(json.loads(response.data).get("items") or [])
+        finally:
+            response.release_conn()
+
     def _reschedule_stale_pods(self) -> None:
         """Delete an order's pod still refused for an unbound volume seconds after the volume got bound.
 
@@ -292,14 +309,14 @@ class StandInFleet:
         """
         now = time.monotonic()
         stale: set[str] = set()
-        claims, _ = list_all(
-            Resource("PersistentVolumeClaim", self.core.list_persistent_volume_claim_for_all_namespaces, SELECTOR)
-        )
+        with self._lock:
+            claims = list(self._claims.cache.values())
         bound = {
-            (c["metadata"]["namespace"], c["metadata"]["name"]) for c in claims if _get(c, "status", "phase") == "Bound"
+            (c["metadata"]["namespace"], c["metadata"]["name"])
+            for c in claims
+            if _get(c, "status", "phase") == "Bound" and _get(c, "metadata", "labels", LABEL_MANAGED_BY) == MANAGED_BY
         }
-        pods, _ = list_all(Resource("Pod", self.core.list_pod_for_all_namespaces, SELECTOR))
-        for pod in pods:
+        for pod in self._unscheduled_pods():
             meta = pod["metadata"]
             spec = pod.get("spec") or {}
             if spec.get("nodeName") or meta.get("deletionTimestamp"):
