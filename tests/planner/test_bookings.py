@@ -304,14 +304,19 @@ def test_several_devices_come_from_one_node() -> None:
     assert keys == ("n1/gpu-0", "n1/gpu-1")
 
 
-def test_a_partition_and_its_whole_device_exclude_each_other() -> None:
+def card_and_partition() -> InventorySnapshot:
+    """A whole H100 (n1/gpu-0) and a partition of it (n1/gpu-0-mig-0), both of ONE_CARD."""
     whole = device("gpu-0", "n1", H100, "hopper", 80, shareable=False)
     part = device(
         "gpu-0-mig-0", "n1", H100, "hopper", 40, shareable=True, placement=PlacementType.PARTITION
     ).model_copy(update={"parentDevice": "gpu-0"})
-    snapshot = InventorySnapshot(
+    return InventorySnapshot(
         devices=[whole, part], deviceClasses=[DeviceClass(name=ONE_CARD, selectors=[cel(productName=H100)])]
     )
+
+
+def test_a_partition_and_its_whole_device_exclude_each_other() -> None:
+    snapshot = card_and_partition()
     on_part = shared_booking("ns/p", deviceClass=ONE_CARD, node="n1", devices=("gpu-0-mig-0",), memory=10240, share=25)
     on_whole = shared_booking(
         "ns/w", deviceClass=ONE_CARD, node="n1", devices=("gpu-0",), memoryMiB=None, sharePercent=100, bookedAt=1.0
@@ -323,13 +328,7 @@ def test_a_partition_and_its_whole_device_exclude_each_other() -> None:
 def test_a_reservation_on_a_partition_takes_its_whole_device_from_later_bookings() -> None:
     # The first booking looks at both devices (best fit), so what each holds is known before it lands
     # on the partition; the whole device must not keep looking empty to the booking after it.
-    whole = device("gpu-0", "n1", H100, "hopper", 80, shareable=False)
-    part = device(
-        "gpu-0-mig-0", "n1", H100, "hopper", 40, shareable=True, placement=PlacementType.PARTITION
-    ).model_copy(update={"parentDevice": "gpu-0"})
-    snapshot = InventorySnapshot(
-        devices=[whole, part], deviceClasses=[DeviceClass(name=ONE_CARD, selectors=[cel(productName=H100)])]
-    )
+    snapshot = card_and_partition()
     anywhere = shared_booking("ns/p", deviceClass=ONE_CARD, node=None, devices=(), memory=10240, share=25)
     on_whole = shared_booking(
         "ns/w", deviceClass=ONE_CARD, node="n1", devices=("gpu-0",), memoryMiB=None, sharePercent=100, bookedAt=1.0
