@@ -573,6 +573,11 @@ class OrderWorkflow(PreemptionMembership):
         self._step_done("apply")
         # Loading a model takes time in proportion to its size: the wait grows with the volume.
         wait = max(state.timings.serveWaitSeconds, plan.modelVolumeGiB * SERVE_SECONDS_PER_GIB)
+        if serving:
+            # A replica already serves: this is a health check, not a wait for a load. A failing API
+            # is marked unhealthy after failureThreshold probe timeouts instead of holding the
+            # reconcile, and the health signals queued behind it, for the whole serve wait.
+            wait = min(wait, state.timings.failureThreshold * state.timings.probeTimeoutSeconds)
         result: ProbeResult = await workflow.execute_activity(
             act.AWAIT_SERVING,
             self._probe_input().model_copy(update={"waitSeconds": wait}),

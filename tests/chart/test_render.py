@@ -685,7 +685,8 @@ WORKER_RULES = [
     {"apiGroups": ["ai.deckhouse.io"], "resources": ["inferenceservices/finalizers"], "verbs": ["update"]},
     {"apiGroups": ["ai.deckhouse.io"], "resources": ["inferenceserviceclasses"], "verbs": ["get"]},
     {"apiGroups": ["ai.deckhouse.io"], "resources": ["inferenceserviceclasses/planner"], "verbs": ["create"]},
-    {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": OWNED_VERBS},
+    # The first probe watches the order's StatefulSet for a ready replica.
+    {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "list", "watch", *OWNED_VERBS[2:]]},
     {"apiGroups": [""], "resources": ["services", "secrets"], "verbs": OWNED_VERBS},
     {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses", "networkpolicies"], "verbs": OWNED_VERBS},
     {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": OWNED_VERBS},

@@ -501,12 +501,15 @@ SA_MATRIX: list[tuple[str, Access, bool]] = [
     ("worker", Access("list", "pods", group="", scope="other"), True),
     ("worker", Access("get", "clustermodels", group="ai-models.deckhouse.io", scope="cluster"), True),
     # Least privilege: server-side apply is create + patch (no update), the watcher watches (no
-    # watch), the planner Service plans (no inventory), one catalog object by name (no list).
+    # watch but the first probe's, of the order's StatefulSet), the planner Service plans (no
+    # inventory), one catalog object by name (no list).
     *[
         ("worker", Access(verb, resource, group=group, scope="other"), False)
         for verb in ("update", "watch")
         for group, resource in (("apps", "statefulsets"), ("", "secrets"), ("networking.k8s.io", "networkpolicies"))
+        if (verb, resource) != ("watch", "statefulsets")
     ],
+    ("worker", Access("watch", "statefulsets", group="apps", scope="other"), True),
     ("worker", Access("update", "inferenceservices", scope="other"), False),
     ("worker", Access("update", "inferenceservices", subresource="status", scope="other"), False),
     ("worker", Access("watch", "inferenceservices", scope="cluster"), False),

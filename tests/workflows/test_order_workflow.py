@@ -260,6 +260,21 @@ async def test_an_observed_change_reapplies_without_a_new_plan(harness: Harness)
     assert state.lastObserved == "StatefulSet support/observed deleted"
 
 
+async def test_a_serving_order_reapplied_checks_its_health_instead_of_waiting_for_a_load(harness: Harness) -> None:
+    # A replica already serves: the probe after a re-apply may not hold the reconcile (and the health
+    # signals behind it) for the serve wait while the API fails; it is a health check.
+    timings = FAST
+    handle = await harness.start(make_order("rechecked"), timings)
+    await harness.until(harness.phase_is(Phase.READY))
+    harness.world.healthy = False
+    await handle.signal(OrderSignal.OBSERVED, ObservedChange(what="StatefulSet support/rechecked changed"))
+    await harness.until(harness.phase_is(Phase.FAILED, Reason.SERVICE_UNHEALTHY))
+    first, again = harness.world.serve_waits[0], harness.world.serve_waits[1]
+    assert first is not None
+    assert first >= timings.serveWaitSeconds
+    assert again == timings.failureThreshold * timings.probeTimeoutSeconds
+
+
 async def test_a_forged_delete_leaves_a_live_order_serving(harness: Harness) -> None:
     handle = await harness.start(make_order("live"))
     await harness.until(harness.phase_is(Phase.READY))

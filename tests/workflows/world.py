@@ -181,6 +181,8 @@ class World:
     # How the first probe answers when it differs from ``healthy`` (None: as ``healthy``); "hang"
     # makes it wait until cancelled, as a first probe of a replica that never loads.
     first_probe: str | None = None
+    # The waitSeconds each await_serving was asked for.
+    serve_waits: list[float | None] = field(default_factory=list)
     # Stands in for the apply step when set (an API server that refuses, say).
     apply_override: Callable[[ApplyInput], Awaitable[ApplyResult]] | None = None
 
@@ -265,6 +267,7 @@ class World:
 
         @activity.defn(name=act.AWAIT_SERVING)
         async def await_serving(request: ProbeInput) -> ProbeResult:
+            world.serve_waits.append(request.waitSeconds)
             if world.first_probe == "hang":
                 while True:  # a replica that never loads: only a cancellation ends the wait
                     activity.heartbeat("no replica is ready yet")
