@@ -70,11 +70,12 @@ MODULE_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 
 @dataclass(frozen=True)
 class Resource:
-    """One kind to inform on: its list function (``watch=True`` makes it a watch), and a label selector."""
+    """One kind to inform on: its list function (``watch=True`` makes it a watch), and selectors."""
 
     kind: str
     list_fn: ListFunction
     label_selector: str | None = None
+    field_selector: str | None = None
 
 
 def _custom(custom: CustomObjectsApi, group: str, version: str, plural: str) -> ListFunction:
@@ -134,7 +135,8 @@ InformerItem = Listed | Watched
 
 
 def _selector(resource: Resource) -> dict[str, Any]:
-    return {"label_selector": resource.label_selector} if resource.label_selector else {}
+    selectors = {"label_selector": resource.label_selector, "field_selector": resource.field_selector}
+    return {name: value for name, value in selectors.items() if value}
 
 
 def list_all(resource: Resource, page: int = 500, request_timeout: float = 60) -> tuple[list[dict[str, Any]], str]:

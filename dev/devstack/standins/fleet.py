@@ -24,7 +24,6 @@ Dev/test only: it is started by ``ai-inference dev up`` and by the end-to-end te
 from __future__ import annotations
 
 import base64
-import json
 import threading
 import time
 from collections.abc import Mapping
@@ -37,15 +36,22 @@ from kubernetes.client.exceptions import ApiException
 
 from activities.builders.common import LABEL_MANAGED_BY, MANAGED_BY
 from devstack.standins.runtime import MultiplexedRuntime, OrderRuntime
-from worker.observer.informer import Informer, InformerItem, Listed, ListWatch, Resource, list_all
+from worker.observer.informer import (
+    MODULE_SELECTOR,
+    STATEFULSET,
+    Informer,
+    InformerItem,
+    Listed,
+    ListWatch,
+    Resource,
+    list_all,
+)
 
 log = structlog.get_logger(__name__)
 
 PROBE_URL_ANNOTATION = "ai.deckhouse.io/stand-in-url"
 # The scheduler's verdict on a pod whose PersistentVolumeClaim was not bound yet.
 UNBOUND_VOLUME_VERDICT = "unbound immediate PersistentVolumeClaims"
-SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
-STATEFUL_SET = "StatefulSet"
 CLAIM = "PersistentVolumeClaim"
 Obj = Mapping[str, Any]
 
@@ -91,8 +97,7 @@ class StandInFleet:
     # namespace/name -> the StatefulSet revision whose pods the runtime was started for
     _revisions: dict[str, str | None] = field(default_factory=dict)
     # The order StatefulSets and every PersistentVolumeClaim, as watches keep them; an event sets _wake.
-    _sets: Informer = field(default_factory=lambda: Informer(STATEFUL_SET))
-    _claims: Informer = field(default_factory=lambda: Informer(CLAIM))
+    _informers: dict[str, Informer] = field(default_factory=lambda: {k: Informer(k) for k in (STATEFULSET, CLAIM)})
     _watches: list[ListWatch] = field(default_factory=list)
     _wake: threading.Event = field(default_factory=threading.Event)
 
@@ -100,7 +105,7 @@ class StandInFleet:
         self.core = CoreV1Api(self.api)
         self.apps = AppsV1Api(self.api)
         self._resources = [
-            Resource(STATEFUL_SET, self.apps.list_stateful_set_for_all_namespaces, SELECTOR),
+            Resource(STATEFULSET, self.apps.list_stateful_set_for_all_namespaces, MODULE_SELECTOR),
             Resource(CLAIM, self.core.list_persistent_volume_claim_for_all_namespaces),
         ]
 
@@ -154,7 +159,7 @@ class StandInFleet:
 
     def _deliver(self, item: InformerItem) -> None:
         """From the watch's thread: the cache takes the listing or the event, and the loop wakes."""
-        informer = self._sets if item.kind == STATEFUL_SET else self._claims
+        informer = self._informers[item.kind]
         with self._lock:
             if isinstance(item, Listed):
                 informer.listed(item.items)
@@ -185,10 +190,10 @@ class StandInFleet:
     def reconcile_once(self) -> None:
         """One whole pass now: volumes, stale pods and serving (listed afresh when no watch runs)."""
         if not self._watches:
-            for resource, informer in zip(self._resources, (self._sets, self._claims), strict=True):
+            for resource in self._resources:
                 items, _ = list_all(resource)
                 with self._lock:
-                    informer.listed(items)
+                    self._informers[resource.kind].listed(items)
         self._bind_volumes()
         self._reschedule_stale_pods()
         self._serve_ready()
@@ -197,9 +202,10 @@ class StandInFleet:
         """A runtime for every order StatefulSet with a ready replica (started again when its model
         changed or a new revision rolled out); none for a StatefulSet that is gone."""
         with self._lock:
-            if not self._sets.synced:
+            sets_informer = self._informers[STATEFULSET]
+            if not sets_informer.synced:
                 return  # not listed yet: every runtime would look orphaned
-            sets = list(self._sets.cache.items())
+            sets = list(sets_informer.cache.items())
         alive = set()
         for key, sts in sets:
             alive.add(key)
@@ -262,7 +268,7 @@ class StandInFleet:
 
     def _bind_volumes(self) -> None:
         with self._lock:
-            claims = list(self._claims.cache.values())
+            claims = list(self._informers[CLAIM].cache.values())
         for claim in claims:
             if _get(claim, "status", "phase") != "Pending" or _get(claim, "spec", "volumeName"):
                 continue
@@ -288,15 +294,10 @@ class StandInFleet:
                 if err.status != 409:
                     raise
 
-    def _unscheduled_pods(self) -> list[Obj]:
+    def _unscheduled_pods(self) -> list[dict[str, Any]]:
         """The orders' pods no node was picked for yet (few: a field selector, not every pod)."""
-        response = self.core.list_pod_for_all_namespaces(
-            label_selector=SELECTOR, field_selector="spec.nodeName=", _preload_content=False, _request_timeout=60
-        )
-        try:
-            return list(json.loads(response.data).get("items") or [])
-        finally:
-            response.release_conn()
+        pending = Resource("Pod", self.core.list_pod_for_all_namespaces, MODULE_SELECTOR, "spec.nodeName=")
+        return list_all(pending)[0]
 
     def _reschedule_stale_pods(self) -> None:
         """Delete an order's pod still refused for an unbound volume seconds after the volume got bound.
@@ -310,7 +311,7 @@ class StandInFleet:
         now = time.monotonic()
         stale: set[str] = set()
         with self._lock:
-            claims = list(self._claims.cache.values())
+            claims = list(self._informers[CLAIM].cache.values())
         bound = {
             (c["metadata"]["namespace"], c["metadata"]["name"])
             for c in claims
