@@ -80,6 +80,12 @@ PLAN_ATTEMPTS = RetryPolicy(
 PLANNER_RETRY_BASE_SECONDS = 5.0
 PLANNER_RETRY_MAX_SECONDS = 30.0
 
+# A delete cancels the reconcile at the step it waits on; when that step finishes in the same workflow
+# task, the SDK hands the step's result back instead of the cancellation and the reconcile went on into
+# its next step (a first probe of a replica that never loads: the delete waited for the whole serve
+# wait). Now no step starts once the reconcile is interrupted. Patched: runs recorded before went on.
+INTERRUPT_PATCH = "no-step-after-interrupt"
+
 
 @workflow.defn(name=ORDER_WORKFLOW_TYPE)
 class OrderWorkflow(PreemptionMembership):
@@ -87,6 +93,8 @@ class OrderWorkflow(PreemptionMembership):
     def __init__(self, state: OrderState) -> None:
         # Set before any handler runs: signal-with-start delivers the signal before run() starts.
         self.state: OrderState | None = state
+        # Set while a delete interrupts the running reconcile: no activity starts from then on.
+        self._interrupting = False
 
     # ------------------------------------------------------------------ handlers
 
@@ -277,18 +285,28 @@ class OrderWorkflow(PreemptionMembership):
         if task.done():
             task.result()
             return True
+        self._interrupting = True
         task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, ActivityError):
-            await task
+        try:
+            with contextlib.suppress(asyncio.CancelledError, ActivityError):
+                await task
+        finally:
+            self._interrupting = False
         # Whatever the cancelled step left half-done is done again unless the order is really going.
         state.dirty = True
         return False
+
+    async def _activity(self, activity: str, arg: Any, **options: Any) -> Any:
+        """``workflow.execute_activity``, refused once a delete interrupts the reconcile (see INTERRUPT_PATCH)."""
+        if self._interrupting and workflow.patched(INTERRUPT_PATCH):
+            raise asyncio.CancelledError("the order is being deleted")
+        return await workflow.execute_activity(activity, arg, **options)
 
     # ------------------------------------------------------------------ reconcile
 
     async def _read(self) -> OrderSnapshot:
         state = self._require_state()
-        snapshot: OrderSnapshot = await workflow.execute_activity(
+        snapshot: OrderSnapshot = await self._activity(
             act.READ_ORDER,
             state.ref,
             result_type=OrderSnapshot,
@@ -329,7 +347,7 @@ class OrderWorkflow(PreemptionMembership):
         state.generation = max(state.generation, generation)
         state.observedGeneration = generation
         if not order.metadata.finalizers:
-            await workflow.execute_activity(
+            await self._activity(
                 act.ENSURE_FINALIZER,
                 state.ref,
                 start_to_close_timeout=SHORT,
@@ -377,7 +395,7 @@ class OrderWorkflow(PreemptionMembership):
         if refusal is not None:
             self._refuse(ConditionType.MODEL_RESOLVED, refusal)
             return None
-        resolution: ModelResolution = await workflow.execute_activity(
+        resolution: ModelResolution = await self._activity(
             act.RESOLVE_MODEL,
             order,
             result_type=ModelResolution,
@@ -426,7 +444,7 @@ class OrderWorkflow(PreemptionMembership):
         # edit not yet observed); one without a plan would show nothing at all: it says why it waits.
         telling = state.plan is None and workflow.patched(PLANNER_WAIT_PATCH)
         try:
-            outcome: PlanOutcome = await workflow.execute_activity(
+            outcome: PlanOutcome = await self._activity(
                 act.PLAN_LAUNCH,
                 PlanInput(
                     ref=state.ref,
@@ -494,7 +512,7 @@ class OrderWorkflow(PreemptionMembership):
         """Every object the order should own, applied; what it no longer wants pruned. None: refused for good."""
         state = self._require_state()
         try:
-            applied: ApplyResult = await workflow.execute_activity(
+            applied: ApplyResult = await self._activity(
                 act.APPLY_WORKLOAD,
                 ApplyInput(
                     ref=state.ref,
@@ -535,7 +553,7 @@ class OrderWorkflow(PreemptionMembership):
         # Once per divergence: the event says it when the class and the standing volume part ways.
         noted, state.settledRegionNoted = state.settledRegionNoted, applied.settledRegionKept
         if applied.settledRegionKept and not noted:
-            await workflow.execute_activity(
+            await self._activity(
                 act.RECORD_EVENT,
                 OrderEvent(
                     ref=state.ref,
@@ -578,7 +596,7 @@ class OrderWorkflow(PreemptionMembership):
             # is marked unhealthy after failureThreshold probe timeouts instead of holding the
             # reconcile, and the health signals queued behind it, for the whole serve wait.
             wait = min(wait, state.timings.failureThreshold * state.timings.probeTimeoutSeconds)
-        result: ProbeResult = await workflow.execute_activity(
+        result: ProbeResult = await self._activity(
             act.AWAIT_SERVING,
             self._probe_input().model_copy(update={"waitSeconds": wait}),
             result_type=ProbeResult,
@@ -642,7 +660,7 @@ class OrderWorkflow(PreemptionMembership):
         # The last word on the order before its finalizer goes.
         await self._publish()
         await self._report_leaving()
-        await workflow.execute_activity(
+        await self._activity(
             act.FINALIZE_ORDER,
             state.ref,
             start_to_close_timeout=SHORT,
@@ -711,7 +729,7 @@ class OrderWorkflow(PreemptionMembership):
         self._show()
         resolved = state.plan.resolved(state.replanCount) if state.plan else None
         applied = state.applied
-        await workflow.execute_activity(
+        await self._activity(
             act.PUBLISH_STATUS,
             StatusUpdate(
                 ref=state.ref,

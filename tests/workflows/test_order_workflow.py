@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer
 
@@ -20,7 +20,7 @@ from inference_api.plan import PlanOutcome, PlanRefusal
 from inference_api.reasons import Reason
 from inference_api.types import Condition, ConditionStatus, Phase
 from tests.factories import make_class, make_order, make_plan
-from tests.workflows.world import FAST, Harness
+from tests.workflows.world import FAST, Harness, World, delete_as_a_step_finishes
 from workflows.order import OrderTimings, OrderWorkflow, ReplanOutcome
 from workflows.search_attributes import ORDER_PHASE
 
@@ -300,6 +300,19 @@ async def test_deleting_an_order_waiting_for_its_first_probe_cancels_the_wait(ha
     # loaded CI machine once took past 10 s); without the cancellation it would never end.
     assert await asyncio.wait_for(handle.result(), 60) == "deleted"
     assert "support/stuck" not in harness.world.finalizers
+
+
+async def test_a_delete_heard_as_a_step_finishes_still_stops_the_reconcile(temporal_client: Client) -> None:
+    """The delete and the end of the step the reconcile waits on reach the workflow in one task: the
+    cancel lands on a finished step, which returns its result instead of the cancellation, and the
+    reconcile must still stop before its next step (it went on into a first probe that never ends:
+    seen on a loaded CI machine, one run in eight)."""
+    world = World(first_probe="hang")
+    handle = await delete_as_a_step_finishes(temporal_client, world, "stuck")
+    assert (await handle.describe()).status == WorkflowExecutionStatus.COMPLETED
+    assert await handle.result() == "deleted"
+    assert world.serve_waits == []  # the reconcile stopped before its first probe
+    assert "support/stuck" not in world.finalizers
 
 
 async def test_a_refused_replan_after_an_edit_keeps_the_held_spec_running(harness: Harness) -> None:

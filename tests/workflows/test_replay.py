@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import WorkflowHandle
+from temporalio.client import Client, WorkflowHandle
 from temporalio.client import WorkflowHistory as History
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, WorkflowReplayResult
@@ -30,7 +30,7 @@ from inference_api.plan import PlanOutcome
 from inference_api.reasons import Reason
 from inference_api.types import Phase
 from tests.factories import make_order
-from tests.workflows.world import Harness, Stand
+from tests.workflows.world import Harness, Stand, World, delete_as_a_step_finishes
 from worker.worker import WORKFLOWS, workflow_runner
 from workflows.order import OrderWorkflow, ReplanOutcome
 
@@ -91,6 +91,15 @@ async def test_order_workflow_history_through_an_unreachable_planner_replays(har
     await handle.signal(OrderWorkflow.delete)
     assert await handle.result() == "deleted"
     await replay(await record(handle, "v2-order-planner-unavailable"))
+
+
+async def test_order_workflow_history_of_a_delete_heard_as_a_step_finishes_replays(temporal_client: Client) -> None:
+    """The ``no-step-after-interrupt`` patch: the reconcile stops before its next step. The same run
+    recorded before the patch (``v2-order-delete-as-a-step-finishes-unpatched``: it went on into a
+    first probe that never ends) replays from the frozen file as it ran."""
+    handle = await delete_as_a_step_finishes(temporal_client, World(first_probe="hang"), "interrupted")
+    assert await handle.result() == "deleted"
+    await replay(await record(handle, "v2-order-delete-as-a-step-finishes"))
 
 
 async def test_preemption_workflow_history_replays(preemption_stand: Stand) -> None:

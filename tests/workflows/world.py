@@ -185,6 +185,10 @@ class World:
     serve_waits: list[float | None] = field(default_factory=list)
     # Stands in for the apply step when set (an API server that refuses, say).
     apply_override: Callable[[ApplyInput], Awaitable[ApplyResult]] | None = None
+    # When set, a status write after the first apply is held until the gate opens (``publish_held``
+    # tells it is held): a test decides what else happens while that step runs.
+    publish_gate: asyncio.Event | None = None
+    publish_held: asyncio.Event = field(default_factory=asyncio.Event)
 
     def delete_order(self, name: str) -> None:
         """What `kubectl delete` does to an order with a finalizer: it gets a deletionTimestamp."""
@@ -278,6 +282,9 @@ class World:
 
         @activity.defn(name=act.PUBLISH_STATUS)
         async def publish_status(update: StatusUpdate) -> None:
+            if world.publish_gate is not None and world.applies:
+                world.publish_held.set()
+                await world.publish_gate.wait()
             world.statuses.append(update)
 
         @activity.defn(name=act.RECORD_EVENT)
@@ -451,6 +458,38 @@ async def open_harness(client: Client) -> AsyncIterator[Harness]:
         world.classes["default-llm"] = make_class()
         async with observing(world):
             yield Harness(client, world, task_queue)
+
+
+async def delete_as_a_step_finishes(client: Client, world: World, name: str) -> WorkflowHandle[Any, Any]:
+    """An order deleted as the step its reconcile waits on (the status write after the apply) finishes:
+    both reach the workflow in one task, because no workflow worker polls while they happen. Then a
+    workflow worker polls again for up to 30 s, until the workflow ends; its handle is returned (its
+    workers are stopped by then, ended or not)."""
+    world.publish_gate = asyncio.Event()
+    world.classes.setdefault("default-llm", make_class())
+    queue = f"orders-{uuid.uuid4()}"
+    workflow_worker: dict[str, Any] = {
+        "task_queue": queue,
+        "workflows": [OrderWorkflow],
+        "max_cached_workflows": 0,
+        "workflow_failure_exception_types": [workflow.NondeterminismError],
+    }
+    async with Worker(client, task_queue=queue, activities=world.activities()):
+        async with Worker(client, **workflow_worker):
+            handle = await start_order(client, queue, world, make_order(name), FAST)
+            await asyncio.wait_for(world.publish_held.wait(), 20)
+        world.delete_order(name)
+        await handle.signal(OrderWorkflow.delete)
+        world.publish_gate.set()
+
+        async def step_finished() -> bool:
+            return not (await handle.describe()).raw_description.pending_activities
+
+        await until(step_finished, what="the status write completed")
+        async with Worker(client, **workflow_worker):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(handle.result()), 30)
+    return handle
 
 
 @dataclass
