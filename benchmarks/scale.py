@@ -50,6 +50,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -790,13 +791,20 @@ async def e2e_tier(
                 }
                 custom.create_namespaced_custom_object(GROUP, VERSION, namespace, ORDERS, body)
 
+            waiting: Counter[str] = Counter()
+
             def ready_names() -> dict[str, str]:
+                """Ready orders (name: uid); ``waiting`` counts the others by phase and reason."""
                 items = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, ORDERS)["items"]
-                return {
-                    o["metadata"]["name"]: o["metadata"]["uid"]
-                    for o in items
-                    if (o.get("status") or {}).get("phase") == "Ready"
-                }
+                ready: dict[str, str] = {}
+                waiting.clear()
+                for o in items:
+                    status = o.get("status") or {}
+                    if status.get("phase") == "Ready":
+                        ready[o["metadata"]["name"]] = o["metadata"]["uid"]
+                    else:
+                        waiting[f"{status.get('phase') or 'new'}/{status.get('reason') or '-'}"] += 1
+                return ready
 
             def ready_uid(name: str) -> str | None:
                 """The order's uid once it is Ready."""
@@ -837,7 +845,8 @@ async def e2e_tier(
                     raise TimeoutError(f"{sum(n in ready for n in names)} of {orders} Ready after {timeout:.0f}s")
                 if waited - told >= PROGRESS_SECONDS:
                     told = waited
-                    say(f"{waited:.0f} s: {sum(n in ready for n in names)} of {orders} Ready")
+                    why = ", ".join(f"{k} {n}" for k, n in waiting.most_common(4))
+                    say(f"{waited:.0f} s: {sum(n in ready for n in names)} of {orders} Ready; waiting: {why}")
                 await asyncio.sleep(1)
             batch = time.perf_counter() - started
             requests_after = await asyncio.to_thread(apiserver_requests, api)
