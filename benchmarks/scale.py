@@ -51,7 +51,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,7 +59,9 @@ from typing import Any
 import httpx
 import structlog
 from temporalio import activity
+from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
@@ -269,19 +271,29 @@ class StepTimes:
 
 
 async def step_times(handle: WorkflowHandle[Any, Any]) -> StepTimes:
-    """The order's steps, its whole history: read just after it is Ready, that is its way to Ready
-    (a serving order then sleeps on its resync timer)."""
+    """The order's steps on its way to Ready (see ``steps_to_ready``)."""
+    return steps_to_ready([event async for event in handle.fetch_history_events()])
+
+
+def steps_to_ready(events: Iterable[HistoryEvent]) -> StepTimes:
+    """The steps of a history up to the first status write that says Ready (the history of an order
+    read long after, as the order alone is, runs on past it)."""
     times = StepTimes()
     scheduled: dict[int, tuple[str, float]] = {}
     started: dict[int, float] = {}
+    ready_write: int | None = None
     first = last = None
-    async for event in handle.fetch_history_events():
+    for event in events:
         at = event.event_time.ToNanoseconds() / 1e9
         first = at if first is None else first
         last = at
         kind = event.event_type
         if kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            scheduled[event.event_id] = (event.activity_task_scheduled_event_attributes.activity_type.name, at)
+            attributes = event.activity_task_scheduled_event_attributes
+            scheduled[event.event_id] = (attributes.activity_type.name, at)
+            named = attributes.activity_type.name
+            if ready_write is None and named == act.PUBLISH_STATUS and _says_ready(attributes.input.payloads):
+                ready_write = event.event_id
         elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
             scheduled[event.event_id] = ("workflow task", at)
         elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
@@ -298,8 +310,18 @@ async def step_times(handle: WorkflowHandle[Any, Any]) -> StepTimes:
         if closed is not None and closed in scheduled and closed in started:
             step, at_scheduled = scheduled[closed]
             times.add(step, started[closed] - at_scheduled, at - started[closed])
+            if closed == ready_write:
+                break
     times.span = (last or 0.0) - (first or 0.0)
     return times
+
+
+def _says_ready(payloads: Sequence[Payload]) -> bool:
+    """Whether a status write's input (a JSON StatusUpdate) sets the phase Ready."""
+    try:
+        return bool(payloads) and json.loads(payloads[0].data).get("phase") == Phase.READY.value
+    except (ValueError, AttributeError):
+        return False
 
 
 def median_run(runs: list[tuple[float, str]]) -> tuple[float, str]:

@@ -7,6 +7,7 @@ there and sane (every order Ready, no activity slot held by a serving order), ne
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import signal
 import subprocess
@@ -15,10 +16,24 @@ import time
 from pathlib import Path
 
 import pytest
+from temporalio.client import WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 
-from benchmarks.scale import cpu_by_process, e2e_tier, engine_tier
+from benchmarks.scale import cpu_by_process, e2e_tier, engine_tier, steps_to_ready
 from workflows import activity_names as act
+
+
+def test_the_steps_to_ready_end_at_the_first_status_that_says_ready() -> None:
+    """An order read long after its Ready (the order alone, read after the burst) is timed to its
+    Ready, not through what came later: the frozen history goes on to a replan and a deletion."""
+    frozen = Path(__file__).parents[1] / "workflows" / "histories" / "v2-order-ready-replan-delete.json"
+    body = json.loads(frozen.read_text())
+    events = WorkflowHistory.from_json(body["workflowId"], body["history"]).events
+    steps = steps_to_ready(events)
+    assert {act.PLAN_LAUNCH, act.APPLY_WORKLOAD, act.AWAIT_SERVING} <= set(steps.running)
+    assert act.FINALIZE_ORDER not in steps.running  # the deletion came after Ready
+    whole = (events[-1].event_time.ToNanoseconds() - events[0].event_time.ToNanoseconds()) / 1e9
+    assert 0 < steps.span < whole
 
 
 def figures(lines: list[tuple[str, str, str]]) -> dict[str, str]:
