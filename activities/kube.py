@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import urllib3
@@ -14,6 +14,7 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import DynamicApiError, ResourceNotFoundError
+from kubernetes.watch.watch import iter_resp_lines
 from temporalio.exceptions import ApplicationError
 
 from activities.builders.common import FIELD_MANAGER
@@ -174,3 +175,15 @@ class Applier:
 
         with contextlib.suppress(NotFoundError):
             self.resource(api_version, kind).delete(name=name, namespace=namespace)
+
+
+def watch_events(response: Any) -> Generator[dict[str, Any]]:
+    """The events of a watch response (a list call with ``watch=True, _preload_content=False``), as
+    plain JSON; the connection is closed and given back when the iteration ends, however it ends."""
+    try:
+        for line in iter_resp_lines(response):
+            if line:
+                yield json.loads(line)
+    finally:
+        response.close()
+        response.release_conn()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,7 +17,6 @@ import httpx
 import structlog
 from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
-from kubernetes.watch.watch import iter_resp_lines
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -44,7 +42,7 @@ from activities.builders.runtime import (
 )
 from activities.catalog import KubernetesCatalogReader, lookup_model, model_resolution
 from activities.health import probe_models, probe_target, token_from_secret
-from activities.kube import Applier, refusals_are_final
+from activities.kube import Applier, refusals_are_final, watch_events
 from activities.release import order_timings, release_fingerprint
 from inference_api.payloads import (
     ApplyInput,
@@ -368,9 +366,9 @@ class OrderActivities:
         except ApiException as err:  # an expired version and the like: the next look reads again
             log.debug("await_serving: watch refused", order=f"{ref.namespace}/{ref.name}", status=err.status)
             return ready
+        events = watch_events(response)
         try:
-            for line in iter_resp_lines(response):
-                event = json.loads(line) if line else {}
+            for event in events:
                 if event.get("type") == "DELETED":
                     return 0
                 if event.get("type") in ("ADDED", "MODIFIED") and (ready := _ready_of(event.get("object") or {})) >= 1:
@@ -378,8 +376,7 @@ class OrderActivities:
         except Exception as err:  # a cut watch is only a shorter wait
             log.debug("await_serving: watch ended", order=f"{ref.namespace}/{ref.name}", error=type(err).__name__)
         finally:
-            response.close()
-            response.release_conn()
+            events.close()  # the connection goes back now, not when the generator is collected
         return ready
 
     @activity.defn(name=act.AWAIT_SERVING)

@@ -441,20 +441,24 @@ class Harness:
         return check
 
 
+def _replaying_order_workflows(task_queue: str) -> dict[str, Any]:
+    """Worker options for the order workflow replayed from the start at every task (no cache), so
+    nondeterminism fails the test."""
+    return {
+        "task_queue": task_queue,
+        "workflows": [OrderWorkflow],
+        "max_cached_workflows": 0,
+        "workflow_failure_exception_types": [workflow.NondeterminismError],
+    }
+
+
 @asynccontextmanager
 async def open_harness(client: Client) -> AsyncIterator[Harness]:
     """A worker of the order workflow over a new world (with the bundled default-llm class); every
     workflow task replays the history from the start (no cache), so nondeterminism fails the test."""
     world = World()
     task_queue = f"orders-{uuid.uuid4()}"
-    async with Worker(
-        client,
-        task_queue=task_queue,
-        workflows=[OrderWorkflow],
-        activities=world.activities(),
-        max_cached_workflows=0,
-        workflow_failure_exception_types=[workflow.NondeterminismError],
-    ):
+    async with Worker(client, activities=world.activities(), **_replaying_order_workflows(task_queue)):
         world.classes["default-llm"] = make_class()
         async with observing(world):
             yield Harness(client, world, task_queue)
@@ -468,12 +472,7 @@ async def delete_as_a_step_finishes(client: Client, world: World, name: str) -> 
     world.publish_gate = asyncio.Event()
     world.classes.setdefault("default-llm", make_class())
     queue = f"orders-{uuid.uuid4()}"
-    workflow_worker: dict[str, Any] = {
-        "task_queue": queue,
-        "workflows": [OrderWorkflow],
-        "max_cached_workflows": 0,
-        "workflow_failure_exception_types": [workflow.NondeterminismError],
-    }
+    workflow_worker = _replaying_order_workflows(queue)
     async with Worker(client, task_queue=queue, activities=world.activities()):
         async with Worker(client, **workflow_worker):
             handle = await start_order(client, queue, world, make_order(name), FAST)

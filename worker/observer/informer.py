@@ -21,10 +21,10 @@ from typing import Any
 import structlog
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
-from kubernetes.watch.watch import iter_resp_lines
 
 from activities.builders.claim import RESOURCE_API_VERSION
 from activities.builders.common import LABEL_MANAGED_BY, MANAGED_BY
+from activities.kube import watch_events
 from inference_api.catalog_types import CATALOG_GROUP, CATALOG_VERSION
 from inference_api.types import CLASSES, GROUP, ORDERS, VERSION
 from worker.observer.decisions import ADDED, DELETED, MODIFIED, SYNC, Obj, object_key
@@ -218,16 +218,15 @@ class ListWatch:
             **_selector(self.resource),
         )
         self._response = response
+        events = watch_events(response)
         try:
-            for line in iter_resp_lines(response):
+            for event in events:
                 if self._stop.is_set():
                     return
-                if line:
-                    yield json.loads(line)
+                yield event
         finally:
             self._response = None
-            response.close()
-            response.release_conn()
+            events.close()
 
     def run(self) -> None:
         kind = self.resource.kind

@@ -108,6 +108,8 @@ class StandInFleet:
             Resource(STATEFULSET, self.apps.list_stateful_set_for_all_namespaces, MODULE_SELECTOR),
             Resource(CLAIM, self.core.list_persistent_volume_claim_for_all_namespaces),
         ]
+        # The orders' pods no node was picked for yet (few: a field selector, not every pod).
+        self._unscheduled = Resource("Pod", self.core.list_pod_for_all_namespaces, MODULE_SELECTOR, "spec.nodeName=")
 
     # ---------------------------------------------------------------- control
 
@@ -294,11 +296,6 @@ class StandInFleet:
                 if err.status != 409:
                     raise
 
-    def _unscheduled_pods(self) -> list[dict[str, Any]]:
-        """The orders' pods no node was picked for yet (few: a field selector, not every pod)."""
-        pending = Resource("Pod", self.core.list_pod_for_all_namespaces, MODULE_SELECTOR, "spec.nodeName=")
-        return list_all(pending)[0]
-
     def _reschedule_stale_pods(self) -> None:
         """Delete an order's pod still refused for an unbound volume seconds after the volume got bound.
 
@@ -317,7 +314,7 @@ class StandInFleet:
             for c in claims
             if _get(c, "status", "phase") == "Bound" and _get(c, "metadata", "labels", LABEL_MANAGED_BY) == MANAGED_BY
         }
-        for pod in self._unscheduled_pods():
+        for pod in list_all(self._unscheduled)[0]:
             meta = pod["metadata"]
             spec = pod.get("spec") or {}
             if spec.get("nodeName") or meta.get("deletionTimestamp"):
