@@ -23,7 +23,7 @@ from temporalio.exceptions import ApplicationError
 from activities.builders.auth import build_auth_secret, new_token, requires_token
 from activities.builders.autoscaling import constraints_status
 from activities.builders.claim import claim_template_spec_differs
-from activities.builders.common import WorkloadInputs, artifact_from_resolution, selector_labels
+from activities.builders.common import ObjectNames, WorkloadInputs, artifact_from_resolution, selector_labels
 from activities.builders.exposure import certificate_copy_allowed, custom_certificate_source, endpoint_status
 from activities.builders.objects import (
     OWNED_KINDS,
@@ -303,8 +303,16 @@ class OrderActivities:
         ns, name = request.ref.namespace, request.ref.name
         selector = ",".join(f"{k}={v}" for k, v in selector_labels(name).items())
         for api_version, kind in OWNED_KINDS:
-            listing = self.applier.resource(api_version, kind).get(namespace=ns, label_selector=selector)
-            standing: list[dict[str, Any]] = listing.to_dict().get("items") or []
+            standing: list[dict[str, Any]]
+            if kind == "Secret":
+                # Never a list of Secrets (the worker's role has none): the ones an order may own are
+                # named after it, so each is read by name.
+                names = ObjectNames(name)
+                found = (self.applier.get(api_version, kind, n, ns) for n in (names.auth_secret, names.tls_secret))
+                standing = [s for s in found if s is not None]
+            else:
+                listing = self.applier.resource(api_version, kind).get(namespace=ns, label_selector=selector)
+                standing = listing.to_dict().get("items") or []
             for item in standing:
                 item.setdefault("apiVersion", api_version)
                 item.setdefault("kind", kind)
@@ -334,7 +342,9 @@ class OrderActivities:
         return probe_target(ref.name, ref.namespace, service, annotation)
 
     def _token(self, ref: OrderRef, secret_name: str | None) -> str | None:
-        if not secret_name:
+        # The order's own auth Secret and no other: the name comes with the request (workflow
+        # state), and a Secret read is never steered by it.
+        if not secret_name or secret_name != ObjectNames(ref.name).auth_secret:
             return None
         return token_from_secret(self.applier.get("v1", "Secret", secret_name, ref.namespace))
 

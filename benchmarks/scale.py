@@ -574,7 +574,7 @@ async def engine_tier(
                     if state != d.Serving.NO:
                         yield ref, state
 
-            def spec_of(ref: OrderRef) -> ProbeSpec:
+            async def spec_of(ref: OrderRef) -> ProbeSpec:
                 return ProbeSpec(
                     target=engine.url(ref), served_name=engine.models.get(ref.key), token=engine.tokens.get(ref.key)
                 )

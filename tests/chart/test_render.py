@@ -687,7 +687,9 @@ WORKER_RULES = [
     {"apiGroups": ["ai.deckhouse.io"], "resources": ["inferenceserviceclasses/planner"], "verbs": ["create"]},
     # The first probe watches the order's StatefulSet for a ready replica.
     {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "list", "watch", *OWNED_VERBS[2:]]},
-    {"apiGroups": [""], "resources": ["services", "secrets"], "verbs": OWNED_VERBS},
+    {"apiGroups": [""], "resources": ["services"], "verbs": OWNED_VERBS},
+    # Secrets by name only: never a list (of every Secret of a namespace) or a watch.
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "patch", "delete"]},
     {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses", "networkpolicies"], "verbs": OWNED_VERBS},
     {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": OWNED_VERBS},
     {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaimtemplates"], "verbs": OWNED_VERBS},

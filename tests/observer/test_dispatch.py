@@ -87,13 +87,28 @@ def pod(name: str, ready: bool, rv: str = "1") -> dict[str, Any]:
     }
 
 
-def observer(client: Client, shards: int = 1, shard: int = 0, probe_annotation: str | None = None) -> Observer:
+def observer(
+    client: Client,
+    shards: int = 1,
+    shard: int = 0,
+    probe_annotation: str | None = None,
+    secrets: dict[str, dict[str, Any]] | None = None,
+    reads: list[str] | None = None,
+) -> Observer:
+    """An observer with no API server: ``secrets`` (namespace/name -> Secret) stands in for the one
+    GET of a Secret it makes, and each read is recorded in ``reads``."""
     settings = ModuleSettings(
         temporal=TemporalSettings(taskQueue="dispatch"),
         health=HealthSettings(intervalSeconds=3600, probeTargetAnnotation=probe_annotation),
         observer=ObserverSettings(debounceSeconds=DEBOUNCE, shards=shards, shard=shard),
     )
-    return Observer(ApiClient(), client, settings, resources=[], fingerprint="fp")
+
+    def read_secret(namespace: str, name: str) -> dict[str, Any] | None:
+        if reads is not None:
+            reads.append(f"{namespace}/{name}")
+        return (secrets or {}).get(f"{namespace}/{name}")
+
+    return Observer(ApiClient(), client, settings, resources=[], fingerprint="fp", read_secret=read_secret)
 
 
 def sent(obs: Observer) -> dict[tuple[str, str], list[Any]]:
@@ -227,7 +242,13 @@ async def test_orders_classes_owned_objects_and_scaling(temporal_client: Client)
 
 
 async def test_health_flip_is_queued_for_the_order(temporal_client: Client) -> None:
-    obs = observer(temporal_client, probe_annotation="probe")
+    # The informer holds the Secret's metadata only (slim_metadata); the token is read by name.
+    full = {
+        "metadata": {"name": "chat-auth", "namespace": "team", "resourceVersion": "1"},
+        "data": {"token": "czNjcjN0LXZhbHVl"},
+    }
+    reads: list[str] = []
+    obs = observer(temporal_client, probe_annotation="probe", secrets={"team/chat-auth": full}, reads=reads)
     serving = order(
         "chat",
         "u-chat",
@@ -235,15 +256,17 @@ async def test_health_flip_is_queued_for_the_order(temporal_client: Client) -> N
         authSecretName="chat-auth",
         conditions=[{"type": "Ready", "status": "True", "reason": "ServiceReady", "lastTransitionTime": "t"}],
     )
-    secret = {
-        "metadata": {
-            "name": "chat-auth",
-            "namespace": "team",
-            "resourceVersion": "1",
-            "ownerReferences": owner("u-chat"),
+    secret = inf.slim_metadata(
+        {
+            "metadata": {
+                "name": "chat-auth",
+                "namespace": "team",
+                "resourceVersion": "1",
+                "ownerReferences": owner("u-chat"),
+            }
         },
-        "data": {"token": "czNjcjN0LXZhbHVl"},
-    }
+        inf.SECRET,
+    )
     service = {
         "metadata": {
             "name": "chat",
@@ -258,9 +281,12 @@ async def test_health_flip_is_queued_for_the_order(temporal_client: Client) -> N
     obs.handle(Listed(inf.ORDER, [serving]))
     (candidate,) = list(obs.probe_candidates())
     assert candidate[1] == d.Serving.HEALTHY
-    spec = obs.probe_spec(candidate[0])
+    spec = await obs.probe_spec(candidate[0])
     assert (spec.target, spec.token, spec.served_name) == ("http://127.0.0.1:1", "s3cr3t-value", None)
     assert "s3cr3t" not in repr(spec)
+    # Read once per resourceVersion: the next probe costs no GET.
+    assert (await obs.probe_spec(candidate[0])).token == "s3cr3t-value"
+    assert reads == ["team/chat-auth"]
     sent(obs)
     obs.report_health(candidate[0], HealthReport(healthy=False, detail="GET /v1/models: HTTP 503", failures=3))
     assert sent(obs) == {

@@ -107,11 +107,15 @@ def prober(
     token: str = TOKEN,
 ) -> Prober:
     refs = {ref(i).uid: ref(i) for i in range(len(states))}
+
+    async def spec_of(r: OrderRef) -> ProbeSpec:
+        return ProbeSpec(target=url, served_name="m", token=token)
+
     return Prober(
         HealthSettings(intervalSeconds=0.2, failureThreshold=2, probeTimeoutSeconds=2),
         concurrency,
         candidates=lambda: [(refs[uid], s) for uid, s in states.items() if s != Serving.NO],
-        spec_of=lambda r: ProbeSpec(target=url, served_name="m", token=token),
+        spec_of=spec_of,
         state_of=lambda uid: states[uid],
         report=lambda r, report: reports.append((r.uid, report)),
     )

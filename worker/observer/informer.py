@@ -11,6 +11,7 @@ from the cache (``ADDED``, ``MODIFIED``, ``DELETED``), so nothing missed between
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import threading
 import time
@@ -23,7 +24,7 @@ from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
 from activities.builders.claim import RESOURCE_API_VERSION
-from activities.builders.common import LABEL_MANAGED_BY, MANAGED_BY
+from activities.builders.common import LABEL_MANAGED_BY, LABEL_ORDER, MANAGED_BY
 from activities.kube import watch_events
 from inference_api.catalog_types import CATALOG_GROUP, CATALOG_VERSION
 from inference_api.types import CLASSES, GROUP, ORDERS, VERSION
@@ -67,15 +68,54 @@ OWNED_KINDS = (STATEFULSET, SERVICE, INGRESS, SECRET, HPA, CLAIM_TEMPLATE)
 CATALOG_KINDS = (MODEL, CLUSTER_MODEL)
 MODULE_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 
+# The Accept header of a metadata-only list and watch: the API server answers PartialObjectMetadata
+# (metadata only, never ``data``). Anyone may label a Secret with the module's labels, so the Secret
+# informer asks for this: a tenant's 700 KB Secrets cost the observer a few hundred bytes each.
+PARTIAL_METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+
 
 @dataclass(frozen=True)
 class Resource:
-    """One kind to inform on: its list function (``watch=True`` makes it a watch), and selectors."""
+    """One kind to inform on: its list function (``watch=True`` makes it a watch), and selectors.
+
+    ``metadata_only``: list and watch PartialObjectMetadata, and cache only what the observer reads
+    of it (``slim_metadata``)."""
 
     kind: str
     list_fn: ListFunction
     label_selector: str | None = None
     field_selector: str | None = None
+    metadata_only: bool = False
+
+
+# Of a metadata-only object the cache keeps these fields as they are; the rest of the metadata
+# (every label and annotation, the managed fields' field sets, finalizers) only as a digest.
+_KEPT_METADATA = ("name", "namespace", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp")
+_KEPT_LABELS = (LABEL_MANAGED_BY, LABEL_ORDER)
+
+
+def slim_metadata(obj: dict[str, Any], kind: str, api_version: str = "v1") -> dict[str, Any]:
+    """What the observer keeps of a metadata-only object: its identity, the module's labels, its
+    order owner references, who wrote it when (``managedFields`` without their field sets), and a
+    digest of all its metadata but the resourceVersion (``metadataDigest``).
+
+    Bounded whatever a tenant writes into the labels or annotations of a Secret it labels. The
+    digest stands for the content in drift decisions: a write of the data changes the writer's
+    managedFields entry, so the digest, and ``decisions.last_writer`` names who wrote."""
+    metadata = obj.get("metadata") or {}
+    kept: dict[str, Any] = {key: metadata[key] for key in _KEPT_METADATA if key in metadata}
+    labels = metadata.get("labels") or {}
+    kept["labels"] = {key: labels[key] for key in _KEPT_LABELS if key in labels}
+    owners = [o for o in metadata.get("ownerReferences") or [] if o.get("kind") == "InferenceService"]
+    if owners:
+        kept["ownerReferences"] = owners
+    kept["managedFields"] = [
+        {k: entry[k] for k in ("manager", "operation", "time", "subresource") if k in entry}
+        for entry in metadata.get("managedFields") or []
+    ]
+    rest = {k: v for k, v in metadata.items() if k != "resourceVersion"}
+    digest = hashlib.sha256(json.dumps(rest, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return {"apiVersion": api_version, "kind": kind, "metadata": kept, "metadataDigest": digest}
 
 
 def _custom(custom: CustomObjectsApi, group: str, version: str, plural: str) -> ListFunction:
@@ -97,7 +137,7 @@ def resources(api: ApiClient, catalog: bool) -> list[Resource]:
         Resource(STATEFULSET, _custom(custom, "apps", "v1", "statefulsets"), MODULE_SELECTOR),
         Resource(POD, core.list_pod_for_all_namespaces, MODULE_SELECTOR),
         Resource(SERVICE, core.list_service_for_all_namespaces, MODULE_SELECTOR),
-        Resource(SECRET, core.list_secret_for_all_namespaces, MODULE_SELECTOR),
+        Resource(SECRET, core.list_secret_for_all_namespaces, MODULE_SELECTOR, metadata_only=True),
         Resource(INGRESS, _custom(custom, "networking.k8s.io", "v1", "ingresses"), MODULE_SELECTOR),
         Resource(HPA, _custom(custom, "autoscaling", "v2", "horizontalpodautoscalers"), MODULE_SELECTOR),
         Resource(
@@ -135,8 +175,16 @@ InformerItem = Listed | Watched
 
 
 def _selector(resource: Resource) -> dict[str, Any]:
+    """The keyword arguments of a list or watch call: selectors, and the metadata-only Accept header."""
     selectors = {"label_selector": resource.label_selector, "field_selector": resource.field_selector}
-    return {name: value for name, value in selectors.items() if value}
+    out: dict[str, Any] = {name: value for name, value in selectors.items() if value}
+    if resource.metadata_only:
+        out["_headers"] = {"Accept": PARTIAL_METADATA}
+    return out
+
+
+def _cached_form(resource: Resource, obj: dict[str, Any]) -> dict[str, Any]:
+    return slim_metadata(obj, resource.kind) if resource.metadata_only else obj
 
 
 def list_all(resource: Resource, page: int = 500, request_timeout: float = 60) -> tuple[list[dict[str, Any]], str]:
@@ -156,7 +204,7 @@ def list_all(resource: Resource, page: int = 500, request_timeout: float = 60) -
         for item in document.get("items") or []:
             item.setdefault("apiVersion", api_version)
             item.setdefault("kind", kind)
-            items.append(item)
+            items.append(_cached_form(resource, item))
         metadata = document.get("metadata") or {}
         token = metadata.get("continue") or None
         if token is None:
@@ -245,7 +293,7 @@ class ListWatch:
                         raise ApiException(status=int(obj.get("code") or 500), reason=str(obj.get("reason") or ""))
                     resource_version = str((obj.get("metadata") or {}).get("resourceVersion") or resource_version)
                     if event.get("type") in (ADDED, MODIFIED, DELETED):
-                        self.deliver(Watched(kind, str(event["type"]), obj))
+                        self.deliver(Watched(kind, str(event["type"]), _cached_form(self.resource, obj)))
                 self._contact()
                 backoff = 1.0
             except ApiException as err:

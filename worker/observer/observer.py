@@ -1,8 +1,8 @@
 """The observer (``ai-inference watch``): Kubernetes changes and probe verdicts become order signals.
 
 Informers on orders, classes, what orders own (by the module's labels: StatefulSets and their Pods,
-Services, Ingresses, Secrets, HPAs, ResourceClaimTemplates), PriorityClasses and, with the catalog
-enabled, Model/ClusterModel. Each change goes through a pure decision (``decisions``); what the
+Services, Ingresses, Secrets — their metadata only —, HPAs, ResourceClaimTemplates), PriorityClasses
+and, with the catalog enabled, Model/ClusterModel. Each change goes through a pure decision (``decisions``); what the
 workflow acts on is queued in the outbox (retried, never dropped), changes of one order within
 ``observer.debounceSeconds`` coalesced into one signal. Health is probed here (``prober``), and a
 periodic resync compares the listing with Temporal (``resync``). Stateless: what it remembers (the
@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import structlog
-from kubernetes.client import ApiClient, CustomObjectsApi
+from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 from temporalio.client import Client
@@ -44,6 +45,31 @@ from workflows.class_status import class_status_patch
 
 log = structlog.get_logger(__name__)
 
+# Reads one Secret by namespace and name: the object as the API server sends it, None when there is none.
+SecretReader = Callable[[str, str], dict[str, Any] | None]
+
+
+def secret_reader(api: ApiClient) -> SecretReader:
+    """``GET`` of one Secret by name: the only read of a Secret's data the observer makes (the
+    auth Secret a Token order's status names, for its probes)."""
+    core = CoreV1Api(api)
+
+    def read(namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            response = core.read_namespaced_secret(name, namespace, _preload_content=False, _request_timeout=30)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            # The status only: an error body could echo the object.
+            raise RuntimeError(f"reading Secret {namespace}/{name} failed: HTTP {err.status}") from None
+        try:
+            found: dict[str, Any] = json.loads(response.data)
+        finally:
+            response.release_conn()
+        return found
+
+    return read
+
 
 class Observer:
     def __init__(
@@ -56,8 +82,14 @@ class Observer:
         watch_timeout_seconds: int = 300,
         senders: int = 16,
         fingerprint: str | None = None,
+        read_secret: SecretReader | None = None,
     ) -> None:
         self.api = api
+        self.read_secret = read_secret or secret_reader(api)
+        # Tokens of the auth Secrets probes send, by namespace/name: (the Secret's resourceVersion
+        # when it was read, the token). The Secret informer holds metadata only; a token is read
+        # again when the informer sees a new resourceVersion (a rotation) and forgotten with it.
+        self.tokens: dict[str, tuple[str, str | None]] = {}
         self.client = client
         self.settings = settings
         self.config = settings.observer
@@ -170,6 +202,8 @@ class Observer:
         elif kind == inf.POD:
             self.on_pod(change)
         elif kind in inf.OWNED_KINDS:
+            if kind == inf.SECRET and change.type == d.DELETED:
+                self.tokens.pop(d.object_key(change.obj), None)
             self.on_owned(kind, change)
         elif kind in inf.CATALOG_KINDS:
             self.on_model(kind, change)
@@ -377,16 +411,30 @@ class Observer:
     def serving_of(self, uid: str) -> d.Serving:
         return d.serving(self.order_by_uid(uid))
 
-    def probe_spec(self, ref: OrderRef) -> ProbeSpec:
+    async def probe_spec(self, ref: OrderRef) -> ProbeSpec:
         order = self.order_by_uid(ref.uid) or {}
         service = self._owned(inf.SERVICE, order) if order else None
         target = probe_target(ref.name, ref.namespace, service, self.settings.health.probeTargetAnnotation)
         secret_name = (order.get("status") or {}).get("authSecretName")
-        token = None
-        if secret_name:
-            token = token_from_secret(self.informers[inf.SECRET].get(f"{ref.namespace}/{secret_name}"))
+        token = await self.token_of(ref.namespace, str(secret_name)) if secret_name else None
         served = d.served_name(self._owned(inf.STATEFULSET, order)) if order else None
         return ProbeSpec(target=target, served_name=served, token=token)
+
+    async def token_of(self, namespace: str, name: str) -> str | None:
+        """The token of an order's auth Secret: read by name once per resourceVersion the Secret
+        informer (metadata only) knows; None while the informer knows no such Secret (deleted)."""
+        key = f"{namespace}/{name}"
+        known = self.informers[inf.SECRET].get(key)
+        if known is None:
+            self.tokens.pop(key, None)
+            return None
+        version = str(d.meta(known).get("resourceVersion") or "")
+        cached = self.tokens.get(key)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        token = token_from_secret(await asyncio.to_thread(self.read_secret, namespace, name))
+        self.tokens[key] = (version, token)
+        return token
 
     def report_health(self, ref: OrderRef, report: HealthReport) -> None:
         self.outbox.put(signal_to(ref, OrderSignal.HEALTH_CHANGED, [report]))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 import httpx
@@ -47,7 +47,7 @@ class Prober:
         health: HealthSettings,
         concurrency: int,
         candidates: Callable[[], Iterable[tuple[OrderRef, Serving]]],
-        spec_of: Callable[[OrderRef], ProbeSpec],
+        spec_of: Callable[[OrderRef], Awaitable[ProbeSpec]],
         state_of: Callable[[str], Serving],
         report: Callable[[OrderRef, HealthReport], None],
         *,
@@ -110,7 +110,7 @@ class Prober:
     async def probe(self, http: httpx.AsyncClient, ref: OrderRef) -> None:
         try:
             async with self.semaphore:
-                spec = self.spec_of(ref)
+                spec = await self.spec_of(ref)
                 result = await probe_models(
                     http, spec.target, spec.served_name, spec.token, self.health.probeTimeoutSeconds
                 )

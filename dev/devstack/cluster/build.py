@@ -194,6 +194,17 @@ TOOLS: dict[str, Tool] = {
         ),
         stamp_recipe=True,
     ),
+    # The policy scanner of the chart and the workload manifests (tests/security/test_policy_scan.py,
+    # exceptions in deploy/policy/kube-score.yaml). kube-linter's vanity import path is not served by
+    # the Go module proxy; kube-score is.
+    "kube-score": Tool(
+        key="kube-score",
+        module="github.com/zegl/kube-score",
+        packages={"kube-score": "github.com/zegl/kube-score/cmd/kube-score"},
+        cgo=False,
+        ldflags_template=("-s", "-w", "-X main.version={version}"),
+        stamp_recipe=True,
+    ),
     # The metrics parts of the local stack (dev/devstack/metrics/): Prometheus scrapes the stand-in
     # runtimes and the module, the adapter serves custom.metrics.k8s.io to the HPA controller.
     "prometheus": Tool(
@@ -244,6 +255,7 @@ class Binaries:
     etcd: Path
     kwok: Path
     helm: Path
+    kube_score: Path
     prometheus: Path
     promtool: Path
     prometheus_adapter: Path
@@ -263,6 +275,7 @@ class Binaries:
             etcd=etcd / "etcd",
             kwok=kwok / "kwok",
             helm=helm / "helm",
+            kube_score=TOOLS["kube-score"].bin_dir / "kube-score",
         )
 
 
