@@ -69,6 +69,8 @@ def test_the_hook_runs_the_command_before_upgrades_only_with_rbac_made_first(hel
         ("ClusterRole", "d8:ai-inference:crd-upgrade"),
         ("ClusterRoleBinding", "d8:ai-inference:crd-upgrade"),
         ("Job", "ai-inference-crd-upgrade"),
+        # What the Job's pod may reach (DNS, the API server) in the default-deny module namespace.
+        ("NetworkPolicy", "ai-inference-crd-upgrade"),
     }
     weight = {}
     for doc in hooks:
@@ -78,6 +80,7 @@ def test_the_hook_runs_the_command_before_upgrades_only_with_rbac_made_first(hel
         weight[doc["kind"]] = int(annotations["helm.sh/hook-weight"])
     assert weight["ServiceAccount"] < weight["ClusterRoleBinding"] < weight["Job"]
     assert weight["ClusterRole"] < weight["ClusterRoleBinding"]
+    assert weight["NetworkPolicy"] < weight["Job"]
     job = find(hooks, "Job", "ai-inference-crd-upgrade")
     pod = job["spec"]["template"]["spec"]
     (container,) = pod["containers"]

@@ -116,6 +116,7 @@ def test_helm_template_renders_every_object_once_into_the_module_namespace(docs:
             "Secret",
             "StatefulSet",
             "PodDisruptionBudget",
+            "NetworkPolicy",
         }:
             assert doc["metadata"]["namespace"] == NAMESPACE, key
     kinds = {k for k, _ in seen}
@@ -135,6 +136,7 @@ def test_helm_template_renders_every_object_once_into_the_module_namespace(docs:
         "ValidatingAdmissionPolicy",  # the worker guard
         "ValidatingAdmissionPolicyBinding",
         "Job",  # the CRD upgrade, a pre-upgrade hook (tests/chart/test_crd_upgrade.py)
+        "NetworkPolicy",  # the module namespace's (tests/chart/test_network_policy.py)
     }
 
 

@@ -59,7 +59,9 @@ def namespaced_resources(api: ApiClient, namespace: str) -> list[Resource]:
         Resource(inf.ORDER, in_namespace(GROUP, VERSION, ORDERS)),
         Resource(inf.CLASS, cluster(GROUP, VERSION, CLASSES)),
         Resource(inf.SERVICE, lambda **kw: core.list_namespaced_service(namespace, **kw), MODULE_SELECTOR),
-        Resource(inf.SECRET, lambda **kw: core.list_namespaced_secret(namespace, **kw), MODULE_SELECTOR),
+        Resource(
+            inf.SECRET, lambda **kw: core.list_namespaced_secret(namespace, **kw), MODULE_SELECTOR, metadata_only=True
+        ),
         Resource(inf.CLUSTER_MODEL, cluster(CATALOG_GROUP, CATALOG_VERSION, "clustermodels")),
     ]
 
