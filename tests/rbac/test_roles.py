@@ -47,12 +47,17 @@ from kubernetes.client import (
 )
 from kubernetes.client.rest import ApiException
 
+from activities.health import token_from_secret
 from devstack.cluster.launcher import LocalCluster
 from inference_api.settings import PLANNER_AUDIENCE
 from tests.chart.helm import NAMESPACE as MODULE_NAMESPACE
 from tests.chart.helm import Helm
 from tests.examples import example
 from tests.polling import wait_until
+from worker.observer import informer as inf
+from worker.observer.informer import Resource
+from worker.observer.inventory import inventory_resources
+from worker.observer.observer import secret_reader
 
 pytestmark = pytest.mark.cluster
 
@@ -490,6 +495,10 @@ SA_MATRIX: list[tuple[str, Access, bool]] = [
     ("worker", Access("get", "inferenceserviceclasses", scope="cluster"), True),
     ("worker", Access("patch", "statefulsets", group="apps", scope="other"), True),
     ("worker", Access("create", "secrets", group="", scope="other"), True),
+    # Secrets by name only: the worker can read the one an order names, never enumerate a namespace's.
+    ("worker", Access("get", "secrets", group="", scope="other"), True),
+    ("worker", Access("list", "secrets", group="", scope="other"), False),
+    ("worker", Access("list", "secrets", group="", scope="cluster"), False),
     ("worker", Access("patch", "ingresses", group="networking.k8s.io", scope="other"), True),
     *[
         ("worker", Access(verb, "networkpolicies", group="networking.k8s.io", scope="other"), True)
@@ -532,10 +541,15 @@ SA_MATRIX: list[tuple[str, Access, bool]] = [
     ("watcher", Access("patch", "inferenceserviceclasses", subresource="status", scope="cluster"), True),
     ("watcher", Access("patch", "inferenceservices", subresource="status", scope="cluster"), False),
     ("watcher", PLANNER[0], False),
-    # The observer reads the order's auth Secret to probe a Token order (cluster-wide: RBAC has no
-    # label selector), and may write none.
+    # The observer lists and watches Secrets' metadata and reads a Token order's auth Secret by name
+    # to probe it (cluster-wide: RBAC has no label selector, no metadata-only verb), and writes none.
     ("watcher", Access("watch", "secrets", group="", scope="other"), True),
+    ("watcher", Access("get", "secrets", group="", scope="other"), True),
     ("watcher", Access("patch", "secrets", group="", scope="other"), False),
+    # Informers only: no get where list + watch read.
+    ("watcher", Access("get", "pods", group="", scope="other"), False),
+    ("watcher", Access("get", "inferenceservices", scope="other"), False),
+    ("watcher", Access("update", "inferenceserviceclasses", subresource="status", scope="cluster"), False),
     ("watcher", Access("delete", "statefulsets", group="apps", scope="other"), False),
     ("watcher", Access("watch", "horizontalpodautoscalers", group="autoscaling", scope="other"), True),
     ("planner", Access("create", "tokenreviews", group="authentication.k8s.io", scope="cluster"), True),
@@ -548,6 +562,8 @@ SA_MATRIX: list[tuple[str, Access, bool]] = [
     ("planner", Access("get", "clustermodels", group="ai-models.deckhouse.io", scope="cluster"), False),
     ("planner", Access("delete", "pods", group="", scope="other"), False),
     ("planner", Access("get", "secrets", group="", scope="other"), False),
+    ("planner", Access("list", "secrets", group="", scope="cluster"), False),
+    ("planner", Access("get", "pods", group="", scope="other"), False),
     ("planner", PLANNER[0], False),
     ("planner", Access("patch", "inferenceservices", subresource="status", scope="cluster"), False),
 ]
@@ -625,3 +641,49 @@ def test_the_planner_authorizes_its_callers_with_its_own_token(bound: Bound, kub
         assert not sar.status.allowed
         # The planner itself reads no Secrets.
         assert _status(lambda: CoreV1Api(planner).list_namespaced_secret(MODULE_NAMESPACE)) == 403
+
+
+def _list_and_watch(resource: Resource) -> None:
+    """One page of the informer's list and a one-second watch, as the informer makes them."""
+    listing = resource.list_fn(limit=1, _preload_content=False, _request_timeout=30, **inf._selector(resource))
+    listing.release_conn()
+    watch = resource.list_fn(
+        watch=True, timeout_seconds=1, _preload_content=False, _request_timeout=30, **inf._selector(resource)
+    )
+    watch.read()
+    watch.release_conn()
+
+
+def test_the_processes_run_their_informers_and_secret_reads_with_their_own_roles(
+    bound: Bound, kube_admin: ApiClient
+) -> None:
+    """Enough, as well as no more: every informer of the observer and of the planner lists and
+    watches as its ServiceAccount; the observer reads a Token order's auth Secret by name; the
+    worker reads a Secret by name but cannot list Secrets anywhere, and the planner reads none."""
+    core = CoreV1Api(kube_admin)
+    core.create_namespaced_secret(
+        bound.other,
+        {
+            "metadata": {"name": "chat-auth", "labels": {"app.kubernetes.io/managed-by": "ai-inference"}},
+            "data": {"token": "dG9rZW4="},
+        },
+    )
+    with _token_client(bound.cluster, _sa_token(kube_admin, "watcher")) as watcher:
+        for resource in inf.resources(watcher, catalog=True):
+            _list_and_watch(resource)
+        assert token_from_secret(secret_reader(watcher)(bound.other, "chat-auth")) == "token"
+    with _token_client(bound.cluster, _sa_token(kube_admin, "planner")) as planner:
+        for resource in inventory_resources(planner):
+            _list_and_watch(resource)
+        with pytest.raises(ApiException) as denied:
+            CoreV1Api(planner).read_namespaced_secret("chat-auth", bound.other)
+        assert denied.value.status == 403
+    with _token_client(bound.cluster, _sa_token(kube_admin, "worker")) as worker:
+        assert CoreV1Api(worker).read_namespaced_secret("chat-auth", bound.other).data == {"token": "dG9rZW4="}
+        for listing in (
+            lambda: CoreV1Api(worker).list_namespaced_secret(bound.other),
+            lambda: CoreV1Api(worker).list_secret_for_all_namespaces(),
+        ):
+            with pytest.raises(ApiException) as denied:
+                listing()
+            assert denied.value.status == 403
