@@ -17,11 +17,13 @@ def test_versions_come_from_the_wrapper_go_mods() -> None:
         "etcd": "v3.6.16",
         "kwok": "v0.8.0",
         "helm": "v3.22.0",
+        "kube-score": "v1.20.0",
         "prometheus": "v0.316.0",
         "prometheus-adapter": "v0.12.0",
     }
     assert "-X k8s.io/component-base/version.gitVersion=v1.34.4" in TOOLS["k8s"].ldflags()
     assert "-X k8s.io/client-go/pkg/version.gitMinor=34" in TOOLS["k8s"].ldflags()
+    assert "-X main.version=v1.20.0" in TOOLS["kube-score"].ldflags()
 
 
 def test_cache_is_relocatable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,7 +4,8 @@
   finalizer, apply, re-apply, prune, status, event, finalize) runs with its own token.
 * The worker guard (a ValidatingAdmissionPolicy) refuses what RBAC cannot: a write into a protected
   namespace, and any change to an object the worker did not make (a user's Secret). Its reads are
-  RBAC's, and RBAC lets it read Secrets everywhere (docs/admin-guide.md says why).
+  RBAC's: a Secret by name in any namespace (docs/admin-guide.md says why), never a list of them —
+  the prune above reads the Secrets an order may own by name.
 
 Writes meant to be refused are dry runs: admission judges them, nothing is stored if it does not.
 """
@@ -172,6 +173,7 @@ def test_the_worker_guard_refuses_what_rbac_cannot(
     # An object it did not make, in an order's namespace: readable (RBAC), not writable (the guard).
     admin.create_namespaced_secret(namespace, secret("hf-token", False))
     assert _status(lambda: worker.read_namespaced_secret("hf-token", namespace))[0] == 200
+    assert _status(lambda: worker.list_namespaced_secret(namespace))[0] == 403
     patch = {"metadata": {"labels": {LABEL_MANAGED_BY: MANAGED_BY}}}
     for what, call in {
         "patch": lambda: worker.patch_namespaced_secret("hf-token", namespace, patch, dry_run=DRY),
