@@ -62,7 +62,11 @@ def test_only_the_secret_informer_is_metadata_only_and_it_asks_for_partial_metad
     resources = inf.resources(ApiClient(), catalog=True)
     assert [r.kind for r in resources if r.metadata_only] == [inf.SECRET]
     (secret,) = [r for r in resources if r.kind == inf.SECRET]
-    assert inf._selector(secret) == {"label_selector": inf.MODULE_SELECTOR, "_headers": {"Accept": PARTIAL_METADATA}}
+    assert inf._selector(secret) == {
+        "label_selector": inf.MODULE_SELECTOR,
+        "_headers": {"Accept": inf.PARTIAL_METADATA_LIST},
+    }
+    assert inf._selector(secret, watch=True)["_headers"] == {"Accept": PARTIAL_METADATA}
     (service,) = [r for r in resources if r.kind == inf.SERVICE]
     assert "_headers" not in inf._selector(service)
 

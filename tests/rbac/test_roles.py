@@ -648,7 +648,7 @@ def _list_and_watch(resource: Resource) -> None:
     listing = resource.list_fn(limit=1, _preload_content=False, _request_timeout=30, **inf._selector(resource))
     listing.release_conn()
     watch = resource.list_fn(
-        watch=True, timeout_seconds=1, _preload_content=False, _request_timeout=30, **inf._selector(resource)
+        watch=True, timeout_seconds=1, _preload_content=False, _request_timeout=30, **inf._selector(resource, True)
     )
     watch.read()
     watch.release_conn()

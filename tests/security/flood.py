@@ -15,6 +15,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kubernetes.client import ApiClient, CoreV1Api
 
@@ -84,11 +85,22 @@ def measure(kubeconfig: Path, namespace: str, tenant: ApiClient, full: bool, cou
     ]
     with subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True) as process:
         assert process.stdout is not None
+        stdout = process.stdout
+
+        def report() -> dict[str, Any]:
+            # The informer's own log lines go to stdout as well: the report is the JSON line.
+            for line in stdout:
+                if line.startswith("{"):
+                    found: dict[str, Any] = json.loads(line)
+                    return found
+                print(line, end="", file=sys.stderr)
+            return {}
+
         try:
-            synced = json.loads(process.stdout.readline() or "{}")
+            synced = report()
             assert synced.get("phase") == "synced", synced
             seconds = flood(tenant, namespace, count)
-            flooded = json.loads(process.stdout.readline() or "{}")
+            flooded = report()
             assert flooded.get("phase") == "flooded", flooded
         finally:
             process.kill()

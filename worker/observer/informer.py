@@ -68,9 +68,12 @@ OWNED_KINDS = (STATEFULSET, SERVICE, INGRESS, SECRET, HPA, CLAIM_TEMPLATE)
 CATALOG_KINDS = (MODEL, CLUSTER_MODEL)
 MODULE_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 
-# The Accept header of a metadata-only list and watch: the API server answers PartialObjectMetadata
-# (metadata only, never ``data``). Anyone may label a Secret with the module's labels, so the Secret
-# informer asks for this: a tenant's 700 KB Secrets cost the observer a few hundred bytes each.
+# The Accept headers of a metadata-only list and watch: the API server answers PartialObjectMetadataList
+# (a list) and PartialObjectMetadata (each watch event's object): metadata only, never ``data``, and
+# with no plain application/json to fall back to (406 rather than whole objects). Anyone may label a
+# Secret with the module's labels, so the Secret informer asks for these: a tenant's 700 KB Secrets
+# cost the observer a few hundred bytes each.
+PARTIAL_METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 PARTIAL_METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
 
@@ -174,12 +177,12 @@ class Watched:
 InformerItem = Listed | Watched
 
 
-def _selector(resource: Resource) -> dict[str, Any]:
-    """The keyword arguments of a list or watch call: selectors, and the metadata-only Accept header."""
+def _selector(resource: Resource, watch: bool = False) -> dict[str, Any]:
+    """The keyword arguments of a list (or a watch) call: selectors, and the metadata-only Accept header."""
     selectors = {"label_selector": resource.label_selector, "field_selector": resource.field_selector}
     out: dict[str, Any] = {name: value for name, value in selectors.items() if value}
     if resource.metadata_only:
-        out["_headers"] = {"Accept": PARTIAL_METADATA}
+        out["_headers"] = {"Accept": PARTIAL_METADATA if watch else PARTIAL_METADATA_LIST}
     return out
 
 
@@ -263,7 +266,7 @@ class ListWatch:
             timeout_seconds=self.timeout_seconds,
             _preload_content=False,
             _request_timeout=(30, self.timeout_seconds + 30),
-            **_selector(self.resource),
+            **_selector(self.resource, watch=True),
         )
         self._response = response
         events = watch_events(response)
