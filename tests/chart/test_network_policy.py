@@ -318,3 +318,16 @@ def test_the_admin_guide_tables_the_policies() -> None:
         assert f"`{pod}`" in section, pod
     for words in ("port-forward", "monitoringNamespace", "networkPolicy.apiServer.cidrs", "default-deny"):
         assert words in section, words
+
+
+def test_extra_egress_reaches_the_worker_and_the_watcher_only(helm: Helm) -> None:
+    extra = [{"to": [{"ipBlock": {"cidr": "198.51.100.0/24"}}], "ports": [{"protocol": "TCP", "port": 7233}]}]
+    docs = helm.render({"networkPolicy.extraEgress": extra})
+    policies = of_kind(docs, "NetworkPolicy")
+    pods = module_pods(docs)
+    remote = ip_endpoint("198.51.100.9")
+    for component in ("worker", "watcher"):
+        assert allowed(policies, pods[component], remote, 7233), component
+    for component in ("planner", "temporal", "crd-upgrade"):
+        assert not allowed(policies, pods[component], remote, 7233), component
+    assert not allowed(of_kind(helm.render(), "NetworkPolicy"), pods["worker"], remote, 7233)
