@@ -379,7 +379,7 @@ class EngineReplica:
         self._thread.start()
         return self
 
-    def stop(self, grace_seconds: float = 10) -> None:
+    def stop(self, grace_seconds: float = 5) -> None:
         """SIGTERM to the engine's process group, SIGKILL after ``grace_seconds`` (a pod's termination)."""
         self._stop.set()
         self._terminate(grace_seconds)
