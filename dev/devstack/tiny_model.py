@@ -12,12 +12,12 @@ The local stack cannot download a model, so it makes one, the same bytes every t
 About 150k parameters and 0.3 MB on disk. It answers with random tokens, which is all a test of
 the serving path needs: the engine loads it, tokenizes a chat, generates, streams, and counts.
 
-How a user orders it: the ClusterModel ``tiny-chat`` of the local stack's catalog
-(``deploy/dev/catalog-models.yaml``, source ``hf://ai-inference-dev/tiny-chat``, a repository on
-no hub). The module fetches ``hf://<repo>`` into the replica's model volume; in the local stack the
-stand-in fleet plays that init container for this one repository and copies the model made here
-into the volume at ``<repo>``, so the engine loads ``/models/ai-inference-dev/tiny-chat`` exactly
-as the built command says (``devstack.standins.engine``).
+How a user orders it: as a Hugging Face model, ``ai-inference-dev/tiny-chat`` (a repository on no
+hub) with ``parameterCount: 131K`` (``deploy/dev/order-tiny-chat.yaml``). The module fetches the
+repository into the replica's model volume; in the local stack the stand-in fleet plays that init
+container for this one repository and copies the model made here into the volume at ``<repo>``,
+so the engine loads ``/models/ai-inference-dev/tiny-chat`` exactly as the built command says
+(``devstack.standins.engine``).
 
 ``python -m devstack.tiny_model DIR`` writes it to DIR.
 """
@@ -38,6 +38,9 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 REPOSITORY = "ai-inference-dev/tiny-chat"
 CATALOG_NAME = "tiny-chat"
 SERVED_NAME = "tiny-chat"
+# What an order says of its size (spec.model.parameterCount): the name carries no size token, and
+# the planner sizes a model without a compiled recipe by its parameters. 131,392 parameters.
+PARAMETER_COUNT = "131K"
 SEED = 20261201
 VOCAB_SIZE = 512
 HIDDEN = 64

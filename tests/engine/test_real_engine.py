@@ -111,7 +111,8 @@ async def served(engine_stand: Stand) -> Served:
     """The order, Ready on the real engine; the timeline of how it got there."""
     stand = engine_stand
     started = time.monotonic()
-    stand.create_order(ORDER, {"src": "HuggingFace", "ref": {"name": tiny_model.REPOSITORY}})
+    model = {"src": "HuggingFace", "ref": {"name": tiny_model.REPOSITORY}, "parameterCount": tiny_model.PARAMETER_COUNT}
+    stand.create_order(ORDER, model)
     timeline: dict[str, float] = {}
     ready_early = False
     token: str | None = None

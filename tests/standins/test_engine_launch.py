@@ -154,6 +154,14 @@ def test_the_tiny_model_is_the_same_bytes_every_time_and_well_under_a_megabyte(t
     assert '"model_type": "llama"' in config
 
 
+def test_the_parameter_count_an_order_gives_is_the_models(tmp_path: Path) -> None:
+    from safetensors.numpy import load_file
+
+    weights = load_file(str(tiny_model.write_model(tmp_path) / "model.safetensors"))
+    count = sum(tensor.size for tensor in weights.values())
+    assert f"{round(count / 1000)}K" == tiny_model.PARAMETER_COUNT
+
+
 def test_the_model_fetch_leaves_the_fetchers_marker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AI_INFERENCE_CACHE", str(tmp_path / "cache"))
     target = eng.fetch_model(tiny_model.REPOSITORY, tmp_path / "volume")
