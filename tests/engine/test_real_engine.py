@@ -31,6 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from temporalio.testing import WorkflowEnvironment
 
 from activities.builders.auth import TOKEN_KEY
+from benchmarks.scale import step_times
 from devstack import tiny_model
 from devstack.cluster.launcher import LocalCluster
 from devstack.standins.engine import EngineReplica
@@ -146,7 +147,30 @@ async def served(engine_stand: Stand) -> Served:
     assert replica is not None
     assert token is not None
     print(f"\ntime to Ready on the real engine ({RELEASES}): {json.dumps(timeline)}")
+    print(breakdown(await step_times(stand.workflow(ORDER)), timeline, replica))
     return Served(stand, replica.url, token, tiny_model.REPOSITORY, replica, timeline, ready_early)
+
+
+def breakdown(steps: Any, timeline: dict[str, float], replica: EngineReplica) -> str:
+    """Time to Ready step by step: the workflow's steps (its history) beside the engine's start, and
+    the module's share: everything but the engine's own start to /health."""
+    lines = ["time to Ready, step by step (seconds; queued + running, from the workflow history):"]
+    for step in ("read_order", "ensure_finalizer", "resolve_model", "plan_launch", "apply_workload", "await_serving"):
+        if step in steps.running:
+            lines.append(f"  {step:<22} {steps.queued[step]:7.2f} + {steps.running[step]:7.2f}")
+    if "workflow task" in steps.running:
+        lines.append(
+            f"  {'workflow tasks':<22} {steps.queued['workflow task']:7.2f} + {steps.running['workflow task']:7.2f}"
+        )
+    engine = replica.healthy_seconds or 0.0
+    ready = timeline["order Ready"]
+    lines += [
+        f"  engine start -> /health {engine:7.2f} (inside await_serving)",
+        f"  order created -> Ready  {ready:7.2f}",
+        f"  the module's share: {ready - engine:.2f} s of {ready:.2f} s ({(ready - engine) / ready:.1%}); "
+        f"engine start / module = {engine / max(ready - engine, 1e-9):.1f}x",
+    ]
+    return "\n".join(lines)
 
 
 async def test_the_order_is_ready_only_after_the_engine_answers_models_with_the_token(served: Served) -> None:
