@@ -79,8 +79,11 @@ def status() -> None:
 
 
 @dev_app.command()
-def fleet(kubeconfig: str = typer.Option(..., help="Kubeconfig of the local cluster.")) -> None:
-    """Run the stand-in runtimes and volume binder of the local cluster (started by `dev up`)."""
+def fleet(
+    kubeconfig: str = typer.Option(..., help="Kubeconfig of the local cluster."),
+    engine_root: str | None = typer.Option(None, help="Where the real engines keep their logs and HOME folders."),
+) -> None:
+    """Run the stand-in runtimes, real engines and volume binder of the local cluster (started by `dev up`)."""
     import signal
     import threading
 
@@ -91,7 +94,12 @@ def fleet(kubeconfig: str = typer.Option(..., help="Kubeconfig of the local clus
     configure_logging()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    standins = StandInFleet(load_api_client(kubeconfig)).start()
+    standins = StandInFleet(load_api_client(kubeconfig))
+    if engine_root:
+        from pathlib import Path
+
+        standins.engine_root = Path(engine_root)
+    standins.start()
     try:
         stop.wait()
     except KeyboardInterrupt:

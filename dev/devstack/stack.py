@@ -42,6 +42,10 @@ from workflows.search_attributes import dev_server_flags
 Say = Callable[[str], None]
 
 MINIMAL_ORDER = REPO_ROOT / "deploy" / "examples" / "order-minimal.yaml"
+# The second order: the local tiny model, served by the real engine (devstack.standins.engine).
+ENGINE_ORDER = REPO_ROOT / "deploy" / "dev" / "order-tiny-chat.yaml"
+# An engine starts in 80-130 s on two busy cores, after the minimal order is Ready.
+ENGINE_READY_SECONDS = 600
 CATALOG_FIXTURES = REPO_ROOT / "deploy" / "dev" / "catalog-models.yaml"
 CHART = REPO_ROOT / "deploy" / "charts" / "ai-inference"
 EXAMPLES = REPO_ROOT / "deploy" / "examples"
@@ -210,8 +214,11 @@ class DevStack:
         self.state.mkdir(parents=True, exist_ok=True)
         from devstack.cluster.build import CONTROL_PLANE_TOOLS, METRICS_TOOLS, ensure_binaries
 
-        say("[1/6] control-plane binaries (built once, cached)")
+        say("[1/6] control-plane binaries and the CPU engine (built and installed once, cached)")
         ensure_binaries((*CONTROL_PLANE_TOOLS, *METRICS_TOOLS, "helm"), progress=say)
+        from devstack.vllm_cpu_env import ensure_vllm_cpu_env
+
+        ensure_vllm_cpu_env(progress=say)
         cluster = self.cluster()
         say("[2/6] local Kubernetes control plane with simulated GPUs")
         if fleet is not None:
@@ -297,19 +304,29 @@ class DevStack:
         for name, argv in (
             ("worker", [sys.executable, "-m", "worker.cli", "worker", "--kubeconfig", kubeconfig, *health["worker"]]),
             ("watcher", [sys.executable, "-m", "worker.cli", "watch", "--kubeconfig", kubeconfig, *health["watcher"]]),
-            ("fleet", [sys.executable, "-m", "worker.cli", "dev", "fleet", "--kubeconfig", kubeconfig]),
+            (
+                "fleet",
+                [
+                    *(sys.executable, "-m", "worker.cli", "dev", "fleet", "--kubeconfig", kubeconfig),
+                    *("--engine-root", str(self.logs / "engines")),
+                ],
+            ),
         ):
             if name not in running:
                 self.spawn(name, argv, env)
         from devstack.metrics.dev import start_metrics
 
         start_metrics(self, cluster, ports, running, say)
-        say("[5/6] bundled class, example classes, priority classes, the minimal order")
+        say("[5/6] bundled class, example classes, priority classes, the minimal order and the tiny-chat order")
         self.install_manifests(cluster)
         say(f"stack up in {time.monotonic() - started:.0f}s; logs in {self.logs}")
         if wait_ready:
             say("[6/6] waiting for support/support-llm to be Ready")
             self.wait_ready(cluster, "support", "support-llm", timeout, say)
+            say("  and for support/tiny-chat on the real engine (vllm-cpu; its start takes minutes on a CPU)")
+            self.wait_ready(
+                cluster, "support", "tiny-chat", max(timeout, ENGINE_READY_SECONDS), say, self.print_completion
+            )
 
     def module_env(self, ports: dict[str, int]) -> dict[str, str]:
         from devstack.standins.fleet import PROBE_URL_ANNOTATION
@@ -352,14 +369,22 @@ class DevStack:
 
     def install_manifests(self, cluster: Any) -> None:
         objects = self.rendered_chart_objects()
-        for path in sorted(EXAMPLES.glob("*.yaml")):
+        for path in [*sorted(EXAMPLES.glob("*.yaml")), ENGINE_ORDER]:
             objects += [d for d in yaml.safe_load_all(path.read_text()) if d]
         namespaces = {o["metadata"]["namespace"] for o in objects if o.get("metadata", {}).get("namespace")}
         for namespace in sorted(namespaces):
             cluster.create_namespace(namespace, users=("ns-user",))
         cluster.apply(objects)
 
-    def wait_ready(self, cluster: Any, namespace: str, name: str, timeout: float, say: Say) -> None:
+    def wait_ready(
+        self,
+        cluster: Any,
+        namespace: str,
+        name: str,
+        timeout: float,
+        say: Say,
+        show: Callable[[Any, str, str, dict[str, Any], Say], None] | None = None,
+    ) -> None:
         from kubernetes.client import CustomObjectsApi
 
         api = CustomObjectsApi(cluster.api_client("admin"))
@@ -373,7 +398,7 @@ class DevStack:
                 say(f"  {namespace}/{name}: {now[0] or 'no status yet'}" + (f" ({now[1]})" if now[1] else ""))
                 last = now
             if status.get("phase") == "Ready":
-                self.print_endpoint(cluster, namespace, name, status, say)
+                (show or self.print_endpoint)(cluster, namespace, name, status, say)
                 return
             time.sleep(1)
         raise RuntimeError(f"{namespace}/{name} is not Ready after {timeout:.0f}s: see `ai-inference dev status`")
@@ -400,6 +425,32 @@ class DevStack:
         say(f'  curl -sS {local_url}/v1/models -H "Authorization: Bearer $TOKEN"')
         say("")
         say(f"  Temporal UI: http://127.0.0.1:{ports.get('temporal-ui')}/namespaces/default/workflows")
+
+    def print_completion(self, cluster: Any, namespace: str, name: str, status: dict[str, Any], say: Say) -> None:
+        """The curl of a chat completion the real engine behind the order answers (generated tokens)."""
+        from kubernetes.client import AppsV1Api, CoreV1Api
+
+        from devstack.standins.fleet import PROBE_URL_ANNOTATION
+
+        api = cluster.api_client("admin")
+        service = CoreV1Api(api).read_namespaced_service(name, namespace)
+        local_url = (service.metadata.annotations or {}).get(PROBE_URL_ANNOTATION, "")
+        command = AppsV1Api(api).read_namespaced_stateful_set(name, namespace).spec.template.spec.containers[0].command
+        served = command[command.index("--served-model-name") + 1]
+        body = json.dumps(
+            {"model": served, "messages": [{"role": "user", "content": "Say this is a test"}], "max_tokens": 16}
+        )
+        say("")
+        say(f"Ready: {namespace}/{name} is served by the real vLLM engine (vllm-cpu) at {local_url}")
+        say(f"  its log: {self.logs / 'engines'}/<pod uid>/engine.log")
+        say(
+            f"  TOKEN=$(kubectl get secret {status.get('authSecretName')} -n {namespace} -o jsonpath='{{.data.token}}' "
+            "| base64 -d)"
+        )
+        say(
+            f'  curl -sS {local_url}/v1/chat/completions -H "Authorization: Bearer $TOKEN" '
+            f"-H 'Content-Type: application/json' -d '{body}'"
+        )
 
     # ---------------------------------------------------------------- down
 

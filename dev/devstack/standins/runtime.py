@@ -19,14 +19,15 @@ Routes (answers are deterministic: the same request gets the same bytes):
 
 * ``GET /v1/models``; ``POST /v1/chat/completions`` (``stream: true`` gives server-sent
   events); ``POST /v1/embeddings``; ``POST /v1/rerank`` (also ``/v2/rerank`` and ``/rerank``);
-  ``POST /v1/score`` (also ``/score``); ``POST /tokenize``;
+  ``POST /v1/score`` (also ``/score``); ``POST /tokenize``; ``POST /invocations`` (a chat
+  completion, as vLLM's SageMaker route answers a body with ``messages``);
 * auth exactly as vLLM's ``--api-key``/``VLLM_API_KEY`` middleware does it: with a token
   configured, every path that starts with ``/v1``, ``/v2``, ``/inference`` or ``/cohere``
   (string prefixes, routes or not, any method but OPTIONS) answers 401 ``{"error":
   "Unauthorized"}`` without ``Authorization: Bearer <token>``; every other path is open, so
   ``/rerank``, ``/score`` and ``/tokenize`` serve the model to anyone, as they do
-  in vLLM. The module's own guard (the Ingress publishes ``/v1`` only, a NetworkPolicy limits
-  who reaches the port) is what the tests prove, not this one;
+  in vLLM, and so does ``/invocations``. The module's own guard (the Ingress publishes ``/v1``
+  only, a NetworkPolicy limits who reaches the port) is what the tests prove, not this one;
 * ``GET /health``, ``GET|POST /ping``, ``GET /version``, ``GET /metrics`` — open; ``/metrics`` serves
   vLLM's series under their names (``vllm:num_requests_running``/``_waiting``,
   ``vllm:kv_cache_usage_perc``, the ``vllm:time_to_first_token_seconds`` and
@@ -531,6 +532,8 @@ def create_app(config: RuntimeConfig, state: RuntimeState | None = None) -> Star
         Route("/v1/score", score, methods=["POST"]),
         Route("/score", score, methods=["POST"]),
         Route("/tokenize", tokenize, methods=["POST"]),
+        # vLLM's SageMaker route: a chat completion for a body with "messages", open without the key.
+        Route("/invocations", chat, methods=["POST"]),
         Route("/admin/fail", admin_fail, methods=["POST"]),
         Route("/admin/recover", admin_recover, methods=["POST"]),
         Route("/admin/stats", admin_stats, methods=["GET"]),

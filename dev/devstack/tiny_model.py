@@ -1,0 +1,207 @@
+"""A tiny chat model made on this machine: what the local stack's real engines serve, no model hub needed.
+
+The local stack cannot download a model, so it makes one, the same bytes every time:
+
+* a byte-level BPE tokenizer trained with ``tokenizers`` on the fixed text below (``VOCAB_SIZE``
+  entries, the chat roles as special tokens), saved as ``tokenizer.json`` with a
+  ``tokenizer_config.json`` that names ``PreTrainedTokenizerFast`` and carries the chat template;
+* a Llama config (2 layers, hidden 64, 4 heads of **32** — a head size vLLM's CPU attention
+  supports; vLLM's Qwen2 ignores ``head_dim``, Llama honours it — 2 KV heads, 32k positions so a
+  recipe's ``--max-model-len`` fits) and random weights from a fixed seed, float16 safetensors.
+
+About 150k parameters and 0.3 MB on disk. It answers with random tokens, which is all a test of
+the serving path needs: the engine loads it, tokenizes a chat, generates, streams, and counts.
+
+How a user orders it: as a Hugging Face model, ``ai-inference-dev/tiny-chat`` (a repository on no
+hub) with ``parameterCount: 131K`` (``deploy/dev/order-tiny-chat.yaml``). The module fetches the
+repository into the replica's model volume; in the local stack the stand-in fleet plays that init
+container for this one repository and copies the model made here into the volume at ``<repo>``,
+so the engine loads ``/models/ai-inference-dev/tiny-chat`` exactly as the built command says
+(``devstack.standins.engine``).
+
+``python -m devstack.tiny_model DIR`` writes it to DIR.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import save_file
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+REPOSITORY = "ai-inference-dev/tiny-chat"
+CATALOG_NAME = "tiny-chat"
+SERVED_NAME = "tiny-chat"
+# What an order says of its size (spec.model.parameterCount): the name carries no size token, and
+# the planner sizes a model without a compiled recipe by its parameters. 131,392 parameters.
+PARAMETER_COUNT = "131K"
+SEED = 20261201
+VOCAB_SIZE = 512
+HIDDEN = 64
+HEADS = 4
+KV_HEADS = 2
+HEAD_DIM = 32
+INTERMEDIATE = 128
+LAYERS = 2
+MAX_POSITIONS = 32768
+
+SPECIAL_TOKENS = ["<|pad|>", "<|bos|>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>"]
+EOS = "<|end|>"
+BOS = "<|bos|>"
+PAD = "<|pad|>"
+CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "{{ '<|' + message['role'] + '|>' + message['content'] + '<|end|>' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
+)
+
+# The training text: fixed, so the merges (and so every file) are the same on every machine.
+CORPUS = [
+    "Hello! How can I help you today? I am a small model that runs on a CPU.",
+    "The quick brown fox jumps over the lazy dog while the cat sleeps in the sun.",
+    "An inference service serves a model behind an OpenAI compatible API with a token.",
+    "Kubernetes runs pods on nodes; a StatefulSet keeps a volume for every replica.",
+    "Say this is a test. The answer is forty two. Please write a short poem about the sea.",
+    "What is the capital of France? Paris is the capital of France, and Berlin of Germany.",
+    "Numbers: zero one two three four five six seven eight nine ten 0 1 2 3 4 5 6 7 8 9.",
+    "The engine streams tokens as server sent events until the end of the answer.",
+]
+
+
+def _tokenizer() -> Tokenizer:
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(CORPUS * 4, trainer=trainer)
+    return tokenizer
+
+
+def _weights(vocab: int) -> dict[str, np.ndarray]:
+    rng = np.random.Generator(np.random.PCG64(SEED))
+
+    def normal(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.02).astype(np.float16)
+
+    weights = {"model.embed_tokens.weight": normal(vocab, HIDDEN)}
+    for layer in range(LAYERS):
+        prefix = f"model.layers.{layer}"
+        weights |= {
+            f"{prefix}.self_attn.q_proj.weight": normal(HEADS * HEAD_DIM, HIDDEN),
+            f"{prefix}.self_attn.k_proj.weight": normal(KV_HEADS * HEAD_DIM, HIDDEN),
+            f"{prefix}.self_attn.v_proj.weight": normal(KV_HEADS * HEAD_DIM, HIDDEN),
+            f"{prefix}.self_attn.o_proj.weight": normal(HIDDEN, HEADS * HEAD_DIM),
+            f"{prefix}.mlp.gate_proj.weight": normal(INTERMEDIATE, HIDDEN),
+            f"{prefix}.mlp.up_proj.weight": normal(INTERMEDIATE, HIDDEN),
+            f"{prefix}.mlp.down_proj.weight": normal(HIDDEN, INTERMEDIATE),
+            f"{prefix}.input_layernorm.weight": np.ones(HIDDEN, dtype=np.float16),
+            f"{prefix}.post_attention_layernorm.weight": np.ones(HIDDEN, dtype=np.float16),
+        }
+    weights["model.norm.weight"] = np.ones(HIDDEN, dtype=np.float16)
+    return weights
+
+
+def _json(path: Path, value: object) -> None:
+    path.write_text(json.dumps(value, indent=2, sort_keys=True) + "\n")
+
+
+def write_model(dest: Path) -> Path:
+    """Write the model's files into ``dest`` (made if missing); the same bytes on every call."""
+    dest.mkdir(parents=True, exist_ok=True)
+    tokenizer = _tokenizer()
+    tokenizer.save(str(dest / "tokenizer.json"))
+    vocab = tokenizer.get_vocab_size()
+    ids = {token: tokenizer.token_to_id(token) for token in SPECIAL_TOKENS}
+    _json(
+        dest / "tokenizer_config.json",
+        {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "bos_token": BOS,
+            "eos_token": EOS,
+            "pad_token": PAD,
+            "model_max_length": MAX_POSITIONS,
+            "clean_up_tokenization_spaces": False,
+            "chat_template": CHAT_TEMPLATE,
+        },
+    )
+    _json(dest / "special_tokens_map.json", {"bos_token": BOS, "eos_token": EOS, "pad_token": PAD})
+    _json(
+        dest / "config.json",
+        {
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "vocab_size": vocab,
+            "hidden_size": HIDDEN,
+            "intermediate_size": INTERMEDIATE,
+            "num_hidden_layers": LAYERS,
+            "num_attention_heads": HEADS,
+            "num_key_value_heads": KV_HEADS,
+            "head_dim": HEAD_DIM,
+            "hidden_act": "silu",
+            "max_position_embeddings": MAX_POSITIONS,
+            "rms_norm_eps": 1e-5,
+            "rope_theta": 10000.0,
+            "tie_word_embeddings": True,
+            "bos_token_id": ids[BOS],
+            "eos_token_id": ids[EOS],
+            "pad_token_id": ids[PAD],
+            "torch_dtype": "float16",
+        },
+    )
+    _json(
+        dest / "generation_config.json",
+        {"bos_token_id": ids[BOS], "eos_token_id": ids[EOS], "pad_token_id": ids[PAD]},
+    )
+    save_file(_weights(vocab), str(dest / "model.safetensors"), metadata={"format": "pt"})
+    return dest
+
+
+def digest(directory: Path) -> str:
+    """One sha256 over the model's files (names and bytes): equal for equal models."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        h.update(path.relative_to(directory).as_posix().encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def install_model(dest: Path) -> Path:
+    """The model at ``dest``, written through a temporary folder so a reader never sees half of it."""
+    if (dest / "model.safetensors").is_file():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tiny-model-", dir=dest.parent))
+    try:
+        write_model(tmp)
+        try:
+            tmp.rename(dest)
+        except OSError:  # another writer won: its files are the same bytes
+            shutil.rmtree(tmp, ignore_errors=True)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def main() -> None:
+    if len(sys.argv) != 2:
+        raise SystemExit("usage: python -m devstack.tiny_model DIR")
+    dest = write_model(Path(sys.argv[1]))
+    size = sum(p.stat().st_size for p in dest.iterdir())
+    print(f"{dest}: {size} bytes, sha256 {digest(dest)}")
+
+
+if __name__ == "__main__":
+    main()
