@@ -479,6 +479,8 @@ class OrderActivities:
                 raise _refused(foreign_message(wanted.kind, wanted.namespace, wanted.name, current))
             if verdict == Ownership.LEFT_BY_DELETED_ORDER:
                 assert current is not None
+                # Its owner is gone only if the order of that name is still this one: checked again now.
+                self._still_the_order(ref)
                 log.info("a deleted order's object removed", order=ref.key, kind=wanted.kind, name=wanted.name)
                 self.applier.delete(
                     wanted.api_version, wanted.kind, wanted.name, wanted.namespace, uid=current["metadata"]["uid"]
