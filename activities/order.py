@@ -90,6 +90,7 @@ from inference_api.types import (
     ModelSource,
 )
 from planner.recipes import load_recipe_book
+from planner.scaling import autoscaled
 from workflows import activity_names as act
 from workflows.preemption import PreemptionState
 from workflows.validation import check_class, check_model_policy
@@ -280,7 +281,8 @@ class OrderActivities:
         tables and the preemption ledger; the workflow's request is checked against them, never believed
         (see activities/trusted_apply.py). A check that fails is WorkloadRefused: nothing is written."""
         trusted, held = await self._trusted(request)
-        ceiling = await self._verified_ceiling(request)
+        # Only autoscaled orders take part in preemption (they alone report to it): no ceiling otherwise.
+        ceiling = await self._verified_ceiling(request) if autoscaled(trusted.cls) else None
         trusted = trusted.model_copy(update={"replicaCeiling": ceiling})
         return await asyncio.to_thread(self.apply_request, trusted, True, held)
 
