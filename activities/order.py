@@ -25,7 +25,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.builders.auth import build_auth_secret, new_token, requires_token
 from activities.builders.autoscaling import constraints_status
 from activities.builders.claim import claim_template_spec_differs
-from activities.builders.common import WorkloadInputs, artifact_from_resolution, selector_labels
+from activities.builders.common import FIELD_MANAGER, WorkloadInputs, artifact_from_resolution, selector_labels
 from activities.builders.exposure import certificate_copy_allowed, custom_certificate_source, endpoint_status
 from activities.builders.objects import (
     OWNED_KINDS,
@@ -530,7 +530,7 @@ class OrderActivities:
         if body["kind"] != "Secret":
             raise ValueError(f"create-only is for Secrets, not {body['kind']}")
         try:
-            self.core.create_namespaced_secret(body["metadata"]["namespace"], body)
+            self.core.create_namespaced_secret(body["metadata"]["namespace"], body, field_manager=FIELD_MANAGER)
         except ApiException as err:
             if err.status != 409:
                 # The status line only: the body of the request held the token.

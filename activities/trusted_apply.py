@@ -312,10 +312,8 @@ def decoys(standing: Sequence[Mapping[str, Any]], order_name: str, order_uid: st
 
 
 def _applied_by_module(meta: Mapping[str, Any]) -> bool:
-    return any(
-        entry.get("manager") == FIELD_MANAGER and entry.get("operation") == "Apply"
-        for entry in meta.get("managedFields") or []
-    )
+    # Server-side apply ("Apply"), or the create of the create-only token Secret ("Update").
+    return any(entry.get("manager") == FIELD_MANAGER for entry in meta.get("managedFields") or [])
 
 
 def left_behind(standing: Sequence[Mapping[str, Any]], order_name: str, order_uid: str) -> list[dict[str, Any]]:
@@ -323,7 +321,7 @@ def left_behind(standing: Sequence[Mapping[str, Any]], order_name: str, order_ui
 
     Its own objects (controller uid = the order's), and the ones ``kubectl delete --cascade=orphan``
     stripped of their ownerReference: no ownerReference left at all, the module's labels for this order,
-    and written by the module's server-side apply (its field manager). A labelled object with another
+    and written by the module (its field manager). A labelled object with another
     owner, or one the module never applied, is left alone.
     """
     out = []

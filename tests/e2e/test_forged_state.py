@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from kubernetes.client import AutoscalingV2Api
 from temporalio.client import WorkflowHandle
+from temporalio.common import WorkflowIDConflictPolicy
 
 from inference_api.types import SecretKeyRef
 from tests.e2e.stand import Stand
@@ -85,6 +86,8 @@ async def restart_with(stand: Stand, handle: WorkflowHandle[Any, Any], state: Or
         state.model_copy(update={"dirty": True}),
         id=handle.id,
         task_queue=stand.settings.temporal.taskQueue,
+        # The observer may start the missing workflow meanwhile: the attacker's run replaces it.
+        id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,
     )
 
 
