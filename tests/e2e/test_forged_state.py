@@ -112,10 +112,10 @@ async def test_a_workflow_started_again_with_a_forged_state_cannot_change_the_wo
     )
     forged = await restart_with(stand, handle, true_state.model_copy(update={"plan": forged_plan}))
     outcomes = await until_applied(forged)
+    assert workload(stand, "support-llm") == before
     assert outcomes[0].startswith("failed"), outcomes
     assert "busybox" in outcomes[0]
     assert "not the release's runtime image" in outcomes[0]
-    assert workload(stand, "support-llm") == before
     workload_ready = stand.condition("support-llm", "WorkloadReady")
     assert workload_ready is not None
     assert (workload_ready["status"], workload_ready["reason"]) == ("False", "WorkloadRefused"), workload_ready
@@ -130,11 +130,11 @@ async def test_a_workflow_started_again_with_a_forged_state_cannot_change_the_wo
         stand, stand.workflow("support-llm"), true_state.model_copy(update={"heldSpec": forged_spec})
     )
     outcomes = await until_applied(forged)
-    assert outcomes[0].startswith("failed"), outcomes
-    assert "another model or Secret than the order names" in outcomes[0]
     after = workload(stand, "support-llm")
     assert "hf-token" not in after["secrets"]
     assert after == before
+    assert outcomes[0].startswith("failed"), outcomes
+    assert "another model or Secret than the order names" in outcomes[0]
     workload_ready = stand.condition("support-llm", "WorkloadReady")
     assert workload_ready is not None
     assert workload_ready["reason"] == "WorkloadRefused"
