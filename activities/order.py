@@ -25,7 +25,13 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.builders.auth import build_auth_secret, new_token, requires_token
 from activities.builders.autoscaling import constraints_status
 from activities.builders.claim import claim_template_spec_differs
-from activities.builders.common import FIELD_MANAGER, WorkloadInputs, artifact_from_resolution, selector_labels
+from activities.builders.common import (
+    ANNOTATION_PLACEMENT,
+    FIELD_MANAGER,
+    WorkloadInputs,
+    artifact_from_resolution,
+    selector_labels,
+)
 from activities.builders.exposure import certificate_copy_allowed, custom_certificate_source, endpoint_status
 from activities.builders.objects import (
     OWNED_KINDS,
@@ -56,6 +62,7 @@ from activities.trusted_apply import (
     left_behind,
     order_problem,
     ownership,
+    plan_policy_problem,
     recipe_facts,
     recipe_problem,
     resolution_problem,
@@ -445,7 +452,14 @@ class OrderActivities:
         self, request: ApplyInput, inputs: WorkloadInputs, standing: dict[str, Any] | None, held_model: bool
     ) -> None:
         """The recipe is the release's and the held spec only keeps what runs; else nothing is written."""
-        if runs_already(standing, build_statefulset(inputs)):
+        desired = build_statefulset(inputs)
+        placement_kept = standing is not None and (standing.get("metadata", {}).get("annotations") or {}).get(
+            ANNOTATION_PLACEMENT
+        ) == (desired["metadata"].get("annotations") or {}).get(ANNOTATION_PLACEMENT)
+        if not placement_kept and (problem := plan_policy_problem(request.plan, request.cls)) is not None:
+            # A placement the class does not allow is kept only where it already runs (a held plan).
+            raise _refused(f"the launch plan is not one the class allows: {problem}")
+        if runs_already(standing, desired):
             return  # keeping exactly what runs (a held plan, a held spec, an older release's recipe)
         if held_model:
             raise _refused(

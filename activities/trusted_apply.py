@@ -42,7 +42,8 @@ from activities.builders.common import (
 from inference_api.catalog_types import ModelFacts
 from inference_api.payloads import ModelResolution
 from inference_api.plan import LaunchPlan, OrderFacts, RecipeSource
-from inference_api.types import EndpointType, InferenceService, ModelSource
+from inference_api.types import EndpointType, InferenceService, InferenceServiceClass, ModelSource
+from planner.policy import effective_policy
 from planner.recipes import GPU_MEMORY_UTILIZATION, TENSOR_PARALLEL_SIZE, RecipeBook, render_recipe, resolve_recipe
 
 ORDER_KIND = "InferenceService"
@@ -177,6 +178,22 @@ def recipe_problem(plan: LaunchPlan, facts: OrderFacts, book: RecipeBook, *, fal
         unknown = [a for a in recipe.args if a not in expected.args and not _is_number(a)]
         detail = f"arguments {unknown} are not in it" if unknown else f"arguments {recipe.args} are not {expected.args}"
         return f"the recipe's {detail} (the release compiles {where})"
+    return None
+
+
+def plan_policy_problem(plan: LaunchPlan, cls: InferenceServiceClass) -> str | None:
+    """Why the plan's placement is not one the class's acceleratorPolicy allows (the planner's defaults
+    for a class without one: one whole, dedicated device)."""
+    policy = effective_policy(cls.spec.acceleratorPolicy)
+    name = cls.metadata.name
+    if policy.deviceClasses is not None and plan.deviceClass not in policy.deviceClasses:
+        return f"device class {plan.deviceClass!r} is not in class {name}'s allowedDeviceClasses"
+    if plan.sharingMode not in policy.sharingModes:
+        return f"sharing mode {plan.sharingMode} is not allowed by class {name}"
+    if plan.placementMode not in policy.placementTypes:
+        return f"placement type {plan.placementMode} is not allowed by class {name}"
+    if plan.deviceCount > policy.maxAcceleratorCount:
+        return f"{plan.deviceCount} devices per replica exceed class {name}'s maxAcceleratorCount"
     return None
 
 

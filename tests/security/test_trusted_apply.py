@@ -16,6 +16,7 @@ from activities.trusted_apply import (
     left_behind,
     order_problem,
     ownership,
+    plan_policy_problem,
     recipe_facts,
     recipe_problem,
     resolution_problem,
@@ -332,3 +333,22 @@ def test_left_behind_takes_the_orders_own_and_its_orphans_only() -> None:
         "name": "mine",
         "uid": "uid-of-mine",
     }
+
+
+# ------------------------------------------------------------------------------------ the placement
+
+
+def test_the_plan_must_be_one_the_class_allows() -> None:
+    cls = f.external_token_certmanager()  # Shared/Dedicated, WholeDevice/Partition, one device
+    assert plan_policy_problem(f.plan(share=50), cls) is None
+    assert "maxAcceleratorCount" in (plan_policy_problem(f.plan(device_count=2), cls) or "")
+    limited = f.service_class(
+        acceleratorPolicy={"allowedDeviceClasses": ["team-a-h100"], "allowedSharingModes": ["Dedicated"]}
+    )
+    assert "allowedDeviceClasses" in (plan_policy_problem(f.plan(device_class="other-team"), limited) or "")
+    assert "sharing mode" in (plan_policy_problem(f.plan(share=50, device_class="team-a-h100"), limited) or "")
+    assert plan_policy_problem(f.plan(device_class="team-a-h100"), limited) is None
+    # No acceleratorPolicy: one whole, dedicated device per replica.
+    bare = f.cluster_local_none()
+    assert plan_policy_problem(f.plan(), bare) is None
+    assert "sharing mode Shared" in (plan_policy_problem(f.plan(share=50), bare) or "")
