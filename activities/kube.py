@@ -170,11 +170,23 @@ class Applier:
         result: dict[str, Any] = found.to_dict()
         return result
 
-    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
-        from kubernetes.dynamic.exceptions import NotFoundError
+    def delete(
+        self, api_version: str, kind: str, name: str, namespace: str | None = None, uid: str | None = None
+    ) -> bool:
+        """Delete one object; with ``uid``, only that very object (``preconditions.uid``): one made again
+        under the same name meanwhile is left alone. False when nothing was deleted."""
+        from kubernetes.dynamic.exceptions import ConflictError, NotFoundError
 
-        with contextlib.suppress(NotFoundError):
-            self.resource(api_version, kind).delete(name=name, namespace=namespace)
+        body = {"preconditions": {"uid": uid}} if uid else None
+        try:
+            self.resource(api_version, kind).delete(name=name, namespace=namespace, body=body)
+        except NotFoundError:
+            return False
+        except ConflictError:
+            if uid is None:
+                raise
+            return False  # the precondition failed: another object stands under that name now
+        return True
 
 
 def watch_events(response: Any) -> Generator[dict[str, Any]]:

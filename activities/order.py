@@ -17,16 +17,26 @@ import httpx
 import structlog
 from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic.exceptions import ConflictError as DynamicConflictError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.builders.auth import build_auth_secret, new_token, requires_token
 from activities.builders.autoscaling import constraints_status
 from activities.builders.claim import claim_template_spec_differs
-from activities.builders.common import ObjectNames, WorkloadInputs, artifact_from_resolution, selector_labels
+from activities.builders.common import (
+    ANNOTATION_PLACEMENT,
+    FIELD_MANAGER,
+    ObjectNames,
+    WorkloadInputs,
+    artifact_from_resolution,
+    selector_labels,
+)
 from activities.builders.exposure import certificate_copy_allowed, custom_certificate_source, endpoint_status
 from activities.builders.objects import (
     OWNED_KINDS,
+    DesiredObject,
     desired_objects,
     settled_region_kept_message,
     storage_class_kept,
@@ -40,10 +50,27 @@ from activities.builders.runtime import (
     runtime_current,
     volume_must_grow,
 )
+from activities.builders.statefulset import build_statefulset
 from activities.catalog import KubernetesCatalogReader, lookup_model, model_resolution
 from activities.health import probe_models, probe_target, token_from_secret
 from activities.kube import Applier, refusals_are_final, watch_events
 from activities.release import order_timings, release_fingerprint
+from activities.trusted_apply import (
+    Ownership,
+    decoys,
+    foreign_message,
+    held_model_differs,
+    left_behind,
+    order_problem,
+    ownership,
+    plan_policy_problem,
+    recipe_facts,
+    recipe_problem,
+    resolution_problem,
+    runs_already,
+    trusted_order,
+    verified_ceiling,
+)
 from inference_api.payloads import (
     ApplyInput,
     ApplyResult,
@@ -57,6 +84,7 @@ from inference_api.payloads import (
     StatusUpdate,
 )
 from inference_api.plan import PlanOutcome
+from inference_api.preemption import preemption_workflow_id
 from inference_api.reasons import Reason
 from inference_api.settings import ModuleSettings
 from inference_api.types import (
@@ -69,7 +97,14 @@ from inference_api.types import (
     InferenceServiceClass,
     ModelSource,
 )
+from planner.recipes import load_recipe_book
+from planner.scaling import autoscaled
 from workflows import activity_names as act
+from workflows.preemption import PreemptionState
+from workflows.validation import check_class, check_model_policy
+
+# The preemption workflow's query of its state (workflows/preemption.py).
+PREEMPTION_STATE_QUERY = "state"
 
 log = structlog.get_logger(__name__)
 
@@ -77,6 +112,11 @@ FINALIZER = "ai.deckhouse.io/inference-service"
 JSON_PATCH = "application/json-patch+json"
 # The first pause of await_serving between looks for a ready replica (it doubles up to serveRetrySeconds).
 FIRST_SERVE_LOOK_SECONDS = 0.5
+
+
+def _refused(message: str) -> ApplicationError:
+    """An apply that must not write: WorkloadRefused (non-retryable), the workflow waits for a change."""
+    return ApplicationError(message, type=str(Reason.WORKLOAD_REFUSED), non_retryable=True)
 
 
 def _ready_of(statefulset: dict[str, Any]) -> int:
@@ -171,6 +211,7 @@ class OrderActivities:
         finalizers = obj["metadata"].get("finalizers") or []
         if FINALIZER not in finalizers:
             return
+        self._delete_left_behind(ref)
         index = finalizers.index(FINALIZER)
         patch = [
             {"op": "test", "path": f"/metadata/finalizers/{index}", "value": FINALIZER},
@@ -180,6 +221,17 @@ class OrderActivities:
             GROUP, VERSION, ref.namespace, ORDERS, ref.name, patch, _content_type=JSON_PATCH
         )
         log.info("order finalized", order=ref.key)
+
+    def _delete_left_behind(self, ref: OrderRef) -> None:
+        """What the order owned goes with it, explicitly (each object by its uid): garbage collection
+        alone leaves nothing after ``kubectl delete --cascade=orphan``, which strips the ownerReferences
+        instead — that would leave a GPU workload and a public Ingress with no owner. Objects carrying
+        the order's labels that the module did not make for it are left alone (``left_behind``)."""
+        for api_version, kind in OWNED_KINDS:
+            standing = self._standing(api_version, kind, ref.namespace, ref.name)
+            for gone in left_behind(standing, ref.name, ref.uid):
+                if self.applier.delete(api_version, kind, gone["name"], ref.namespace, uid=gone["uid"]):
+                    log.info("deleted with its order", order=ref.key, kind=kind, name=gone["name"])
 
     # ----------------------------------------------------------------- model
 
@@ -227,19 +279,98 @@ class OrderActivities:
     # ----------------------------------------------------------------- apply
 
     @activity.defn(name=act.APPLY_WORKLOAD)
-    def apply_workload(self, request: ApplyInput) -> ApplyResult:
+    async def apply_workload(self, request: ApplyInput) -> ApplyResult:
+        """The order's workload, derived now from the order (read by uid), its class, the release's recipe
+        tables and the preemption ledger; the workflow's request is checked against them, never believed
+        (see activities/trusted_apply.py). A check that fails is WorkloadRefused: nothing is written."""
+        trusted, held = await self._trusted(request)
+        # Only autoscaled orders take part in preemption (they alone report to it): no ceiling otherwise.
+        ceiling = await self._verified_ceiling(request) if autoscaled(trusted.cls) else None
+        trusted = trusted.model_copy(update={"replicaCeiling": ceiling})
+        return await asyncio.to_thread(self.apply_request, trusted, True, held)
+
+    async def _trusted(self, request: ApplyInput) -> tuple[ApplyInput, bool]:
+        """The request rebuilt from the order read by uid and its class; True when the workflow holds
+        another model than the order names (allowed only for what already runs, see ``_verify_workload``)."""
+        ref = request.ref
+        live_obj = await asyncio.to_thread(self._read_any_order, ref)
+        if (problem := order_problem(live_obj, ref.namespace, ref.name, ref.uid)) is not None:
+            raise _refused(problem)
+        assert live_obj is not None
+        live = InferenceService.model_validate(live_obj)
+        cls = await asyncio.to_thread(self._read_class, live.spec.inferenceServiceClassName)
+        if (refusal := check_class(live, cls)) is not None or cls is None:
+            raise _refused(f"{refusal.reason}: {refusal.message}" if refusal else "the order's class is gone")
+        order = trusted_order(live, request.order)
+        if order.spec.model.src == ModelSource.HUGGING_FACE:
+            if (problem := resolution_problem(order, request.resolution)) is not None:
+                raise _refused(problem)
+            resolution = request.resolution
+        else:
+            # A catalog model is resolved again: its origin (what the fetcher downloads) and facts are the
+            # catalog's, not the workflow's.
+            resolution = await self.resolve_model(order)
+            if resolution.refusal is not None:
+                raise _refused(f"{resolution.refusal}: {resolution.message}")
+        if (refusal := check_model_policy(order, cls, resolution.facts)) is not None:
+            raise _refused(f"{refusal.reason}: {refusal.message}")
+        trusted = request.model_copy(update={"order": order, "cls": cls, "resolution": resolution})
+        return trusted, held_model_differs(live, request.order)
+
+    def _read_any_order(self, ref: OrderRef) -> dict[str, Any] | None:
+        try:
+            obj = self.custom.get_namespaced_custom_object(GROUP, VERSION, ref.namespace, ORDERS, ref.name)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return obj if isinstance(obj, dict) else None
+
+    def _read_class(self, name: str) -> InferenceServiceClass | None:
+        try:
+            return InferenceServiceClass.model_validate(
+                self.custom.get_cluster_custom_object(GROUP, VERSION, CLASSES, name)
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    async def _verified_ceiling(self, request: ApplyInput) -> int | None:
+        """The donor ceiling the device class's preemption workflow holds for this order, whatever the
+        request says (a ``set_replica_ceiling`` signal can be sent by hand)."""
+        info = activity.info()
+        workflow_id = preemption_workflow_id(info.task_queue, request.plan.deviceClass)
+        handle = activity.client().get_workflow_handle(workflow_id)
+        try:
+            state = await handle.query(PREEMPTION_STATE_QUERY, result_type=PreemptionState)
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return None  # no preemption on this device class: nobody lowered anything
+            raise
+        ceiling = verified_ceiling(state.ledger.ceilings, info.workflow_id or "")
+        if ceiling != request.replicaCeiling:
+            log.warning(
+                "replica ceiling not verified: the preemption ledger's is applied",
+                order=request.ref.key,
+                asked=request.replicaCeiling,
+                ledger=ceiling,
+            )
+        return ceiling
+
+    def apply_request(self, request: ApplyInput, verify: bool = False, held_model: bool = False) -> ApplyResult:
+        """Apply what ``request`` describes. ``verify``: the request was made by ``_trusted`` and the recipe
+        and any held spec are checked against the release and the standing workload before a write."""
         order, cls, plan = request.order, request.cls, request.plan
         ns, name = request.ref.namespace, request.ref.name
         standing = self.applier.get("apps/v1", "StatefulSet", name, ns)
-        if volume_must_grow(standing, plan):
-            # Claim templates are immutable: a larger model volume means a new StatefulSet.
-            self.applier.delete("apps/v1", "StatefulSet", name, ns)
-            standing = None
+        standing_is_ours = ownership(standing, name, request.ref.uid) == Ownership.OURS
         pods = self.core.list_namespaced_pod(
             ns, label_selector=",".join(f"{k}={v}" for k, v in selector_labels(name).items())
         )
         versions = replica_runtime_versions(self.api.sanitize_for_serialization(p) for p in pods.items)
-        kept = storage_class_kept(standing, cls)
+        ours = standing if standing_is_ours else None
+        kept = storage_class_kept(ours, cls)
         inputs = WorkloadInputs(
             order=order,
             service_class=cls,
@@ -247,10 +378,17 @@ class OrderActivities:
             settings=self.settings,
             endpoint_type=request.endpointType,
             artifact=artifact_from_resolution(order, request.resolution),
-            standing_statefulset=standing,
-            hold_running_replicas=decide_runtime_hold(order, plan, standing, versions),
+            standing_statefulset=ours,
+            hold_running_replicas=decide_runtime_hold(order, plan, ours, versions),
             replica_ceiling=request.replicaCeiling,
         )
+        if verify:
+            self._verify_workload(request, inputs, ours, held_model)
+        if ours is not None and volume_must_grow(ours, plan):
+            # Claim templates are immutable: a larger model volume means a new StatefulSet.
+            self.applier.delete("apps/v1", "StatefulSet", name, ns, uid=ours["metadata"]["uid"])
+            ours = None
+            inputs = dataclasses.replace(inputs, standing_statefulset=None)
         if requires_token(cls):
             # The token Secret first: the pods name its uid, so a rotated token (the Secret deleted and
             # made anew) rolls the replicas onto the new key.
@@ -258,9 +396,12 @@ class OrderActivities:
             if secret is None:
                 auth = build_auth_secret(inputs, new_token())
                 if auth is not None:
+                    self._still_the_order(request.ref)
                     with refusals_are_final():
                         self._create_once(auth)
                 secret = self.applier.get("v1", "Secret", inputs.names.auth_secret, ns)
+            if secret is not None and ownership(secret, name, request.ref.uid) != Ownership.OURS:
+                raise _refused(foreign_message("Secret", ns, inputs.names.auth_secret, secret))
             inputs = dataclasses.replace(inputs, auth_secret_uid=((secret or {}).get("metadata") or {}).get("uid"))
         certificate = None
         source = custom_certificate_source(cls, self.settings)
@@ -276,12 +417,17 @@ class OrderActivities:
                     continue
                 if wanted.kind == "ResourceClaimTemplate":
                     current = self.applier.get(wanted.api_version, wanted.kind, wanted.name, ns)
-                    if claim_template_spec_differs(current, wanted.body):
+                    if (
+                        ownership(current, name, request.ref.uid) == Ownership.OURS
+                        and current is not None
+                        and claim_template_spec_differs(current, wanted.body)
+                    ):
                         # Its spec is immutable: a new share or device class replaces the template.
-                        self.applier.delete(wanted.api_version, wanted.kind, wanted.name, ns)
-                self.applier.apply(wanted.body)
+                        uid = current["metadata"]["uid"]
+                        self.applier.delete(wanted.api_version, wanted.kind, wanted.name, ns, uid=uid)
+                self._apply_owned(request.ref, wanted)
             self._prune(request, wanted_names(desired, cls, inputs.names))
-        verdict = runtime_current(plan.recipe.runtimeVersion, versions, placement_changed(standing, plan))
+        verdict = runtime_current(plan.recipe.runtimeVersion, versions, placement_changed(ours, plan))
         statefulset = self.applier.get("apps/v1", "StatefulSet", name, ns) or {}
         st_status = statefulset.get("status") or {}
         log.info("workload applied", order=request.ref.key, device_class=plan.deviceClass, share=plan.sharePercent)
@@ -298,36 +444,116 @@ class OrderActivities:
             runtimeMessage=verdict.message,
         )
 
+    def _verify_workload(
+        self, request: ApplyInput, inputs: WorkloadInputs, standing: dict[str, Any] | None, held_model: bool
+    ) -> None:
+        """The recipe is the release's and the held spec only keeps what runs; else nothing is written."""
+        desired = build_statefulset(inputs)
+        placement_kept = standing is not None and (standing.get("metadata", {}).get("annotations") or {}).get(
+            ANNOTATION_PLACEMENT
+        ) == (desired["metadata"].get("annotations") or {}).get(ANNOTATION_PLACEMENT)
+        if not placement_kept and (problem := plan_policy_problem(request.plan, request.cls)) is not None:
+            # A placement the class does not allow is kept only where it already runs (a held plan).
+            raise _refused(f"the launch plan is not one the class allows: {problem}")
+        if runs_already(standing, desired):
+            return  # keeping exactly what runs (a held plan, a held spec, an older release's recipe)
+        if held_model:
+            raise _refused(
+                "the workflow holds another model or Secret than the order names "
+                f"(spec.model of {request.ref.namespace}/{request.ref.name}), and it is not what runs: "
+                "the order is applied only as it is written"
+            )
+        facts = recipe_facts(request.order, request.resolution, request.endpointType)
+        book = load_recipe_book(self.settings.planner.recipesDirectory)
+        problem = recipe_problem(
+            request.plan, facts, book, fallback_enabled=self.settings.planner.runtimeFallback.enabled
+        )
+        if problem is not None:
+            raise _refused(f"the launch plan's recipe is not the release's: {problem}")
+
+    def _still_the_order(self, ref: OrderRef) -> None:
+        """Right before creating an object: the order still stands, with this uid, not being deleted."""
+        problem = order_problem(self._read_any_order(ref), ref.namespace, ref.name, ref.uid)
+        if problem is not None:
+            raise _refused(problem)
+
+    def _apply_owned(self, ref: OrderRef, wanted: DesiredObject) -> None:
+        """Server-side apply of one object bound to the order's uid: an object standing under the name is
+        patched only when its controller ownerReference is the order (and still the very object read:
+        its resourceVersion goes with the apply); a deleted order's object is removed first; anything else
+        is refused, never adopted."""
+        for _ in range(3):
+            current = self.applier.get(wanted.api_version, wanted.kind, wanted.name, wanted.namespace)
+            verdict = ownership(current, ref.name, ref.uid)
+            if verdict == Ownership.FOREIGN:
+                assert current is not None
+                log.warning("object not the order's: left alone", order=ref.key, kind=wanted.kind, name=wanted.name)
+                raise _refused(foreign_message(wanted.kind, wanted.namespace, wanted.name, current))
+            if verdict == Ownership.LEFT_BY_DELETED_ORDER:
+                assert current is not None
+                # Its owner is gone only if the order of that name is still this one: checked again now.
+                self._still_the_order(ref)
+                log.info("a deleted order's object removed", order=ref.key, kind=wanted.kind, name=wanted.name)
+                self.applier.delete(
+                    wanted.api_version, wanted.kind, wanted.name, wanted.namespace, uid=current["metadata"]["uid"]
+                )
+                current = None
+            body = wanted.body
+            if current is None:
+                self._still_the_order(ref)
+            else:
+                meta = {**body["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}
+                body = {**body, "metadata": meta}
+            try:
+                self.applier.apply(body)
+                return
+            except DynamicConflictError:
+                continue  # changed (or made) between the read and the write: read it again
+        raise RuntimeError(f"{wanted.kind} {wanted.namespace}/{wanted.name} kept changing during the apply")
+
     def _prune(self, request: ApplyInput, wanted: set[tuple[str, str]]) -> None:
         """Delete what the order owns and no longer wants (an Ingress after External → ClusterLocal)."""
         ns, name = request.ref.namespace, request.ref.name
-        selector = ",".join(f"{k}={v}" for k, v in selector_labels(name).items())
         for api_version, kind in OWNED_KINDS:
-            standing: list[dict[str, Any]]
-            if kind == "Secret":
-                # Never a list of Secrets (the worker's role has none): the ones an order may own are
-                # named after it, so each is read by name.
-                names = ObjectNames(name)
-                found = (self.applier.get(api_version, kind, n, ns) for n in (names.auth_secret, names.tls_secret))
-                standing = [s for s in found if s is not None]
-            else:
-                listing = self.applier.resource(api_version, kind).get(namespace=ns, label_selector=selector)
-                standing = listing.to_dict().get("items") or []
-            for item in standing:
-                item.setdefault("apiVersion", api_version)
-                item.setdefault("kind", kind)
+            standing = self._standing(api_version, kind, ns, name)
+            for decoy_kind, decoy_name in decoys(standing, name, request.ref.uid):
+                log.warning(
+                    "object with the module's labels is not the order's: ignored",
+                    order=request.ref.key,
+                    kind=decoy_kind,
+                    name=decoy_name,
+                )
+            uids = {(o["kind"], o["metadata"]["name"]): o["metadata"].get("uid") for o in standing}
             for unwanted in unwanted_objects(standing, wanted, name, request.ref.uid):
                 log.info(
                     "owned object no longer wanted, deleted", order=request.ref.key, kind=unwanted[1], name=unwanted[2]
                 )
-                self.applier.delete(unwanted[0], unwanted[1], unwanted[2], ns)
+                self.applier.delete(unwanted[0], unwanted[1], unwanted[2], ns, uid=uids.get((unwanted[1], unwanted[2])))
+
+    def _standing(self, api_version: str, kind: str, ns: str, name: str) -> list[dict[str, Any]]:
+        """The objects of one kind that carry the order's labels (apiVersion and kind filled in)."""
+        standing: list[dict[str, Any]]
+        if kind == "Secret":
+            # Never a list of Secrets (the worker's role has none): the ones an order may own are
+            # named after it, so each is read by name.
+            names = ObjectNames(name)
+            found = (self.applier.get(api_version, kind, n, ns) for n in (names.auth_secret, names.tls_secret))
+            standing = [s for s in found if s is not None]
+        else:
+            selector = ",".join(f"{k}={v}" for k, v in selector_labels(name).items())
+            listing = self.applier.resource(api_version, kind).get(namespace=ns, label_selector=selector)
+            standing = listing.to_dict().get("items") or []
+        for item in standing:
+            item.setdefault("apiVersion", api_version)
+            item.setdefault("kind", kind)
+        return standing
 
     def _create_once(self, body: dict[str, Any]) -> None:
         """Create-only objects (the auth Secret): never rotated silently, never overwritten."""
         if body["kind"] != "Secret":
             raise ValueError(f"create-only is for Secrets, not {body['kind']}")
         try:
-            self.core.create_namespaced_secret(body["metadata"]["namespace"], body)
+            self.core.create_namespaced_secret(body["metadata"]["namespace"], body, field_manager=FIELD_MANAGER)
         except ApiException as err:
             if err.status != 409:
                 # The status line only: the body of the request held the token.

@@ -125,13 +125,13 @@ def test_the_workers_role_suffices_for_every_step_of_an_order(
             resolution=ModelResolution(servedName=MODEL, source=MODEL),
             endpointType=EndpointType.CHAT,
         )
-        assert worker.apply_workload(request).authSecretName == "steady-auth"
-        worker.apply_workload(request)  # a re-apply patches what stands
+        assert worker.apply_request(request).authSecretName == "steady-auth"
+        worker.apply_request(request)  # a re-apply patches what stands
         worker.publish_status(StatusUpdate(ref=ref, phase=Phase.PENDING, reason="Applying"))
         worker.record_event(OrderEvent(ref=ref, reason="WorkerRoleChecked", message="every step ran"))
         # The class turns ClusterLocal without a token: the Ingress and the Secret are pruned.
         local = InferenceServiceClass.model_validate(admin.get_cluster_custom_object(GROUP, VERSION, CLASSES, internal))
-        worker.apply_workload(request.model_copy(update={"cls": local}))
+        worker.apply_request(request.model_copy(update={"cls": local}))
         core = CoreV1Api(kube_admin)
         assert _status(lambda: core.read_namespaced_secret("steady-auth", namespace))[0] == 404
         worker.finalize_order(ref)

@@ -119,7 +119,7 @@ class Bench:
         )
 
     def apply(self, request: ApplyInput) -> ApplyResult:
-        return self.activities.apply_workload(request)
+        return self.activities.apply_request(request)
 
     def get(self, api_version: str, kind: str, name: str) -> dict[str, Any] | None:
         return self.activities.applier.get(api_version, kind, name, self.namespace)

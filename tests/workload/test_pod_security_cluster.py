@@ -92,7 +92,7 @@ class Orders:
 
     def apply(self, order: InferenceService, cls: InferenceServiceClass) -> None:
         assert order.metadata.uid
-        self.activities.apply_workload(
+        self.activities.apply_request(
             ApplyInput(
                 ref=OrderRef(namespace=self.namespace, name=order.metadata.name, uid=order.metadata.uid),
                 order=order,

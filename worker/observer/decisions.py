@@ -98,6 +98,18 @@ def owner_order_uid(obj: Obj) -> str | None:
     return None
 
 
+def owned_by(obj: Obj, order_uid: str) -> bool:
+    """An object is an order's only when its controller ownerReference carries the order's uid: labels and
+    names can be forged by anyone who may write in the namespace, a uid cannot be chosen."""
+    return bool(order_uid) and owner_order_uid(obj) == order_uid
+
+
+def claims_an_order(obj: Obj) -> bool:
+    """Carries the module's order label but no order as controller owner: a decoy, or an object a
+    ``kubectl delete --cascade=orphan`` left behind (its order's finalizer step deletes those)."""
+    return owner_order_uid(obj) is None and order_name_label(obj) is not None
+
+
 def order_name_label(obj: Obj) -> str | None:
     """The order an object (or a Pod of its StatefulSet) belongs to, by the module's order label."""
     value = (meta(obj).get("labels") or {}).get(LABEL_ORDER)

@@ -149,13 +149,12 @@ class Observer:
         return self.orders.get(key) if key else None
 
     def order_of(self, obj: d.Obj) -> d.Obj | None:
-        """The order an owned object belongs to: its controller owner, else its order label."""
-        uid = d.owner_order_uid(obj)
-        if uid is not None:
-            return self.order_by_uid(uid)
-        name = d.order_name_label(obj)
-        namespace = d.meta(obj).get("namespace")
-        return self.orders.get(f"{namespace}/{name}") if name and namespace else None
+        """The order an owned object belongs to: its controller owner's uid, never its labels (a decoy
+        carrying the module's labels is reported and ignored)."""
+        order = self.order_by_uid(d.owner_order_uid(obj))
+        if order is None and d.claims_an_order(obj):
+            log.info("object with the module's labels is not an order's: ignored", object=d.object_key(obj))
+        return order
 
     def listed_orders(self) -> list[d.ListedOrder]:
         return [d.listed_order(o) for o in self.orders.cache.values() if self.mine(str(d.meta(o).get("uid")))]
@@ -165,8 +164,7 @@ class Observer:
         obj = self.informers[kind].get(f"{m.get('namespace')}/{name or m.get('name')}")
         if obj is None:
             return None
-        owner = d.owner_order_uid(obj)
-        return obj if owner in (None, m.get("uid")) else None
+        return obj if d.owned_by(obj, str(m.get("uid"))) else None
 
     # -------------------------------------------------------------------------- events
 
