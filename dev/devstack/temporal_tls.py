@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from temporalio.service import TLSConfig
+
 from devstack.cluster.paths import REPO_ROOT
 from devstack.cluster.pki import CertificateAuthority, IssuedCertificate, create_ca, issue_certificate
 
@@ -100,10 +102,8 @@ class TemporalCredentials:
             "TEMPORAL_TLS_SERVER_NAME": SERVER_NAME,
         }
 
-    def tls_config(self, client: str = "worker") -> object:
-        """``Client.connect(tls=...)`` for ``client`` (a ``temporalio.service.TLSConfig``)."""
-        from temporalio.service import TLSConfig
-
+    def tls_config(self, client: str = "worker") -> TLSConfig:
+        """``Client.connect(tls=...)`` for ``client``."""
         issued = self.client(client)
         return TLSConfig(
             server_root_ca_cert=self.ca.cert.read_bytes(),
@@ -113,11 +113,15 @@ class TemporalCredentials:
         )
 
 
-def render_config(*, listen: str, upstream: str, cert: Path, key: Path, ca: Path, run_dir: Path) -> str:
-    """The chart's terminator configuration, filled in for this machine."""
-    # A root master would hand connections to workers running as nobody, who could not read the
-    # owner-only key (nginx reads a variable certificate at each handshake, in the worker).
-    user = "user root;" if os.geteuid() == 0 else ""
+def render_config(
+    *, listen: str, upstream: str, cert: Path, key: Path, ca: Path, run_dir: Path, user: str | None = None
+) -> str:
+    """The chart's terminator configuration, filled in for this machine (``user``: the ``user``
+    directive; by default ``user root;`` when running as root, else none)."""
+    if user is None:
+        # A root master would hand connections to workers running as nobody, who could not read the
+        # owner-only key (nginx reads a variable certificate at each handshake, in the worker).
+        user = "user root;" if os.geteuid() == 0 else ""
     values = {
         "@USER@": user,
         "@RUN_DIR@": str(run_dir),
@@ -157,11 +161,13 @@ class TLSTerminator:
     def config_file(self) -> Path:
         return self.directory / "nginx.conf"
 
-    def write_config(self) -> Path:
+    def write_config(self, text: str | None = None) -> Path:
+        """The chart's configuration filled in for this terminator, or ``text`` as it is."""
         self.directory.mkdir(parents=True, exist_ok=True)
         os.chmod(self.directory, 0o700)
         self.config_file.write_text(
-            render_config(
+            text
+            or render_config(
                 listen=self.address,
                 upstream=self.upstream,
                 cert=self.credentials.server.cert,
@@ -183,8 +189,8 @@ class TLSTerminator:
         if result.returncode != 0:
             raise RuntimeError(f"nginx refused the Temporal terminator's configuration: {result.stderr.strip()}")
 
-    def start(self, timeout: float = 30) -> TLSTerminator:
-        self.write_config()
+    def start(self, timeout: float = 30, config: str | None = None) -> TLSTerminator:
+        self.write_config(config)
         self.check()
         log = (self.directory / "nginx.log").open("ab")
         self.process = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

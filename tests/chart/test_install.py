@@ -81,7 +81,8 @@ def test_the_embedded_temporal_server_is_installed_with_its_volume(chart: LocalC
     assert sts.spec.replicas == 1
     assert sts.spec.template.spec.containers[0].args[:2] == ["server", "start-dev"]
     service = core.read_namespaced_service("ai-inference-temporal", NAMESPACE)
-    assert [(p.name, p.port) for p in service.spec.ports] == [("grpc", 7233), ("ui", 8233)]
+    # The TLS terminator's port only (the Web UI stays on the pod's loopback).
+    assert [(p.name, p.port) for p in service.spec.ports] == [("grpc", 7233)]
     # The StatefulSet controller of the local control plane makes the claim of its database.
     claim = wait_until(
         lambda: core.read_namespaced_persistent_volume_claim("data-ai-inference-temporal-0", NAMESPACE),
@@ -105,7 +106,7 @@ def test_disruption_budgets_and_notes(chart: LocalCluster, kube_admin: ApiClient
     assert {b.metadata.name for b in budgets} == {f"ai-inference-{c}" for c in ("worker", "watcher", "planner")}
     notes = helm("get", "notes", RELEASE, "--kubeconfig", str(chart.kubeconfig("admin")), "-n", NAMESPACE).stdout
     assert f"ai-inference-temporal.{NAMESPACE}.svc:7233" in notes
-    assert f"kubectl -n {NAMESPACE} port-forward svc/ai-inference-temporal 8233" in notes
+    assert f"kubectl -n {NAMESPACE} port-forward pod/ai-inference-temporal-0 8233" in notes
     assert "kubectl -n NAMESPACE wait --for=condition=Ready inferenceservice.ai.deckhouse.io/NAME" in notes
 
 

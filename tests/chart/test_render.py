@@ -151,7 +151,16 @@ def test_the_chart_carries_the_generated_module_crds() -> None:
     [
         ({"aiInference.catalog.mode": "Disabled"}, "/aiInference/catalog/mode"),
         ({"aiInference.aiModels.catalogTransport": "Grpc"}, "/aiInference/aiModels/catalogTransport"),
-        ({"aiInference.temporal.apiKey.secretName": "cloud-key"}, "apiKey needs aiInference.temporal.tls.enabled"),
+        (
+            {
+                "aiInference.temporal.embedded.enabled": False,
+                "aiInference.temporal.address": "temporal.example:7233",
+                "aiInference.temporal.apiKey.secretName": "cloud-key",
+            },
+            "apiKey needs aiInference.temporal.tls.enabled",
+        ),
+        ({"aiInference.temporal.tls.enabled": True}, "are for an existing Temporal (embedded.enabled: false)"),
+        ({"aiInference.temporal.embedded.tls.mode": "Secret"}, "/aiInference/temporal/embedded/tls/mode"),
         ({"aiInference.planner.baseURL": "planner:8443"}, "/aiInference/planner/baseURL"),
         ({"planner.tls.mode": "SelfSigned"}, "/planner"),
         ({"defaultClass.clusterIssuerName": ""}, "clusterIssuerName"),
@@ -261,11 +270,13 @@ def test_default_values_reach_each_process_as_settings(
     assert planner.caFile == "/etc/ai-inference/planner-ca/ca.crt"
     assert (lookup.audience, lookup.allowInsecureHttp) == ("ai-models", False)
     assert lookup.tokenFile == "/var/run/secrets/ai-inference/tokens/catalog"
-    # The embedded Temporal server's Service (aiInference.temporal.embedded.enabled, the default).
+    # The embedded Temporal server's Service (aiInference.temporal.embedded.enabled, the default), over
+    # mutual TLS: the caller's own client certificate (tests/chart/test_temporal_tls.py).
     assert settings.temporal.address == f"ai-inference-temporal.{NAMESPACE}.svc:7233"
     assert settings.temporal.namespace == "default"
     assert settings.temporal.taskQueue == "ai-inference"
-    assert settings.temporal.tls.enabled is False
+    assert settings.temporal.tls.enabled is True
+    assert settings.temporal.tls.serverName == f"ai-inference-temporal.{NAMESPACE}.svc"
     assert settings.temporal.apiKeyFile is None
     assert settings.moduleNamespace == NAMESPACE
 
@@ -422,8 +433,10 @@ TEMPORAL_TLS = "/etc/ai-inference/temporal-tls"
 def test_temporal_mtls_and_api_key_secrets_are_mounted_and_their_paths_read(
     helm: Helm, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    existing = {"aiInference.temporal.embedded.enabled": False, "aiInference.temporal.address": "temporal.example:7233"}
     docs = helm.render(
         {
+            **existing,
             "aiInference.temporal.tls.enabled": True,
             "aiInference.temporal.tls.secretName": "temporal-client-tls",
             "aiInference.temporal.tls.serverName": "temporal.example.com",
@@ -457,7 +470,7 @@ def test_temporal_mtls_and_api_key_secrets_are_mounted_and_their_paths_read(
         assert temporal.apiKeyFile == "/etc/ai-inference/temporal-api-key/api-key"
 
     # Temporal Cloud with an API key and a publicly trusted server: TLS, no Secret, system roots.
-    docs = helm.render({"aiInference.temporal.tls.enabled": True, "aiInference.temporal.tls.caKey": ""})
+    docs = helm.render({**existing, "aiInference.temporal.tls.enabled": True, "aiInference.temporal.tls.caKey": ""})
     deployment = find(docs, "Deployment", "ai-inference-worker")
     assert "temporal-tls" not in {v["name"] for v in deployment["spec"]["template"]["spec"]["volumes"]}
     temporal = _settings_of(deployment, monkeypatch).temporal
