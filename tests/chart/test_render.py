@@ -129,7 +129,7 @@ def test_helm_template_renders_every_object_once_into_the_module_namespace(docs:
         "ConfigMap",
         "PrometheusRule",
         "PodMonitor",
-        "Secret",  # the planner's serving certificate (Helm-made: no cert-manager here)
+        "Secret",  # the planner's and the embedded Temporal's certificates (Helm-made: no cert-manager here)
         "StatefulSet",  # the embedded Temporal server
         "PodDisruptionBudget",
         "ValidatingAdmissionPolicy",  # the worker guard
@@ -537,7 +537,7 @@ def test_the_planner_serves_a_certificate_from_cert_manager_or_helm_or_yours(hel
 
     # cert-manager served: a CA chain of cert-manager objects, the serving Certificate renewed by it.
     docs = helm.render(api_versions=["cert-manager.io/v1/Certificate"])
-    assert of_kind(docs, "Secret") == []
+    assert of_kind(docs, "Secret") == []  # the embedded Temporal's certificates too (test_temporal_tls.py)
     certificate = find(docs, "Certificate", "ai-inference-planner")
     assert certificate["spec"]["secretName"] == "ai-inference-planner-tls"
     assert set(dns) <= set(certificate["spec"]["dnsNames"])
@@ -546,9 +546,15 @@ def test_the_planner_serves_a_certificate_from_cert_manager_or_helm_or_yours(hel
     assert find(docs, "Issuer", "ai-inference-planner-ca")["spec"]["ca"] == {"secretName": "ai-inference-planner-ca"}
 
     # Your own Secret: nothing is made.
-    docs = helm.render({"planner.tls.mode": "Secret", "planner.tls.secretName": "my-planner-tls"})
+    docs = helm.render(
+        {
+            "planner.tls.mode": "Secret",
+            "planner.tls.secretName": "my-planner-tls",
+            "aiInference.temporal.embedded.tls.mode": "CertManager",  # the embedded Temporal's: none either
+        }
+    )
     assert of_kind(docs, "Secret") == []
-    assert of_kind(docs, "Certificate") == []
+    assert not [c for c in of_kind(docs, "Certificate") if c["metadata"]["name"].startswith("ai-inference-planner")]
     worker_pod = find(docs, "Deployment", "ai-inference-worker")["spec"]["template"]["spec"]
     assert (
         next(v for v in worker_pod["volumes"] if v["name"] == "planner-ca")["secret"]["secretName"] == "my-planner-tls"
@@ -873,7 +879,10 @@ def test_grafana_dashboards_cover_the_runtime_metrics(helm: Helm, docs: list[Doc
     for metric in VLLM_METRICS:
         assert metric in performance + queries
     off = helm.render({"monitoring.grafanaDashboards.enabled": False})
-    assert [m["metadata"]["name"] for m in of_kind(off, "ConfigMap")] == ["ai-inference-prometheus-adapter-rules"]
+    assert [m["metadata"]["name"] for m in of_kind(off, "ConfigMap")] == [
+        "ai-inference-prometheus-adapter-rules",
+        "ai-inference-temporal-tls-proxy",  # the embedded Temporal's TLS terminator (test_temporal_tls.py)
+    ]
 
 
 # -- examples ---------------------------------------------------------------------------------
