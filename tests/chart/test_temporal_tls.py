@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from devstack.temporal_tls import PROXY_CONFIG, LocalTemporal, TemporalCredentials, TLSTerminator, render_config
+from devstack.temporal_tls import PROXY_CONFIG, LocalTemporal, TLSTerminator, render_config
 from inference_api.settings import ModuleSettings
 from tests.chart.helm import NAMESPACE, Doc, Helm, container_env, find, of_kind
 from worker.temporal_client import connect
