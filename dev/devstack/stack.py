@@ -219,32 +219,10 @@ class DevStack:
         return TLSTerminator(self.state / "temporal-tls" / "nginx", self.temporal_credentials(), upstream,
                              ports["temporal"])  # fmt: skip
 
-    # ------------------------------------------------------------------ up
-
-    def up(self, say: Say, wait_ready: bool = True, timeout: float = 300, fleet: FleetSize | None = None) -> None:
-        """``fleet``: the simulated fleet's size (None: as the cluster has it, the default fleet at first)."""
-        started = time.monotonic()
-        self.state.mkdir(parents=True, exist_ok=True)
-        from devstack.cluster.build import CONTROL_PLANE_TOOLS, METRICS_TOOLS, ensure_binaries
-
-        say("[1/6] control-plane binaries (built once, cached)")
-        ensure_binaries((*CONTROL_PLANE_TOOLS, *METRICS_TOOLS, "helm"), progress=say)
-        cluster = self.cluster()
-        say("[2/6] local Kubernetes control plane with simulated GPUs")
-        if fleet is not None:
-            save_fleet(cluster.state_dir, fleet)
-            say(f"  simulated fleet: {fleet.describe()}")
-        if not cluster.up(progress=say) and fleet is not None:
-            from devstack.cluster import kube
-            from devstack.cluster.launcher import apply_inventory
-
-            with cluster.api_client("admin") as api:
-                dyn = kube.dynamic_client(api, cluster.state_dir / "discovery-admin.json")
-                apply_inventory(dyn, fleet_inventory(cluster.state_dir))
-        kubeconfig = str(cluster.kubeconfig("admin"))
-        running = self.running()
-        ports = self.ports()
-        say("[3/6] Temporal dev server behind its mTLS terminator, stand-in catalog, planner")
+    def start_temporal(self, running: dict[str, int], ports: dict[str, int]) -> None:
+        """The Temporal dev server and its mTLS terminator, whichever is not ``running``; records their
+        ports in ``ports`` (``temporal``: the terminator's, given to every client; ``temporal-upstream``:
+        the dev server's, on loopback, for the terminator only)."""
         # As in the chart: the dev server on a loopback port only the terminator (nginx) uses; every
         # client is given the terminator's port and a client certificate (dev/devstack/temporal_tls.py).
         nginx_binary()  # missing: a clear error before anything starts
@@ -281,6 +259,34 @@ class DevStack:
             terminator.write_config()
             terminator.check()
             self.spawn("temporal-tls", terminator.argv())
+
+    # ------------------------------------------------------------------ up
+
+    def up(self, say: Say, wait_ready: bool = True, timeout: float = 300, fleet: FleetSize | None = None) -> None:
+        """``fleet``: the simulated fleet's size (None: as the cluster has it, the default fleet at first)."""
+        started = time.monotonic()
+        self.state.mkdir(parents=True, exist_ok=True)
+        from devstack.cluster.build import CONTROL_PLANE_TOOLS, METRICS_TOOLS, ensure_binaries
+
+        say("[1/6] control-plane binaries (built once, cached)")
+        ensure_binaries((*CONTROL_PLANE_TOOLS, *METRICS_TOOLS, "helm"), progress=say)
+        cluster = self.cluster()
+        say("[2/6] local Kubernetes control plane with simulated GPUs")
+        if fleet is not None:
+            save_fleet(cluster.state_dir, fleet)
+            say(f"  simulated fleet: {fleet.describe()}")
+        if not cluster.up(progress=say) and fleet is not None:
+            from devstack.cluster import kube
+            from devstack.cluster.launcher import apply_inventory
+
+            with cluster.api_client("admin") as api:
+                dyn = kube.dynamic_client(api, cluster.state_dir / "discovery-admin.json")
+                apply_inventory(dyn, fleet_inventory(cluster.state_dir))
+        kubeconfig = str(cluster.kubeconfig("admin"))
+        running = self.running()
+        ports = self.ports()
+        say("[3/6] Temporal dev server behind its mTLS terminator, stand-in catalog, planner")
+        self.start_temporal(running, ports)
         if "catalog" not in running:
             ports["catalog"] = free_port()
             self.spawn(
