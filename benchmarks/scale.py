@@ -69,6 +69,7 @@ from temporalio.testing import WorkflowEnvironment
 from activities.health import probe_models
 from devstack.standins.runtime import ORDER_PREFIX
 from devstack.temporal_dev import temporal_binary
+from devstack.temporal_tls import local_temporal
 from inference_api.observation import HealthReport, OrderSignal
 from inference_api.payloads import (
     ApplyInput,
@@ -514,16 +515,17 @@ def workflow_id(ref: OrderRef) -> str:
 
 @contextlib.asynccontextmanager
 async def dev_server() -> AsyncIterator[WorkflowEnvironment]:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(temporal_binary()),
-        data_converter=pydantic_data_converter,
-        search_attributes=list(ALL_KEYS),
-        ui=False,
-    )
-    try:
-        yield env
-    finally:
-        await env.shutdown()
+    """The dev server behind the chart's mTLS terminator, as the module reaches it (devstack.temporal_tls)."""
+    with tempfile.TemporaryDirectory(prefix="scale-") as directory:
+        async with local_temporal(
+            Path(directory),
+            data_converter=pydantic_data_converter,
+            search_attributes=list(ALL_KEYS),
+            ui=False,
+        ) as server:
+            yield WorkflowEnvironment.from_client(
+                await server.connect("worker", data_converter=pydantic_data_converter)
+            )
 
 
 def _server_pid() -> int | None:
@@ -729,11 +731,15 @@ def lean_stack_up(stack: Any, fleet: Any, say: Callable[[str], None]) -> None:
     save_fleet(cluster.state_dir, fleet)
     cluster.up(progress=say, timeout=600)
     kubeconfig = str(cluster.kubeconfig("admin"))
-    ports = {"temporal": free_port(), "catalog": free_port(), "planner": free_port()}
+    ports = {"temporal": free_port(), "temporal-upstream": free_port(), "catalog": free_port(), "planner": free_port()}
     stack.state.mkdir(parents=True, exist_ok=True)
     stack.ports_file.write_text(json.dumps(ports))
+    # As `dev up`: the dev server on loopback behind the mTLS terminator, every client with a certificate.
     temporal = [str(temporal_binary()), "server", "start-dev", "--headless", "--ip", "127.0.0.1"]
-    stack.spawn("temporal", [*temporal, "--port", str(ports["temporal"]), *dev_server_flags()])
+    stack.spawn("temporal", [*temporal, "--port", str(ports["temporal-upstream"]), *dev_server_flags()])
+    terminator = stack.temporal_terminator(ports)
+    terminator.write_config()
+    stack.spawn("temporal-tls", terminator.argv())
     catalog = [sys.executable, "-m", "devstack.standins.catalog_service", "--port", str(ports["catalog"])]
     from devstack.stack import CATALOG_FIXTURES
 
@@ -744,14 +750,16 @@ def lean_stack_up(stack: Any, fleet: Any, say: Callable[[str], None]) -> None:
         "planner",
         [*planner, "--kubeconfig", kubeconfig, "--tls-cert-file", str(tls.cert), "--tls-key-file", str(tls.key)],
     )
-    for name in ("temporal", "catalog", "planner"):
+    for name in ("temporal-upstream", "temporal", "catalog", "planner"):
         wait_port(ports[name], timeout=120)
     objects = stack.rendered_chart_objects()
     cluster.apply(objects)  # the worker role the planner token is bound to, default-llm, priorities
     stack.issue_planner_token(cluster)
     env = stack.module_env(ports)
     for name, command in (("worker", "worker"), ("watcher", "watch"), ("fleet", "dev fleet")):
-        stack.spawn(name, [sys.executable, "-m", "worker.cli", *command.split(), "--kubeconfig", kubeconfig], env)
+        client_tls = stack.temporal_credentials().module_env(name) if name != "fleet" else {}
+        argv = [sys.executable, "-m", "worker.cli", *command.split(), "--kubeconfig", kubeconfig]
+        stack.spawn(name, argv, {**env, **client_tls})
 
 
 def stack_down(stack: Any) -> None:
@@ -796,7 +804,9 @@ async def e2e_tier(
         namespace = f"scale-{uuid.uuid4().hex[:6]}"
         cluster.create_namespace(namespace, users=())
         temporal = await Client.connect(
-            f"127.0.0.1:{stack.ports()['temporal']}", data_converter=pydantic_data_converter
+            f"127.0.0.1:{stack.ports()['temporal']}",
+            data_converter=pydantic_data_converter,
+            tls=stack.temporal_credentials().tls_config("cli"),
         )
         with cluster.api_client("admin") as api:
             custom = CustomObjectsApi(api)

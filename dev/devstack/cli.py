@@ -62,7 +62,8 @@ def down(purge: bool = typer.Option(False, help="Also delete the state (cluster 
 
 @dev_app.command()
 def env() -> None:
-    """Print `export KUBECONFIG=…` and `export TEMPORAL_ADDRESS=…` for the running stack."""
+    """Print `export KUBECONFIG=…`, `export TEMPORAL_ADDRESS=…` and the Temporal client certificate
+    (TEMPORAL_TLS_* for the temporal CLI, AI_INFERENCE_TEMPORAL__TLS__* for ai-inference) of the stack."""
     for key, value in DevStack(dev_state_dir()).env().items():
         typer.echo(f"export {key}={shlex.quote(value)}")
 
@@ -72,9 +73,9 @@ def status() -> None:
     """Which processes of the stack run, and where their logs are."""
     stack = DevStack(dev_state_dir())
     running = stack.running()
-    for name in ("temporal", "catalog", "planner", "worker", "watcher", "fleet"):
+    for name in ("temporal", "temporal-tls", "catalog", "planner", "worker", "watcher", "fleet"):
         state = f"pid {running[name]}" if name in running else "stopped"
-        typer.echo(f"{name:<9} {state:<12} {stack.logs / (name + '.log')}")
+        typer.echo(f"{name:<12} {state:<12} {stack.logs / (name + '.log')}")
     typer.echo(f"ports: {stack.ports()}")
 
 

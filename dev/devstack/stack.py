@@ -1,7 +1,9 @@
 """``ai-inference dev up|down|env|status``: the whole module on this machine, on embedded defaults.
 
 Up builds what is missing, starts the local control plane with simulated GPUs, the Temporal dev
-server (SQLite, UI, the module's search attributes), the stand-in catalog, the planner, the
+server (SQLite, UI, the module's search attributes) on loopback behind the chart's mutual-TLS
+terminator (nginx: every client presents a certificate of the stack's Temporal CA, the worker, the
+watcher and the CLI each their own), the stand-in catalog, the planner, the
 worker, the watcher and the stand-in fleet; installs the bundled and example classes; applies
 the user guide's minimal order and waits until it is Ready. Every process runs in the
 background with its pid and log in the state directory; ``down`` stops them all.
@@ -35,6 +37,7 @@ from devstack.cluster.inventory import FleetSize, fleet_inventory, save_fleet
 from devstack.cluster.paths import REPO_ROOT, STATE_ENV
 from devstack.cluster.pki import IssuedCertificate, create_ca, issue_certificate
 from devstack.temporal_dev import temporal_binary
+from devstack.temporal_tls import TemporalCredentials, TLSTerminator, nginx_binary
 from inference_api.settings import PLANNER_AUDIENCE
 from inference_api.types import GROUP, ORDERS, VERSION
 from workflows.search_attributes import dev_server_flags
@@ -198,13 +201,68 @@ class DevStack:
         from devstack.cluster.build import Binaries
 
         kubectl_dir = Binaries.pinned().kubectl.parent
+        credentials = self.temporal_credentials()
         return {
             "PATH": f"{kubectl_dir}:{os.environ.get('PATH', '')}",
             "KUBECONFIG": str(self.cluster().kubeconfig("admin")),
+            # Temporal over mTLS with the CLI's client certificate: the temporal CLI's variables…
             "TEMPORAL_ADDRESS": f"127.0.0.1:{ports.get('temporal', 7233)}",
-            # The same address for the module's own commands (ai-inference replan).
+            **credentials.cli_env("cli"),
+            # …and the same for the module's own commands (ai-inference replan).
             "AI_INFERENCE_TEMPORAL__ADDRESS": f"127.0.0.1:{ports.get('temporal', 7233)}",
+            **credentials.module_env("cli"),
         }
+
+    def temporal_credentials(self) -> TemporalCredentials:
+        """The CA of the stack's Temporal terminator, its server and client certificates (made once)."""
+        return TemporalCredentials.ensure(self.state / "temporal-tls")
+
+    def temporal_terminator(self, ports: dict[str, int]) -> TLSTerminator:
+        """nginx on ports["temporal"] (mTLS), in front of the dev server on ports["temporal-upstream"]."""
+        upstream = f"127.0.0.1:{ports['temporal-upstream']}"
+        return TLSTerminator(self.state / "temporal-tls" / "nginx", self.temporal_credentials(), upstream,
+                             ports["temporal"])  # fmt: skip
+
+    def start_temporal(self, running: dict[str, int], ports: dict[str, int]) -> None:
+        """The Temporal dev server and its mTLS terminator, whichever is not ``running``; records their
+        ports in ``ports`` (``temporal``: the terminator's, given to every client; ``temporal-upstream``:
+        the dev server's, on loopback, for the terminator only)."""
+        # As in the chart: the dev server on a loopback port only the terminator (nginx) uses; every
+        # client is given the terminator's port and a client certificate (dev/devstack/temporal_tls.py).
+        nginx_binary()  # missing: a clear error before anything starts
+        if "temporal" in running and "temporal-upstream" not in ports:
+            raise RuntimeError(
+                "the running Temporal dev server predates its mTLS terminator: `ai-inference dev down` first"
+            )
+        if "temporal" not in running and "temporal-tls" in running:
+            # A new dev server gets a new loopback port: the terminator is started again in front of it.
+            self.stop_process("temporal-tls", running.pop("temporal-tls"))
+        if "temporal" not in running:
+            ports["temporal-upstream"] = free_port()
+            ports["temporal-ui"] = free_port(8233)
+            self.spawn(
+                "temporal",
+                [
+                    str(temporal_binary()),
+                    "server",
+                    "start-dev",
+                    "--db-filename",
+                    str(self.state / "temporal.db"),
+                    "--ip",
+                    "127.0.0.1",
+                    "--port",
+                    str(ports["temporal-upstream"]),
+                    "--ui-port",
+                    str(ports["temporal-ui"]),
+                    *dev_server_flags(),
+                ],
+            )
+        if "temporal-tls" not in running:
+            ports["temporal"] = free_port(7233)
+            terminator = self.temporal_terminator(ports)
+            terminator.write_config()
+            terminator.check()
+            self.spawn("temporal-tls", terminator.argv())
 
     # ------------------------------------------------------------------ up
 
@@ -234,27 +292,8 @@ class DevStack:
         kubeconfig = str(cluster.kubeconfig("admin"))
         running = self.running()
         ports = self.ports()
-        say("[3/6] Temporal dev server, stand-in catalog, planner")
-        if "temporal" not in running:
-            ports["temporal"] = free_port(7233)
-            ports["temporal-ui"] = free_port(8233)
-            self.spawn(
-                "temporal",
-                [
-                    str(temporal_binary()),
-                    "server",
-                    "start-dev",
-                    "--db-filename",
-                    str(self.state / "temporal.db"),
-                    "--ip",
-                    "127.0.0.1",
-                    "--port",
-                    str(ports["temporal"]),
-                    "--ui-port",
-                    str(ports["temporal-ui"]),
-                    *dev_server_flags(),
-                ],
-            )
+        say("[3/6] Temporal dev server behind its mTLS terminator, stand-in catalog, planner")
+        self.start_temporal(running, ports)
         if "catalog" not in running:
             ports["catalog"] = free_port()
             self.spawn(
@@ -292,7 +331,7 @@ class DevStack:
                 ],
             )
         self.ports_file.write_text(json.dumps(ports, indent=2))
-        for name in ("temporal", "catalog", "planner"):
+        for name in ("temporal-upstream", "temporal", "catalog", "planner"):
             wait_port(ports[name], timeout=120)
         self.issue_planner_token(cluster)
         env = self.module_env(ports)
@@ -313,7 +352,9 @@ class DevStack:
             ),
         ):
             if name not in running:
-                self.spawn(name, argv, env)
+                # Each process its own Temporal client certificate (the fleet does not call Temporal).
+                client_tls = self.temporal_credentials().module_env(name) if name in ("worker", "watcher") else {}
+                self.spawn(name, argv, {**env, **client_tls})
         from devstack.metrics.dev import start_metrics
 
         start_metrics(self, cluster, ports, running, say)
@@ -453,6 +494,16 @@ class DevStack:
         )
 
     # ---------------------------------------------------------------- down
+
+    def stop_process(self, name: str, pid: int, timeout: float = 15) -> None:
+        """One process of the stack (its process group), SIGTERM then SIGKILL."""
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while name in self.running() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)
 
     def down(self, say: Say, purge: bool = False) -> None:
         for name, pid in self.running().items():

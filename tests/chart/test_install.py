@@ -1,6 +1,7 @@
 """The chart installed with helm into the real local control plane: the release deploys, the bundled
 class exists exactly as rendered and validates against the module's CRD, the processes get their
-ServiceAccounts, the planner's serving certificate is kept across upgrades, catalog.mode None
+ServiceAccounts, the planner's serving certificate and the embedded Temporal's certificates are kept
+across upgrades, catalog.mode None
 removes the catalog RBAC from a running release, the embedded Temporal server's objects (and the
 claim its StatefulSet makes) exist, the disruption budgets and NOTES are there, and the examples'
 manifests are accepted by the API server. kwok runs no container: what is shown is that the API
@@ -81,7 +82,8 @@ def test_the_embedded_temporal_server_is_installed_with_its_volume(chart: LocalC
     assert sts.spec.replicas == 1
     assert sts.spec.template.spec.containers[0].args[:2] == ["server", "start-dev"]
     service = core.read_namespaced_service("ai-inference-temporal", NAMESPACE)
-    assert [(p.name, p.port) for p in service.spec.ports] == [("grpc", 7233), ("ui", 8233)]
+    # The TLS terminator's port only (the Web UI stays on the pod's loopback).
+    assert [(p.name, p.port) for p in service.spec.ports] == [("grpc", 7233)]
     # The StatefulSet controller of the local control plane makes the claim of its database.
     claim = wait_until(
         lambda: core.read_namespaced_persistent_volume_claim("data-ai-inference-temporal-0", NAMESPACE),
@@ -105,7 +107,7 @@ def test_disruption_budgets_and_notes(chart: LocalCluster, kube_admin: ApiClient
     assert {b.metadata.name for b in budgets} == {f"ai-inference-{c}" for c in ("worker", "watcher", "planner")}
     notes = helm("get", "notes", RELEASE, "--kubeconfig", str(chart.kubeconfig("admin")), "-n", NAMESPACE).stdout
     assert f"ai-inference-temporal.{NAMESPACE}.svc:7233" in notes
-    assert f"kubectl -n {NAMESPACE} port-forward svc/ai-inference-temporal 8233" in notes
+    assert f"kubectl -n {NAMESPACE} port-forward pod/ai-inference-temporal-0 8233" in notes
     assert "kubectl -n NAMESPACE wait --for=condition=Ready inferenceservice.ai.deckhouse.io/NAME" in notes
 
 
@@ -160,6 +162,29 @@ def test_the_planners_helm_made_certificate_survives_an_upgrade(
     assert set(before) == {"tls.crt", "tls.key", "ca.crt"}
     helm.install(chart)
     assert core.read_namespaced_secret("ai-inference-planner-tls", NAMESPACE).data == before
+
+
+def test_the_embedded_temporals_helm_made_certificates_survive_an_upgrade_and_come_back_from_the_same_ca(
+    chart: LocalCluster, kube_admin: ApiClient, helm: Helm
+) -> None:
+    """The Temporal CA and every certificate it signed are kept on upgrade (lookup); a deleted
+    client certificate is made again on the next upgrade, signed by the same CA, and the others stay."""
+    core = CoreV1Api(kube_admin)
+    names = ["ai-inference-temporal-ca", "ai-inference-temporal-tls"]
+    names += [f"ai-inference-temporal-{c}-tls" for c in ("worker", "watcher", "cli")]
+    before = {name: core.read_namespaced_secret(name, NAMESPACE).data for name in names}
+    helm.install(chart)
+    assert {name: core.read_namespaced_secret(name, NAMESPACE).data for name in names} == before
+    core.delete_namespaced_secret("ai-inference-temporal-watcher-tls", NAMESPACE)
+    helm.install(chart)
+    after = {name: core.read_namespaced_secret(name, NAMESPACE).data for name in names}
+    assert (
+        after["ai-inference-temporal-watcher-tls"]["tls.crt"] != before["ai-inference-temporal-watcher-tls"]["tls.crt"]
+    )
+    assert after["ai-inference-temporal-watcher-tls"]["ca.crt"] == before["ai-inference-temporal-ca"]["tls.crt"]
+    assert {n: d for n, d in after.items() if "watcher" not in n} == {
+        n: d for n, d in before.items() if "watcher" not in n
+    }
 
 
 def test_catalog_none_removes_the_catalog_rbac_from_the_release(

@@ -195,13 +195,14 @@ def test_the_embedded_temporal_is_the_local_stacks_dev_server_on_a_volume(docs: 
     sts = find(docs, "StatefulSet", "ai-inference-temporal")
     assert sts["spec"]["replicas"] == 1
     pod = sts["spec"]["template"]["spec"]
-    (container,) = pod["containers"]
+    container, _tls_proxy = pod["containers"]  # the mTLS terminator: tests/chart/test_temporal_tls.py
     args = container["args"]
     assert container["command"] == ["temporal"]
     assert args[:2] == ["server", "start-dev"]
     assert args[args.index("--db-filename") + 1] == "/var/lib/temporal/temporal.db"
-    assert args[args.index("--ip") + 1] == "0.0.0.0"
-    assert (args[args.index("--port") + 1], args[args.index("--ui-port") + 1]) == ("7233", "8233")
+    # On the pod's loopback only, behind the terminator.
+    assert args[args.index("--ip") + 1] == "127.0.0.1"
+    assert (args[args.index("--port") + 1], args[args.index("--ui-port") + 1]) == ("7234", "8233")
     assert args[args.index("--namespace") + 1] == "default"
     # The same search attributes the local stack registers (the worker registers them too).
     flags = dev_server_flags()
@@ -217,7 +218,7 @@ def test_the_embedded_temporal_is_the_local_stacks_dev_server_on_a_volume(docs: 
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert pod["automountServiceAccountToken"] is False
     service = find(docs, "Service", "ai-inference-temporal")
-    assert [(p["name"], p["port"]) for p in service["spec"]["ports"]] == [("grpc", 7233), ("ui", 8233)]
+    assert [(p["name"], p["port"]) for p in service["spec"]["ports"]] == [("grpc", 7233)]
     assert service["spec"]["selector"].items() <= sts["spec"]["template"]["metadata"]["labels"].items()
 
 

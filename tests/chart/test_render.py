@@ -130,7 +130,7 @@ def test_helm_template_renders_every_object_once_into_the_module_namespace(docs:
         "ConfigMap",
         "PrometheusRule",
         "PodMonitor",
-        "Secret",  # the planner's serving certificate (Helm-made: no cert-manager here)
+        "Secret",  # the planner's and the embedded Temporal's certificates (Helm-made: no cert-manager here)
         "StatefulSet",  # the embedded Temporal server
         "PodDisruptionBudget",
         "ValidatingAdmissionPolicy",  # the worker guard
@@ -153,7 +153,16 @@ def test_the_chart_carries_the_generated_module_crds() -> None:
     [
         ({"aiInference.catalog.mode": "Disabled"}, "/aiInference/catalog/mode"),
         ({"aiInference.aiModels.catalogTransport": "Grpc"}, "/aiInference/aiModels/catalogTransport"),
-        ({"aiInference.temporal.apiKey.secretName": "cloud-key"}, "apiKey needs aiInference.temporal.tls.enabled"),
+        (
+            {
+                "aiInference.temporal.embedded.enabled": False,
+                "aiInference.temporal.address": "temporal.example:7233",
+                "aiInference.temporal.apiKey.secretName": "cloud-key",
+            },
+            "apiKey needs aiInference.temporal.tls.enabled",
+        ),
+        ({"aiInference.temporal.tls.enabled": True}, "are for an existing Temporal (embedded.enabled: false)"),
+        ({"aiInference.temporal.embedded.tls.mode": "Secret"}, "/aiInference/temporal/embedded/tls/mode"),
         ({"aiInference.planner.baseURL": "planner:8443"}, "/aiInference/planner/baseURL"),
         ({"planner.tls.mode": "SelfSigned"}, "/planner"),
         ({"defaultClass.clusterIssuerName": ""}, "clusterIssuerName"),
@@ -263,11 +272,13 @@ def test_default_values_reach_each_process_as_settings(
     assert planner.caFile == "/etc/ai-inference/planner-ca/ca.crt"
     assert (lookup.audience, lookup.allowInsecureHttp) == ("ai-models", False)
     assert lookup.tokenFile == "/var/run/secrets/ai-inference/tokens/catalog"
-    # The embedded Temporal server's Service (aiInference.temporal.embedded.enabled, the default).
+    # The embedded Temporal server's Service (aiInference.temporal.embedded.enabled, the default), over
+    # mutual TLS: the caller's own client certificate (tests/chart/test_temporal_tls.py).
     assert settings.temporal.address == f"ai-inference-temporal.{NAMESPACE}.svc:7233"
     assert settings.temporal.namespace == "default"
     assert settings.temporal.taskQueue == "ai-inference"
-    assert settings.temporal.tls.enabled is False
+    assert settings.temporal.tls.enabled is True
+    assert settings.temporal.tls.serverName == f"ai-inference-temporal.{NAMESPACE}.svc"
     assert settings.temporal.apiKeyFile is None
     assert settings.moduleNamespace == NAMESPACE
 
@@ -424,8 +435,10 @@ TEMPORAL_TLS = "/etc/ai-inference/temporal-tls"
 def test_temporal_mtls_and_api_key_secrets_are_mounted_and_their_paths_read(
     helm: Helm, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    existing = {"aiInference.temporal.embedded.enabled": False, "aiInference.temporal.address": "temporal.example:7233"}
     docs = helm.render(
         {
+            **existing,
             "aiInference.temporal.tls.enabled": True,
             "aiInference.temporal.tls.secretName": "temporal-client-tls",
             "aiInference.temporal.tls.serverName": "temporal.example.com",
@@ -459,7 +472,7 @@ def test_temporal_mtls_and_api_key_secrets_are_mounted_and_their_paths_read(
         assert temporal.apiKeyFile == "/etc/ai-inference/temporal-api-key/api-key"
 
     # Temporal Cloud with an API key and a publicly trusted server: TLS, no Secret, system roots.
-    docs = helm.render({"aiInference.temporal.tls.enabled": True, "aiInference.temporal.tls.caKey": ""})
+    docs = helm.render({**existing, "aiInference.temporal.tls.enabled": True, "aiInference.temporal.tls.caKey": ""})
     deployment = find(docs, "Deployment", "ai-inference-worker")
     assert "temporal-tls" not in {v["name"] for v in deployment["spec"]["template"]["spec"]["volumes"]}
     temporal = _settings_of(deployment, monkeypatch).temporal
@@ -526,7 +539,7 @@ def test_the_planner_serves_a_certificate_from_cert_manager_or_helm_or_yours(hel
 
     # cert-manager served: a CA chain of cert-manager objects, the serving Certificate renewed by it.
     docs = helm.render(api_versions=["cert-manager.io/v1/Certificate"])
-    assert of_kind(docs, "Secret") == []
+    assert of_kind(docs, "Secret") == []  # the embedded Temporal's certificates too (test_temporal_tls.py)
     certificate = find(docs, "Certificate", "ai-inference-planner")
     assert certificate["spec"]["secretName"] == "ai-inference-planner-tls"
     assert set(dns) <= set(certificate["spec"]["dnsNames"])
@@ -535,9 +548,15 @@ def test_the_planner_serves_a_certificate_from_cert_manager_or_helm_or_yours(hel
     assert find(docs, "Issuer", "ai-inference-planner-ca")["spec"]["ca"] == {"secretName": "ai-inference-planner-ca"}
 
     # Your own Secret: nothing is made.
-    docs = helm.render({"planner.tls.mode": "Secret", "planner.tls.secretName": "my-planner-tls"})
+    docs = helm.render(
+        {
+            "planner.tls.mode": "Secret",
+            "planner.tls.secretName": "my-planner-tls",
+            "aiInference.temporal.embedded.tls.mode": "CertManager",  # the embedded Temporal's: none either
+        }
+    )
     assert of_kind(docs, "Secret") == []
-    assert of_kind(docs, "Certificate") == []
+    assert not [c for c in of_kind(docs, "Certificate") if c["metadata"]["name"].startswith("ai-inference-planner")]
     worker_pod = find(docs, "Deployment", "ai-inference-worker")["spec"]["template"]["spec"]
     assert (
         next(v for v in worker_pod["volumes"] if v["name"] == "planner-ca")["secret"]["secretName"] == "my-planner-tls"
@@ -864,7 +883,10 @@ def test_grafana_dashboards_cover_the_runtime_metrics(helm: Helm, docs: list[Doc
     for metric in VLLM_METRICS:
         assert metric in performance + queries
     off = helm.render({"monitoring.grafanaDashboards.enabled": False})
-    assert [m["metadata"]["name"] for m in of_kind(off, "ConfigMap")] == ["ai-inference-prometheus-adapter-rules"]
+    assert [m["metadata"]["name"] for m in of_kind(off, "ConfigMap")] == [
+        "ai-inference-prometheus-adapter-rules",
+        "ai-inference-temporal-tls-proxy",  # the embedded Temporal's TLS terminator (test_temporal_tls.py)
+    ]
 
 
 # -- examples ---------------------------------------------------------------------------------

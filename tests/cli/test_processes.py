@@ -39,6 +39,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from devstack.cluster.launcher import LocalCluster
 from devstack.temporal_dev import temporal_binary
+from devstack.temporal_tls import TemporalCredentials, TLSTerminator
 from inference_api.observation import ORDER_WORKFLOW_TYPE, OrderSignal
 from inference_api.payloads import OrderRef, order_workflow_id
 from inference_api.types import GROUP, ORDERS, VERSION
@@ -59,7 +60,8 @@ def free_port() -> int:
 @dataclass
 class DevServer:
     process: subprocess.Popen[bytes]
-    address: str
+    address: str  # the mTLS terminator's, in front of the dev server's loopback port
+    credentials: TemporalCredentials
 
     async def healthy(self) -> bool:
         try:
@@ -69,7 +71,12 @@ class DevServer:
         return True
 
     async def client(self, namespace: str = "default") -> Client:
-        return await Client.connect(self.address, namespace=namespace, data_converter=pydantic_data_converter)
+        return await Client.connect(
+            self.address,
+            namespace=namespace,
+            data_converter=pydantic_data_converter,
+            tls=self.credentials.tls_config("cli"),
+        )
 
 
 @pytest.fixture(scope="module")
@@ -81,8 +88,11 @@ def fresh_temporal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServ
     argv += ["--db-filename", str(state / "temporal.db"), "--log-level", "error"]
     log = (state / "server.log").open("wb")
     process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    credentials = TemporalCredentials.ensure(state / "pki")
+    terminator = TLSTerminator(state / "terminator", credentials, f"127.0.0.1:{port}")
     try:
-        server = DevServer(process, f"127.0.0.1:{port}")
+        terminator.start()
+        server = DevServer(process, terminator.address, credentials)
         deadline = time.monotonic() + 60
         while not asyncio.run(server.healthy()):
             assert process.poll() is None, (state / "server.log").read_text()
@@ -90,6 +100,7 @@ def fresh_temporal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServ
             time.sleep(0.5)
         yield server
     finally:
+        terminator.stop()
         if process.poll() is None:
             process.send_signal(signal.SIGCONT)
             process.terminate()
@@ -150,6 +161,7 @@ class Process:
 
 def module_env(server: DevServer, task_queue: str, namespace: str = "default") -> dict[str, str]:
     return {
+        **server.credentials.module_env("worker"),
         "AI_INFERENCE_TEMPORAL__ADDRESS": server.address,
         "AI_INFERENCE_TEMPORAL__NAMESPACE": namespace,
         "AI_INFERENCE_TEMPORAL__TASKQUEUE": task_queue,

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -27,6 +28,7 @@ from typer.testing import CliRunner
 
 from devstack.cluster.launcher import LocalCluster
 from devstack.temporal_dev import temporal_binary
+from devstack.temporal_tls import TemporalCredentials
 from inference_api.types import GROUP, VERSION
 from worker.cli import app
 
@@ -168,10 +170,14 @@ def _list_queries() -> list[str]:
 
 
 @pytest.mark.temporal
-async def test_workflow_list_queries_of_the_docs_are_accepted(temporal_env: WorkflowEnvironment) -> None:
+async def test_workflow_list_queries_of_the_docs_are_accepted(
+    temporal_env: WorkflowEnvironment, temporal_credentials: TemporalCredentials
+) -> None:
     queries = _list_queries()
     assert len(queries) >= 5
     address = temporal_env.client.service_client.config.target_host
+    # Over mTLS, as `ai-inference dev env` sets the CLI up (its TEMPORAL_TLS_* variables).
+    cli_env = {**os.environ, **temporal_credentials.cli_env()}
     for query in queries:
         result = subprocess.run(
             [
@@ -188,6 +194,7 @@ async def test_workflow_list_queries_of_the_docs_are_accepted(temporal_env: Work
             capture_output=True,
             text=True,
             timeout=60,
+            env=cli_env,
         )
         assert result.returncode == 0, f"Temporal refused the docs' query {query!r}: {result.stderr}"
 

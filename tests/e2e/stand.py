@@ -20,7 +20,7 @@ import subprocess
 import sys
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -323,9 +323,12 @@ def scrape(port: int, path: str = "/metrics") -> str:
         return text
 
 
-def process_env(address: str, task_queue: str) -> dict[str, str]:
+def process_env(address: str, task_queue: str, tls: Mapping[str, str]) -> dict[str, str]:
+    """An ``ai-inference`` process's environment: Temporal at ``address`` with the ``tls`` settings
+    (``TemporalCredentials.module_env()``: every test reaches Temporal over mTLS)."""
     return {
         **os.environ,
+        **tls,
         "AI_INFERENCE_TEMPORAL__ADDRESS": address,
         "AI_INFERENCE_TEMPORAL__TASKQUEUE": task_queue,
         "AI_INFERENCE_HEALTH__PROBETARGETANNOTATION": PROBE_URL_ANNOTATION,

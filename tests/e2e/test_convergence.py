@@ -291,7 +291,9 @@ async def test_orders_made_edited_and_deleted_while_temporal_is_unreachable_conv
     # The worker and the observer reach Temporal through a relay that stops answering for 30 s.
     proxy = Proxy(temporal_env.client.service_client.config.target_host)
     await proxy.open()
-    client = await Client.connect(proxy.address, data_converter=pydantic_data_converter)
+    client = await Client.connect(
+        proxy.address, data_converter=pydantic_data_converter, tls=temporal_env.client.service_client.config.tls
+    )
     api = kube_admin
     try:
         async with bare_stand(local_cluster, api, client) as stand:

@@ -25,6 +25,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from devstack.cluster.launcher import LocalCluster
 from devstack.standins.fleet import StandInFleet
+from devstack.temporal_tls import TemporalCredentials
 from inference_api.types import GROUP, VERSION
 from tests.e2e.stand import (
     DEFAULT_LLM,
@@ -44,11 +45,15 @@ pytestmark = [pytest.mark.cluster, pytest.mark.temporal]
 
 
 @pytest.fixture
-def processes(local_cluster: LocalCluster, temporal_env: WorkflowEnvironment, tmp_path: Path) -> Iterator[Processes]:
+def processes(
+    local_cluster: LocalCluster,
+    temporal_env: WorkflowEnvironment,
+    temporal_credentials: TemporalCredentials,
+    tmp_path: Path,
+) -> Iterator[Processes]:
     address = temporal_env.client.service_client.config.target_host
-    procs = Processes(
-        local_cluster.kubeconfig("admin"), process_env(address, f"e2e-kill-{uuid.uuid4().hex[:6]}"), tmp_path
-    )
+    env = process_env(address, f"e2e-kill-{uuid.uuid4().hex[:6]}", temporal_credentials.module_env())
+    procs = Processes(local_cluster.kubeconfig("admin"), env, tmp_path)
     try:
         yield procs
     finally:

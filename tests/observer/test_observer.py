@@ -210,7 +210,9 @@ async def test_signals_refused_while_temporal_is_unreachable_are_delivered_once_
 ) -> None:
     proxy = Proxy(temporal_client.service_client.config.target_host)
     await proxy.open()
-    through_proxy = await Client.connect(proxy.address, data_converter=pydantic_data_converter)
+    through_proxy = await Client.connect(
+        proxy.address, data_converter=pydantic_data_converter, tls=temporal_client.service_client.config.tls
+    )
     running = order("running")
     fresh = order("fresh", generation=7)
     await temporal_client.start_workflow(

@@ -15,14 +15,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import tempfile
 import time
 import uuid
+from pathlib import Path
 
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from devstack.temporal_dev import temporal_binary
+from devstack.temporal_tls import local_temporal
 from inference_api.types import Phase
 from tests.factories import make_class, make_order
 from tests.workflows.world import FAST, Harness, World
@@ -44,26 +45,23 @@ async def time_to_ready(harness: Harness, names: list[str]) -> float:
 
 
 async def main(orders: int, repeats: int) -> None:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(temporal_binary()),
-        data_converter=pydantic_data_converter,
-        search_attributes=list(ALL_KEYS),
-        ui=False,
-    )
-    try:
-        world = World()
-        world.classes["default-llm"] = make_class()
-        queue = f"bench-{uuid.uuid4()}"
-        async with Worker(env.client, task_queue=queue, workflows=[OrderWorkflow], activities=world.activities()):
-            harness = Harness(env.client, world, queue)
-            singles = [await time_to_ready(harness, [f"single-{i}"]) for i in range(repeats)]
-            baseline = statistics.median(singles)
-            batch = await time_to_ready(harness, [f"batch-{i}" for i in range(orders)])
-            ids = [h.id async for h in env.client.list_workflows("WorkflowType = 'OrderWorkflow'")]
-            handle = env.client.get_workflow_handle(ids[0])
-            events = len([e async for e in handle.fetch_history_events()])
-    finally:
-        await env.shutdown()
+    # The dev server behind the chart's mTLS terminator, as the module reaches it.
+    with tempfile.TemporaryDirectory(prefix="bench-orders-") as directory:
+        async with local_temporal(
+            Path(directory), data_converter=pydantic_data_converter, search_attributes=list(ALL_KEYS), ui=False
+        ) as server:
+            client = await server.connect("worker", data_converter=pydantic_data_converter)
+            world = World()
+            world.classes["default-llm"] = make_class()
+            queue = f"bench-{uuid.uuid4()}"
+            async with Worker(client, task_queue=queue, workflows=[OrderWorkflow], activities=world.activities()):
+                harness = Harness(client, world, queue)
+                singles = [await time_to_ready(harness, [f"single-{i}"]) for i in range(repeats)]
+                baseline = statistics.median(singles)
+                batch = await time_to_ready(harness, [f"batch-{i}" for i in range(orders)])
+                ids = [h.id async for h in client.list_workflows("WorkflowType = 'OrderWorkflow'")]
+                handle = client.get_workflow_handle(ids[0])
+                events = len([e async for e in handle.fetch_history_events()])
     print(f"one order alone (median of {repeats}): {baseline * 1000:.0f} ms to Ready")
     print(f"{orders} orders at once: {batch:.2f} s to all Ready, {orders / batch:.1f} orders/s")
     print(f"ratio {orders}-order time / ({orders} x one order): {batch / (orders * baseline):.2f}")

@@ -208,6 +208,22 @@ Module settings as environment variables: AI_INFERENCE_<FIELD> with "__" between
   value: {{ $v.temporal.namespace | quote }}
 - name: AI_INFERENCE_TEMPORAL__TASKQUEUE
   value: {{ $v.temporal.taskQueue | quote }}
+{{- if $v.temporal.embedded.enabled }}
+{{- /* The embedded frontend: mutual TLS, the caller's own client certificate (temporalVolumes). */}}
+{{- if or $v.temporal.tls.enabled $v.temporal.apiKey.secretName }}
+{{- fail "aiInference.temporal.tls and aiInference.temporal.apiKey are for an existing Temporal (embedded.enabled: false); the embedded server's mutual TLS is the chart's own (aiInference.temporal.embedded.tls)" }}
+{{- end }}
+- name: AI_INFERENCE_TEMPORAL__TLS__ENABLED
+  value: "true"
+- name: AI_INFERENCE_TEMPORAL__TLS__SERVERCAFILE
+  value: {{ printf "%s/ca.crt" (include "ai-inference.temporalTLSDir" .) | quote }}
+- name: AI_INFERENCE_TEMPORAL__TLS__CLIENTCERTFILE
+  value: {{ printf "%s/tls.crt" (include "ai-inference.temporalTLSDir" .) | quote }}
+- name: AI_INFERENCE_TEMPORAL__TLS__CLIENTKEYFILE
+  value: {{ printf "%s/tls.key" (include "ai-inference.temporalTLSDir" .) | quote }}
+- name: AI_INFERENCE_TEMPORAL__TLS__SERVERNAME
+  value: {{ include "ai-inference.temporalServerName" . | quote }}
+{{- else }}
 {{- with $v.temporal.tls }}
 - name: AI_INFERENCE_TEMPORAL__TLS__ENABLED
   value: {{ .enabled | toString | quote }}
@@ -234,6 +250,7 @@ Module settings as environment variables: AI_INFERENCE_<FIELD> with "__" between
 {{- end }}
 - name: AI_INFERENCE_TEMPORAL__APIKEYFILE
   value: {{ printf "%s/api-key" (include "ai-inference.temporalAPIKeyDir" .) | quote }}
+{{- end }}
 {{- end }}
 - name: AI_INFERENCE_EXPOSURE__DOMAINTEMPLATE
   value: {{ $v.exposure.domainTemplate | quote }}
@@ -283,13 +300,24 @@ Module settings as environment variables: AI_INFERENCE_<FIELD> with "__" between
 {{- end -}}
 
 {{/*
-Temporal credentials: volumes and mounts (worker, watcher). The TLS Secret's keys are mapped to
-fixed file names (ca.crt, tls.crt, tls.key); an empty key name leaves that file out (a publicly
-trusted server needs no ca.crt). The API key Secret's key becomes the file api-key.
+Temporal credentials: volumes and mounts (worker, watcher). The embedded server: the caller's own
+client certificate (its Secret from templates/temporal/tls.yaml; the caller is the including
+template's component). An existing Temporal: the TLS Secret's keys are mapped to fixed file names
+(ca.crt, tls.crt, tls.key); an empty key name leaves that file out (a publicly trusted server needs no
+ca.crt). The API key Secret's key becomes the file api-key.
 */}}
 {{- define "ai-inference.temporalVolumes" -}}
 {{- $t := .Values.aiInference.temporal -}}
-{{- if and $t.tls.enabled $t.tls.secretName }}
+{{- if $t.embedded.enabled }}
+- name: temporal-tls
+  secret:
+    secretName: {{ include "ai-inference.temporalClientSecret" (include "ai-inference.temporalCaller" .) }}
+    defaultMode: 0440
+    items:
+      - {key: ca.crt, path: ca.crt}
+      - {key: tls.crt, path: tls.crt}
+      - {key: tls.key, path: tls.key}
+{{- else if and $t.tls.enabled $t.tls.secretName }}
 - name: temporal-tls
   secret:
     secretName: {{ $t.tls.secretName }}
@@ -315,7 +343,7 @@ trusted server needs no ca.crt). The API key Secret's key becomes the file api-k
 
 {{- define "ai-inference.temporalMounts" -}}
 {{- $t := .Values.aiInference.temporal -}}
-{{- if and $t.tls.enabled $t.tls.secretName }}
+{{- if or $t.embedded.enabled (and $t.tls.enabled $t.tls.secretName) }}
 - name: temporal-tls
   mountPath: {{ include "ai-inference.temporalTLSDir" . }}
   readOnly: true
