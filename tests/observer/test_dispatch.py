@@ -337,3 +337,29 @@ async def test_a_loading_orders_first_ready_replica_is_told_at_once(temporal_cli
     third.handle(Listed(inf.ORDER, [order("chat", "u-chat", **loading)]))
     third.handle(Listed(inf.STATEFULSET, [statefulset("u-chat", ready=1)]))
     assert sent(third)[("chat", OrderSignal.REPLICA_READY)] == [1]
+
+
+async def test_a_deleted_network_policy_is_observed_like_the_other_owned_objects(temporal_client: Client) -> None:
+    obs = observer(temporal_client)
+    policy = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": "chat",
+            "namespace": "team",
+            "resourceVersion": "1",
+            "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_ORDER: "chat"},
+            "ownerReferences": owner("u-chat"),
+        },
+        "spec": {"podSelector": {}},
+    }
+    obs.handle(Listed(inf.ORDER, [order("chat", "u-chat", **SERVING)]))
+    obs.handle(Listed(inf.NETWORK_POLICY, [policy]))
+    await settle()
+    sent(obs)
+    obs.handle(Watched(inf.NETWORK_POLICY, d.DELETED, policy))
+    await settle()
+    assert sent(obs) == {
+        ("chat", OrderSignal.OBSERVED): [ObservedChange(what="NetworkPolicy team/chat deleted", kind="NetworkPolicy")]
+    }
+    assert inf.NETWORK_POLICY in {r.kind for r in inf.resources(ApiClient(), catalog=False)}
