@@ -53,7 +53,8 @@ def refuse_more_pods(stand: Stand) -> None:
 
 
 def applied(stand: Stand, name: str) -> bool:
-    return (stand.condition(name, "WorkloadReady") or {}).get("reason") == "WorkloadProgressing"
+    """Planned and applied: its status has a WorkloadReady condition (progressing, or ready already)."""
+    return (stand.condition(name, "WorkloadReady") or {}).get("reason") in ("WorkloadProgressing", "WorkloadApplied")
 
 
 async def timed(check: Callable[[], bool], timeout: float) -> float | None:
@@ -140,8 +141,11 @@ async def measure(stand: Stand, orders: int, slots: int, timeout: float) -> None
             for n in names
         )
 
-    loading_since = await timed(all_loading, max(timeout, 30.0 * orders))
-    say(f"all {orders} loading after {time.monotonic() - began:.0f} s" if loading_since else "not all loading")
+    # Before the first load moved out of the worker, only as many orders as the worker has activity
+    # slots got this far; the rest waited behind them: the figures below are taken regardless.
+    loading_since = await timed(all_loading, max(timeout, 3.0 * orders))
+    waited = time.monotonic() - began
+    say(f"all {orders} loading after {waited:.0f} s" if loading_since else f"not all loading after {waited:.0f} s")
     held = await pending_activities(stand, names)
     gone, made = await delete_and_create(stand, "served", "newcomer", timeout)
     delete(stand, names[0])
