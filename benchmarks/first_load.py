@@ -10,8 +10,9 @@ namespace's ResourceQuota is full: the StatefulSet controller is refused their p
 cluster at its quota or with every node tainted), and once all of them wait for a replica, the same
 is timed again: a Ready order's delete (until the order is gone) and a new order (until its status
 says it is planned and applied: WorkloadReady=False/WorkloadProgressing), and the delete of one of
-the loading orders. Each figure is printed with its ratio to the same step alone, and the activity
-slots the loading orders hold (``describe`` → pending activities, over every loading order).
+the loading orders. Each figure is printed with its ratio to the same step alone, and the activities
+the loading orders run or queue for (``describe`` → pending activities, over every loading order:
+each running one holds a worker slot, the rest wait for one).
 
 Before the first load moved out of the worker (``first-load-observed``), each loading order held an
 activity slot in ``await_serving`` for the serve wait (30 min): with more of them than slots, the
@@ -152,7 +153,7 @@ async def measure(stand: Stand, orders: int, slots: int, timeout: float) -> None
     loading_gone = await timed(lambda: stand.order(names[0]) is None, timeout)
 
     print(f"\ndelete while loading: {orders} orders loading forever, worker with {slots} activity slots")
-    print(f"  {'activity slots held by the loading orders':<52} {held}")
+    print(f"  {'activities the loading orders run or queue for':<52} {held}")
     print(figure("a Ready order deleted, nothing loading", gone_alone, None, timeout))
     print(figure("a new order planned and applied, nothing loading", made_alone, None, timeout))
     print(figure(f"a Ready order deleted, {orders} loading", gone, gone_alone, timeout))
