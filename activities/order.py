@@ -147,6 +147,7 @@ class OrderActivities:
             self.plan_launch,
             self.apply_workload,
             self.await_serving,
+            self.probe_serving,
             self.publish_status,
             self.record_event,
             self.finalize_order,
@@ -617,7 +618,8 @@ class OrderActivities:
 
     @activity.defn(name=act.AWAIT_SERVING)
     async def await_serving(self, request: ProbeInput) -> ProbeResult:
-        """Waits for a ready replica, then for the API to answer; gives up after serveWait."""
+        """Waits for a ready replica, then for the API to answer; gives up after serveWait. Only runs
+        recorded before ``first-load-observed`` call it (newer ones wait for ``replica_ready``)."""
         deadline = time.monotonic() + (request.waitSeconds or self.settings.health.serveWaitSeconds)
         last = ProbeResult(ok=False, workloadReady=False, detail="no replica is ready yet")
         # The first looks come soon (0.5 s, doubling up to serveRetrySeconds): a replica of a small or
@@ -639,6 +641,21 @@ class OrderActivities:
                 await asyncio.sleep(rest)
             pause = min(pause * 2, self.settings.health.serveRetrySeconds)
         return last
+
+    @activity.defn(name=act.PROBE_SERVING)
+    async def probe_serving(self, request: ProbeInput) -> ProbeResult:
+        """The API of an order whose replica is ready: probed until it answers, for ``waitSeconds`` at
+        most (a few looks: the Service may trail the replica's readiness by a moment). Short by design:
+        the wait for the replica itself is the workflow's, on the observer's ``replica_ready``."""
+        deadline = time.monotonic() + (request.waitSeconds or request.timeoutSeconds)
+        pause = min(FIRST_SERVE_LOOK_SECONDS, self.settings.health.serveRetrySeconds)
+        while True:
+            result = await self.probe(request)
+            if result.ok or time.monotonic() + pause >= deadline:
+                return result
+            activity.heartbeat(result.detail)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, self.settings.health.serveRetrySeconds)
 
     # ---------------------------------------------------------------- status
 

@@ -459,8 +459,8 @@ class EngineWorld:
                 readyReplicas=1,
             )
 
-        @activity.defn(name=act.AWAIT_SERVING)
-        async def await_serving(request: ProbeInput) -> ProbeResult:
+        @activity.defn(name=act.PROBE_SERVING)
+        async def probe_serving(request: ProbeInput) -> ProbeResult:
             ref = request.ref
             return await probe_models(
                 engine.http, engine.url(ref), request.servedName, engine.tokens.get(ref.key), request.timeoutSeconds
@@ -473,11 +473,11 @@ class EngineWorld:
             if update.phase == Phase.READY and key not in engine.ready_at:
                 engine.ready_at[key] = time.perf_counter()
 
-        replaced = {act.READ_ORDER, act.APPLY_WORKLOAD, act.AWAIT_SERVING, act.PUBLISH_STATUS}
+        replaced = {act.READ_ORDER, act.APPLY_WORKLOAD, act.PROBE_SERVING, act.PUBLISH_STATUS}
         kept = [
             fn for fn in self.world.activities() if getattr(fn, "__temporal_activity_definition").name not in replaced
         ]
-        return [*kept, read_order, apply_workload, await_serving, publish_status]
+        return [*kept, read_order, apply_workload, probe_serving, publish_status]
 
 
 @dataclass

@@ -28,6 +28,9 @@ class OrderSignal:
     SETTINGS_CHANGED = "settings_changed"  # arg: the release fingerprint now in force
     DELETE = "delete"  # no arg; obeyed only once the workflow itself reads a deletionTimestamp
     REPLAN = "replan"  # no arg (also an update with a validator)
+    # arg: the StatefulSet's readyReplicas — its first replica got ready while the order loads (the
+    # workflow waits for this instead of holding an activity; it then probes the API once, briefly)
+    REPLICA_READY = "replica_ready"
 
 
 class _Payload(BaseModel):

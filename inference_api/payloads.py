@@ -52,6 +52,9 @@ class OrderTimings(_Payload):
     serveWaitSeconds: float = 1800
     retryBaseSeconds: float = 15
     retryMaxSeconds: float = 600
+    # A serving order's refused replan (capacity) is asked again after retryBaseSeconds, doubling up to
+    # this: at most a few plans in its first hour, then one an hour, health checks and changes between.
+    replanBackoffMaxSeconds: float = 3600
     catalogEnabled: bool = True
     # History length past which the run continues as new (the server also suggests it).
     maxHistoryEvents: int = 2000

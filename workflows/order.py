@@ -86,6 +86,31 @@ PLANNER_RETRY_MAX_SECONDS = 30.0
 # wait). Now no step starts once the reconcile is interrupted. Patched: runs recorded before went on.
 INTERRUPT_PATCH = "no-step-after-interrupt"
 
+# The first load waits outside the worker: the order's workflow sleeps on a timer (the serve wait, a
+# re-look) until the observer tells it a replica got ready (``replica_ready``), then probes the API in
+# one short activity. Before, one activity (await_serving) watched the StatefulSet for the whole load,
+# holding one of the worker's activity slots: orders that never load (pods that cannot schedule) took
+# every slot and a delete, or a new order, waited behind them. Patched: runs recorded before waited in
+# that activity (it stays registered for them).
+FIRST_LOAD_PATCH = "first-load-observed"
+
+# A serving order whose replan is refused for capacity keeps its plan (LaunchPlanInForce) and asks the
+# planner again on its own backoff (retryBaseSeconds doubling up to replanBackoffMaxSeconds, one hour by
+# default), which health checks, observed changes and re-applies do not reset — before, the successful
+# probe of each reconcile reset the shared retry counter and the planner was asked every 16 s for as
+# long as the edit stood. A new edit or a replan asked by hand asks at once. Patched: runs recorded
+# before backed off as they did.
+REPLAN_BACKOFF_PATCH = "replan-backs-off"
+
+
+def _duration(seconds: float) -> str:
+    """A delay as people read it: 15 s, 8 min, 1 h."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.0f} h"
+
 
 @workflow.defn(name=ORDER_WORKFLOW_TYPE)
 class OrderWorkflow(PreemptionMembership):
@@ -129,6 +154,12 @@ class OrderWorkflow(PreemptionMembership):
     @workflow.signal(name=OrderSignal.SCALING_CHANGED)
     def scaling_changed(self, observation: ScalingObservation) -> None:
         self._require_state().pendingScaling = observation
+
+    @workflow.signal(name=OrderSignal.REPLICA_READY)
+    def replica_ready(self, ready_replicas: int) -> None:
+        """From the observer: a replica of the applied workload got ready while the order loads."""
+        if ready_replicas >= 1:
+            self._require_state().replicaReady = True
 
     @workflow.signal(name=OrderSignal.SETTINGS_CHANGED)
     def settings_changed(self, release: str) -> None:
@@ -440,6 +471,12 @@ class OrderWorkflow(PreemptionMembership):
         state.replanRequested = False
         if state.plan is not None and key == state.planKey and not requested:
             return False  # stable: nothing the plan depends on changed
+        held = self._replan_held(key, requested)
+        if held is not None:
+            # Refused for this very key a moment ago: the plan in force stays, the planner is not asked
+            # before its backoff ends (the workflow wakes then).
+            state.retryDelaySeconds = held
+            return False
         # A serving order keeps serving on its plan while the planner is away (its status unchanged, its
         # edit not yet observed); one without a plan would show nothing at all: it says why it waits.
         telling = state.plan is None and workflow.patched(PLANNER_WAIT_PATCH)
@@ -483,9 +520,13 @@ class OrderWorkflow(PreemptionMembership):
             # A capacity refusal is tried again on a backoff — unless the order serves a plan made for
             # exactly this (a replan asked by hand): that one is told, and the order keeps its place.
             if refusal.reason in CAPACITY_REFUSALS and (not serving or key != state.planKey):
-                state.retryDelaySeconds = self._backoff()
+                if serving and workflow.patched(REPLAN_BACKOFF_PATCH):
+                    state.retryDelaySeconds = self._hold_replan(key, refusal)
+                else:
+                    state.retryDelaySeconds = self._backoff()
             return False
         assert outcome.plan is not None
+        state.replanHoldKey, state.replanAttempt, state.replanNotBefore = None, 0, None
         if requested or state.plan is not None:
             state.replanCount += 1  # the plan was recomputed (it may well have kept its place)
         state.retryAttempt = 0
@@ -546,6 +587,8 @@ class OrderWorkflow(PreemptionMembership):
         endpoint_type: EndpointType,
     ) -> None:
         state = self._require_state()
+        # A replica_ready heard from now on is about this apply's workload.
+        state.replicaReady = False
         applied = await self._apply(order, cls, plan, resolution, endpoint_type)
         if applied is None:
             return
@@ -596,15 +639,21 @@ class OrderWorkflow(PreemptionMembership):
             # is marked unhealthy after failureThreshold probe timeouts instead of holding the
             # reconcile, and the health signals queued behind it, for the whole serve wait.
             wait = min(wait, state.timings.failureThreshold * state.timings.probeTimeoutSeconds)
-        result: ProbeResult = await self._activity(
-            act.AWAIT_SERVING,
-            self._probe_input().model_copy(update={"waitSeconds": wait}),
-            result_type=ProbeResult,
-            start_to_close_timeout=timedelta(seconds=wait + 60),
-            heartbeat_timeout=timedelta(seconds=60),
-            retry_policy=RetryPolicy(maximum_attempts=3),
-            summary="wait for the first probe",
-        )
+        if workflow.patched(FIRST_LOAD_PATCH):
+            loaded = await self._load_then_probe(applied, wait)
+            if loaded is None:
+                return  # the order changed while it loaded: the next reconcile applies that
+            result = loaded
+        else:
+            result = await self._activity(
+                act.AWAIT_SERVING,
+                self._probe_input().model_copy(update={"waitSeconds": wait}),
+                result_type=ProbeResult,
+                start_to_close_timeout=timedelta(seconds=wait + 60),
+                heartbeat_timeout=timedelta(seconds=60),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+                summary="wait for the first probe",
+            )
         self._step_done("pods and probe")
         if result.workloadReady:
             self._cond(ConditionType.WORKLOAD_READY, True, Reason.WORKLOAD_APPLIED, "a replica is ready")
@@ -624,6 +673,40 @@ class OrderWorkflow(PreemptionMembership):
                 f"the API did not answer yet: {result.detail}",
             )
             state.retryDelaySeconds = self._backoff()
+
+    async def _load_then_probe(self, applied: ApplyResult, wait: float) -> ProbeResult | None:
+        """Wait for a ready replica without an activity, then probe the API briefly (FIRST_LOAD_PATCH).
+
+        The wait is a condition on the ``replica_ready`` signal with ``wait`` seconds as its timer: a
+        loading order holds no worker slot, and a delete (which cancels the reconcile) ends it at once.
+        None when a change the next reconcile acts on (an edit, a deleted object) ends the wait first.
+        """
+        state = self._require_state()
+        if applied.readyReplicas < 1 and not state.replicaReady:
+            if self._interrupting:
+                raise asyncio.CancelledError("the order is being deleted")
+            try:
+                await workflow.wait_condition(
+                    lambda: state.replicaReady or state.dirty,
+                    timeout=timedelta(seconds=wait),
+                    timeout_summary="a replica loads the model",
+                )
+            except TimeoutError:
+                return ProbeResult(ok=False, workloadReady=False, detail=f"no replica got ready in {wait:.0f} s")
+            if not state.replicaReady:
+                return None
+        # A ready replica answers at once; the window only covers the Service catching up with it.
+        window = state.timings.failureThreshold * state.timings.probeTimeoutSeconds
+        result: ProbeResult = await self._activity(
+            act.PROBE_SERVING,
+            self._probe_input().model_copy(update={"waitSeconds": window}),
+            result_type=ProbeResult,
+            start_to_close_timeout=timedelta(seconds=window + 60),
+            heartbeat_timeout=timedelta(seconds=30),
+            retry_policy=RetryPolicy(maximum_attempts=3),
+            summary="probe the API",
+        )
+        return result.model_copy(update={"workloadReady": True})
 
     def _set_health(self, healthy: bool, detail: str) -> bool:
         """Ready from a health verdict; True when it changed."""
@@ -690,6 +773,33 @@ class OrderWorkflow(PreemptionMembership):
         if state.stepMark is not None:
             state.stepSeconds[step] = round(now - state.stepMark, 3)
         state.stepMark = now
+
+    def _replan_held(self, key: str, requested: bool) -> float | None:
+        """Seconds left of a refused replan's backoff for this plan key (None: ask the planner now)."""
+        state = self._require_state()
+        if requested or state.replanHoldKey != key or state.replanNotBefore is None:
+            return None
+        left = state.replanNotBefore - workflow.now().timestamp()
+        return left if left > 0 else None
+
+    def _hold_replan(self, key: str, refusal: Refusal) -> float:
+        """The next backoff of a serving order's refused replan (REPLAN_BACKOFF_PATCH); the Planned
+        condition says when the planner is asked again."""
+        state = self._require_state()
+        if state.replanHoldKey != key:
+            state.replanHoldKey, state.replanAttempt = key, 0
+        timings = state.timings
+        delay = float(min(timings.retryBaseSeconds * (2**state.replanAttempt), timings.replanBackoffMaxSeconds))
+        state.replanAttempt += 1
+        state.replanNotBefore = workflow.now().timestamp() + delay
+        self._cond(
+            ConditionType.PLANNED,
+            True,
+            Reason.LAUNCH_PLAN_IN_FORCE,
+            f"runs on the launch plan it holds; recomputing it did not succeed: {refusal.reason}: "
+            f"{refusal.message}; asked again in {_duration(delay)} (or at once on an edit or a replan)",
+        )
+        return delay
 
     def _backoff(self) -> float:
         state = self._require_state()

@@ -61,6 +61,11 @@ class OrderState(BaseModel):
     healthy: bool = False
     retryAttempt: int = 0
     retryDelaySeconds: float | None = None
+    # A serving order's refused replan (REPLAN_BACKOFF_PATCH): the plan key refused, how many times in a
+    # row, and not asked again before this workflow time (seconds) unless by hand or a new edit.
+    replanHoldKey: str | None = None
+    replanAttempt: int = 0
+    replanNotBefore: float | None = None
     className: str | None = None
     # Reconciles completed; reconciles started (numbered); the number of the last one completed: a
     # replan asked now is answered by the first reconcile that starts after it.
@@ -86,6 +91,9 @@ class OrderState(BaseModel):
     lastReport: MemberReport | None = None
     reapplyPending: bool = False
     publishPending: bool = False
+    # The observer saw a replica of the applied workload get ready (replica_ready) since the last apply:
+    # the first load's wait (no activity, a timer) ends and the API is probed.
+    replicaReady: bool = False
 
 
 class ReplanOutcome(BaseModel):

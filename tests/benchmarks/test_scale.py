@@ -68,7 +68,7 @@ def assert_steps_and_cpu(got: dict[str, str]) -> None:
     """The late order's time is told step by step from its history, and the machine's CPU by process."""
     for order in ("the order alone", "the late order"):
         steps = got[f"  {order}, step by step"]
-        for step in (act.APPLY_WORKLOAD, act.AWAIT_SERVING, act.PUBLISH_STATUS, "workflow task"):
+        for step in (act.APPLY_WORKLOAD, act.PROBE_SERVING, act.PUBLISH_STATUS, "workflow task"):
             assert f"{step} " in steps
         assert float(steps.split()[0]) > 0
     cpu = got["CPU while the 5 serve"]

@@ -21,7 +21,7 @@ from worker.observer.metrics import OrderStatusCollector
 # The Temporal SDK's Prometheus names this chart reads (temporalio's exporter, defaults of
 # worker.temporal_client.install_sdk_metrics): seen on a real worker's /metrics.
 SDK_METRICS = ("temporal_workflow_task_execution_failed", "temporal_activity_execution_latency_bucket")
-ORDER_STEPS = ("resolve_model", "plan_launch", "apply_workload", "await_serving")
+ORDER_STEPS = ("resolve_model", "plan_launch", "apply_workload", "probe_serving")
 
 
 @pytest.fixture(scope="module")

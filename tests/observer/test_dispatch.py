@@ -308,3 +308,84 @@ async def test_an_observer_handles_only_its_shard(temporal_client: Client) -> No
         }
     assert set.union(*seen) == {f"o{i}" for i in range(30)}
     assert sum(len(s) for s in seen) == 30
+
+
+def statefulset(uid: str, ready: int, rv: str = "1", name: str = "chat") -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {
+            "name": name,
+            "namespace": "team",
+            "resourceVersion": rv,
+            "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_ORDER: name},
+            "ownerReferences": owner(uid),
+        },
+        "spec": {"replicas": 1},
+        "status": {"replicas": 1, "readyReplicas": ready},
+    }
+
+
+async def test_a_loading_orders_first_ready_replica_is_told_at_once(temporal_client: Client) -> None:
+    """The workflow of a loading order waits for ``replica_ready`` (no activity does): the observer
+    tells it when the StatefulSet's first replica gets ready — and after a restart, from the listings,
+    whichever of the order and its StatefulSet is listed first."""
+    obs = observer(temporal_client)
+    loading: dict[str, Any] = {"phase": "Pending", "conditions": [{"type": "WorkloadReady", "status": "False"}]}
+    obs.handle(Listed(inf.STATEFULSET, []))
+    obs.handle(Listed(inf.ORDER, [order("chat", "u-chat", **loading)]))
+    await settle()
+    sent(obs)
+    obs.handle(Watched(inf.STATEFULSET, d.ADDED, statefulset("u-chat", ready=0)))
+    obs.handle(Watched(inf.STATEFULSET, d.MODIFIED, statefulset("u-chat", ready=0, rv="2")))
+    await settle()
+    assert sent(obs) == {}
+    obs.handle(Watched(inf.STATEFULSET, d.MODIFIED, statefulset("u-chat", ready=1, rv="3")))
+    # Not debounced: queued with the event.
+    assert sent(obs) == {("chat", OrderSignal.REPLICA_READY): [1]}
+    obs.handle(Watched(inf.STATEFULSET, d.MODIFIED, statefulset("u-chat", ready=2, rv="4")))
+    await settle()
+    assert sent(obs) == {}  # only the first ready replica is news to a loading order
+
+    # Serving: replica counts are an observed change again, never replica_ready.
+    obs.handle(Watched(inf.ORDER, d.MODIFIED, order("chat", "u-chat", rv="2", **SERVING)))
+    obs.handle(Watched(inf.STATEFULSET, d.MODIFIED, statefulset("u-chat", ready=1, rv="5")))
+    await settle()
+    assert set(sent(obs)) == {("chat", OrderSignal.OBSERVED)}
+
+    # A restart: the StatefulSet listed first (no order known yet), then the order.
+    again = observer(temporal_client)
+    again.handle(Listed(inf.STATEFULSET, [statefulset("u-chat", ready=1)]))
+    again.handle(Listed(inf.ORDER, [order("chat", "u-chat", **loading)]))
+    assert sent(again)[("chat", OrderSignal.REPLICA_READY)] == [1]
+    # The order listed first, then the StatefulSet.
+    third = observer(temporal_client)
+    third.handle(Listed(inf.ORDER, [order("chat", "u-chat", **loading)]))
+    third.handle(Listed(inf.STATEFULSET, [statefulset("u-chat", ready=1)]))
+    assert sent(third)[("chat", OrderSignal.REPLICA_READY)] == [1]
+
+
+async def test_a_deleted_network_policy_is_observed_like_the_other_owned_objects(temporal_client: Client) -> None:
+    obs = observer(temporal_client)
+    policy = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": "chat",
+            "namespace": "team",
+            "resourceVersion": "1",
+            "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_ORDER: "chat"},
+            "ownerReferences": owner("u-chat"),
+        },
+        "spec": {"podSelector": {}},
+    }
+    obs.handle(Listed(inf.ORDER, [order("chat", "u-chat", **SERVING)]))
+    obs.handle(Listed(inf.NETWORK_POLICY, [policy]))
+    await settle()
+    sent(obs)
+    obs.handle(Watched(inf.NETWORK_POLICY, d.DELETED, policy))
+    await settle()
+    assert sent(obs) == {
+        ("chat", OrderSignal.OBSERVED): [ObservedChange(what="NetworkPolicy team/chat deleted", kind="NetworkPolicy")]
+    }
+    assert inf.NETWORK_POLICY in {r.kind for r in inf.resources(ApiClient(), catalog=False)}

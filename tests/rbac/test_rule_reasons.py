@@ -81,6 +81,7 @@ WATCHER: dict[Rule, str] = {
     ("", "secrets", "get"): "the token of the auth Secret a Token order's status names, for its probes",
     **_informer("apps", "statefulsets", what="the orders' StatefulSets"),
     **_informer("networking.k8s.io", "ingresses", what="the orders' Ingresses"),
+    **_informer("networking.k8s.io", "networkpolicies", what="the orders' NetworkPolicies (made again when deleted)"),
     **_informer("autoscaling", "horizontalpodautoscalers", what="the orders' HPAs (scaling, preemption)"),
     **_informer("resource.k8s.io", "resourceclaimtemplates", what="the orders' claim templates"),
     **_informer("scheduling.k8s.io", "priorityclasses", what="an autoscaled order's priority"),

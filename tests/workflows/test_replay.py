@@ -24,13 +24,13 @@ from temporalio.client import WorkflowHistory as History
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, WorkflowReplayResult
 
-from inference_api.observation import LEGACY_ORDER_WORKFLOW_TYPES, ORDER_WORKFLOW_TYPE
+from inference_api.observation import LEGACY_ORDER_WORKFLOW_TYPES, ORDER_WORKFLOW_TYPE, ObservedChange, OrderSignal
 from inference_api.payloads import PlanInput
-from inference_api.plan import PlanOutcome
+from inference_api.plan import PlanOutcome, PlanRefusal
 from inference_api.reasons import Reason
 from inference_api.types import Phase
 from tests.factories import make_order
-from tests.workflows.world import Harness, Stand, World, delete_as_a_step_finishes
+from tests.workflows.world import FAST, Harness, Stand, World, delete_as_a_step_finishes
 from worker.worker import WORKFLOWS, workflow_runner
 from workflows.order import OrderWorkflow, ReplanOutcome
 
@@ -100,6 +100,60 @@ async def test_order_workflow_history_of_a_delete_heard_as_a_step_finishes_repla
     handle = await delete_as_a_step_finishes(temporal_client, World(first_probe="hang"), "interrupted")
     assert await handle.result() == "deleted"
     await replay(await record(handle, "v2-order-delete-as-a-step-finishes"))
+
+
+async def test_order_workflow_history_of_a_first_load_told_by_the_observer_replays(harness: Harness) -> None:
+    """The ``first-load-observed`` patch: applied with no replica ready, the workflow waits on a timer
+    until ``replica_ready``, probes once, is Ready, then deleted. Histories recorded before it (the
+    ones above, frozen: their first probe is the await_serving activity) replay as they ran."""
+    harness.world.loading.add("support/first-load")
+    handle = await harness.start(make_order("first-load"))
+    await harness.until(lambda: harness.world.applies_of("first-load"), what="applied")
+    await harness.world.let_load("first-load")
+    await harness.until(harness.phase_is(Phase.READY))
+    harness.world.delete_order("first-load")
+    await handle.signal(OrderWorkflow.delete)
+    assert await handle.result() == "deleted"
+    await replay(await record(handle, "v2-order-first-load-observed"))
+
+
+async def test_order_workflow_history_of_a_delete_while_loading_replays(harness: Harness) -> None:
+    harness.world.loading.add("support/never-loads")
+    handle = await harness.start(make_order("never-loads"))
+    await harness.until(lambda: harness.world.applies_of("never-loads"), what="applied")
+    harness.world.delete_order("never-loads")
+    await handle.signal(OrderWorkflow.delete)
+    assert await handle.result() == "deleted"
+    await replay(await record(handle, "v2-order-deleted-while-loading"))
+
+
+async def test_order_workflow_history_of_a_refused_replan_held_back_replays(harness: Harness) -> None:
+    """The ``replan-backs-off`` patch: a serving order edited to a model that fits nowhere keeps its
+    plan; a change observed within the backoff reconciles without asking the planner."""
+    order = make_order("held-back")
+    handle = await harness.start(order, FAST.model_copy(update={"retryBaseSeconds": 60}))
+    await harness.until(harness.phase_is(Phase.READY))
+    asked: list[str] = []
+
+    def refuse(_: PlanInput) -> PlanOutcome:
+        asked.append("plan")
+        return PlanOutcome(refusal=PlanRefusal(reason=Reason.NO_ACCELERATOR_WITH_ENOUGH_MEMORY, message="too big"))
+
+    edited = order.model_copy(deep=True)
+    edited.spec.model.ref.name = "meta-llama/Llama-3.1-405B-Instruct"
+    edited.metadata.generation = 2
+    harness.world.orders["support/held-back"] = edited
+    harness.world.plan = refuse
+    await handle.signal(OrderWorkflow.spec_changed, 2)
+    await harness.until(harness.phase_is(Phase.READY, Reason.LAUNCH_PLAN_IN_FORCE))
+    applies = len(harness.world.applies)
+    await handle.signal(OrderSignal.OBSERVED, ObservedChange(what="Pod support/held-back-0 ready", kind="Pod"))
+    await harness.until(lambda: len(harness.world.applies) > applies, what="reconciled")
+    assert asked == ["plan"]
+    harness.world.delete_order("held-back")
+    await handle.signal(OrderWorkflow.delete)
+    assert await handle.result() == "deleted"
+    await replay(await record(handle, "v2-order-replan-held-back"))
 
 
 async def test_preemption_workflow_history_replays(preemption_stand: Stand) -> None:

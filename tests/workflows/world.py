@@ -178,11 +178,16 @@ class World:
     # The workflows the fake observer watches, by order key, with the timings they were started with.
     handles: dict[str, WorkflowHandle[Any, Any]] = field(default_factory=dict)
     timings: dict[str, OrderTimings] = field(default_factory=dict)
-    # How the first probe answers when it differs from ``healthy`` (None: as ``healthy``); "hang"
-    # makes it wait until cancelled, as a first probe of a replica that never loads.
+    # "hang": no replica ever loads — the apply finds none ready and no ``replica_ready`` comes (a run
+    # recorded before the first load moved out of the worker waits in await_serving until cancelled).
     first_probe: str | None = None
-    # The waitSeconds each await_serving was asked for.
+    # Orders (by key) whose replicas are not ready yet: the apply finds none ready; a test tells the
+    # workflow ``replica_ready`` when it lets one load (``let_load``).
+    loading: set[str] = field(default_factory=set)
+    # The waitSeconds each await_serving (runs recorded before the patch) was asked for.
     serve_waits: list[float | None] = field(default_factory=list)
+    # The waitSeconds each probe_serving was asked for (the short probe once a replica is ready).
+    probe_waits: list[float | None] = field(default_factory=list)
     # Stands in for the apply step when set (an API server that refuses, say).
     apply_override: Callable[[ApplyInput], Awaitable[ApplyResult]] | None = None
     # When set, a status write after the first apply is held until the gate opens (``publish_held``
@@ -194,6 +199,14 @@ class World:
         """What `kubectl delete` does to an order with a finalizer: it gets a deletionTimestamp."""
         order = self.orders[_key(name)]
         order.metadata.deletionTimestamp = "2026-11-30T12:00:00Z"
+
+    async def let_load(self, name: str) -> None:
+        """A replica of the order gets ready: what the observer then tells its workflow."""
+        self.loading.discard(_key(name))
+        await self.handles[_key(name)].signal(OrderSignal.REPLICA_READY, 1)
+
+    def ready_replicas(self, key: str) -> int:
+        return 0 if self.first_probe == "hang" or key in self.loading else 1
 
     @overload
     def last(self) -> StatusUpdate: ...
@@ -252,7 +265,7 @@ class World:
                     endpoint=endpoint,
                     authSecretName=f"{request.ref.name}-auth",
                     constraints=ConstraintsStatus(minReplicas=1, maxReplicas=2),
-                    readyReplicas=1,
+                    readyReplicas=world.ready_replicas(request.ref.key),
                 )
             policy = request.cls.spec.scalingPolicy
             assert policy is not None
@@ -266,19 +279,24 @@ class World:
             return ApplyResult(
                 endpoint=endpoint,
                 constraints=constraints_status(request.cls, None, request.replicaCeiling),
-                readyReplicas=max(1, sim.placed),
+                readyReplicas=max(1, sim.placed) if world.ready_replicas(request.ref.key) else 0,
             )
 
         @activity.defn(name=act.AWAIT_SERVING)
         async def await_serving(request: ProbeInput) -> ProbeResult:
             world.serve_waits.append(request.waitSeconds)
-            if world.first_probe == "hang":
-                while True:  # a replica that never loads: only a cancellation ends the wait
-                    activity.heartbeat("no replica is ready yet")
-                    await asyncio.sleep(0.1)
+            while not world.ready_replicas(request.ref.key):
+                # a replica that does not load: only a cancellation (or the load) ends the wait
+                activity.heartbeat("no replica is ready yet")
+                await asyncio.sleep(0.1)
             return ProbeResult(
                 ok=world.healthy, workloadReady=True, detail="200 /v1/models" if world.healthy else "503"
             )
+
+        @activity.defn(name=act.PROBE_SERVING)
+        async def probe_serving(request: ProbeInput) -> ProbeResult:
+            world.probe_waits.append(request.waitSeconds)
+            return ProbeResult(ok=world.healthy, detail="200 /v1/models" if world.healthy else "503")
 
         @activity.defn(name=act.PUBLISH_STATUS)
         async def publish_status(update: StatusUpdate) -> None:
@@ -305,6 +323,7 @@ class World:
             plan_launch,
             apply_workload,
             await_serving,
+            probe_serving,
             publish_status,
             record_event,
             finalize_order,

@@ -245,16 +245,31 @@ def _condition(order: Obj | None, type_: ConditionType) -> Mapping[str, Any] | N
 
 
 def awaiting_replicas(order: Obj | None) -> bool:
-    """The order is being brought up (its status does not say it serves): the workflow waits for its
-    replicas itself, in the step after its apply, and news of them would only make it reconcile and
-    apply again. Except once that wait gave up (Ready=False/HealthCheckFailed): the workflow then
-    sleeps on a backoff timer, and a replica turning ready is worth a reconcile now."""
+    """The order is being brought up (its status does not say it serves): its workflow waits, in the
+    step after its apply, for ``replica_ready`` (``replica_got_ready``), and other news of its replicas
+    would only make it reconcile and apply again. Except once that wait gave up
+    (Ready=False/HealthCheckFailed): the workflow then sleeps on a backoff timer, and a replica
+    turning ready is worth a reconcile now."""
     if serving(order) != Serving.NO:
         return False
     ready = _condition(order, ConditionType.READY)
     return not (
         ready is not None and ready.get("status") == "False" and ready.get("reason") == Reason.HEALTH_CHECK_FAILED.value
     )
+
+
+def replica_got_ready(event_type: str, old: Obj | None, new: Obj | None) -> int | None:
+    """A StatefulSet event of a loading order (``awaiting_replicas``) → the ready replicas to tell its
+    workflow (``replica_ready``), or None: when its first replica got ready, or a listing (the
+    observer started again) shows one ready — the workflow waits for this signal, not an activity."""
+    if event_type == DELETED or new is None:
+        return None
+    ready = ready_replicas(new)
+    if ready < 1:
+        return None
+    if event_type in (SYNC, ADDED) or old is None or ready_replicas(old) < 1:
+        return ready
+    return None
 
 
 def owned_change(

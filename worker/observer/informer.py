@@ -40,6 +40,7 @@ STATEFULSET = "StatefulSet"
 POD = "Pod"
 SERVICE = "Service"
 INGRESS = "Ingress"
+NETWORK_POLICY = "NetworkPolicy"
 SECRET = "Secret"
 HPA = "HorizontalPodAutoscaler"
 CLAIM_TEMPLATE = "ResourceClaimTemplate"
@@ -55,6 +56,7 @@ KIND_LABELS = {
     POD: "pod",
     SERVICE: "service",
     INGRESS: "ingress",
+    NETWORK_POLICY: "networkpolicy",
     SECRET: "secret",
     HPA: "hpa",
     CLAIM_TEMPLATE: "resourceclaimtemplate",
@@ -64,7 +66,7 @@ KIND_LABELS = {
 }
 
 # Objects an order owns (or, for Pods, its StatefulSet does): every one carries the module's labels.
-OWNED_KINDS = (STATEFULSET, SERVICE, INGRESS, SECRET, HPA, CLAIM_TEMPLATE)
+OWNED_KINDS = (STATEFULSET, SERVICE, INGRESS, NETWORK_POLICY, SECRET, HPA, CLAIM_TEMPLATE)
 CATALOG_KINDS = (MODEL, CLUSTER_MODEL)
 MODULE_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 
@@ -142,6 +144,7 @@ def resources(api: ApiClient, catalog: bool) -> list[Resource]:
         Resource(SERVICE, core.list_service_for_all_namespaces, MODULE_SELECTOR),
         Resource(SECRET, core.list_secret_for_all_namespaces, MODULE_SELECTOR, metadata_only=True),
         Resource(INGRESS, _custom(custom, "networking.k8s.io", "v1", "ingresses"), MODULE_SELECTOR),
+        Resource(NETWORK_POLICY, _custom(custom, "networking.k8s.io", "v1", "networkpolicies"), MODULE_SELECTOR),
         Resource(HPA, _custom(custom, "autoscaling", "v2", "horizontalpodautoscalers"), MODULE_SELECTOR),
         Resource(
             CLAIM_TEMPLATE, _custom(custom, resource_group, resource_version, "resourceclaimtemplates"), MODULE_SELECTOR

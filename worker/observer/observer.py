@@ -1,8 +1,8 @@
 """The observer (``ai-inference watch``): Kubernetes changes and probe verdicts become order signals.
 
 Informers on orders, classes, what orders own (by the module's labels: StatefulSets and their Pods,
-Services, Ingresses, Secrets — their metadata only —, HPAs, ResourceClaimTemplates), PriorityClasses
-and, with the catalog enabled, Model/ClusterModel. Each change goes through a pure decision (``decisions``); what the
+Services, Ingresses, NetworkPolicies, Secrets — their metadata only —, HPAs, ResourceClaimTemplates),
+PriorityClasses and, with the catalog enabled, Model/ClusterModel. Each change goes through a pure decision (``decisions``); what the
 workflow acts on is queued in the outbox (retried, never dropped), changes of one order within
 ``observer.debounceSeconds`` coalesced into one signal. Health is probed here (``prober``), and a
 periodic resync compares the listing with Temporal (``resync``). Stateless: what it remembers (the
@@ -235,7 +235,18 @@ class Observer:
                 self._forget(uid)
             elif not d.deleting(obj):
                 self.mark_scaling(obj)
+                if change.type == d.SYNC:
+                    self._tell_ready_replica(obj)
         ORDERS_KNOWN.set(len(self.my_orders))
+
+    def _tell_ready_replica(self, order: d.Obj) -> None:
+        """After a (re)start: a loading order whose StatefulSet, listed before it, has a ready replica
+        is told so (the StatefulSet's own listing found no order to tell)."""
+        if not d.awaiting_replicas(order):
+            return
+        ready = d.replica_got_ready(d.SYNC, None, self._owned(inf.STATEFULSET, order))
+        if ready is not None:
+            self.outbox.put(signal_to(d.order_ref(order), OrderSignal.REPLICA_READY, [ready]))
 
     def _index_order(self, key: str, obj: d.Obj) -> None:
         class_name = str((obj.get("spec") or {}).get("inferenceServiceClassName") or "")
@@ -299,8 +310,14 @@ class Observer:
         order = self.order_of(change.obj)
         if order is None or d.deleting(order) or not self.mine(str(d.meta(order).get("uid"))):
             return
-        replicas = not d.awaiting_replicas(order)
-        what = d.owned_change(kind, change.type, change.old, change.new, self.ignored_annotations, replicas)
+        awaiting = d.awaiting_replicas(order)
+        if awaiting and kind == inf.STATEFULSET:
+            ready = d.replica_got_ready(change.type, change.old, change.new)
+            if ready is not None:
+                # Not debounced: the order's first load ends with this.
+                self.outbox.put(signal_to(d.order_ref(order), OrderSignal.REPLICA_READY, [ready]))
+                log.info("replica ready", order=d.object_key(order), ready=ready)
+        what = d.owned_change(kind, change.type, change.old, change.new, self.ignored_annotations, not awaiting)
         if what is not None:
             self.observe(order, kind, what)
         if kind == inf.HPA:
