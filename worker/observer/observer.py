@@ -2,7 +2,8 @@
 
 Informers on orders, classes, what orders own (by the module's labels: StatefulSets and their Pods,
 Services, Ingresses, NetworkPolicies, Secrets — their metadata only —, HPAs, ResourceClaimTemplates),
-PriorityClasses and, with the catalog enabled, Model/ClusterModel. Each change goes through a pure decision (``decisions``); what the
+PriorityClasses and, with the catalog enabled, Model/ClusterModel. Each change goes through a pure
+decision (``decisions``); what the
 workflow acts on is queued in the outbox (retried, never dropped), changes of one order within
 ``observer.debounceSeconds`` coalesced into one signal. Health is probed here (``prober``), and a
 periodic resync compares the listing with Temporal (``resync``). Stateless: what it remembers (the
