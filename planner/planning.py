@@ -38,11 +38,12 @@ in ``planner.recipe_choice``; the recipe tables, loaded once.
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from inference_api.plan import LaunchPlan, LaunchPlanRequest, PlanOutcome
-from planner.fit import Candidate, fit
-from planner.inventory import InventorySnapshot
+from planner.fit import Candidate, Judge, PodRequests, fit
+from planner.fragmentation import RecentDemand, workload_of
+from planner.inventory import InventorySnapshot, Toleration
 from planner.model_facts import estimate_cpu, estimate_memory_gib, estimate_model_volume_gib, weights_gib
 from planner.placement import place
 from planner.policy import effective_policy
@@ -52,35 +53,85 @@ from planner.refusals import Trace, fit_refusal, runtime_refusal, undecidable_re
 from planner.snapshot import SnapshotIndex
 
 
+class ExplicitDemand(BaseModel):
+    """What an order asks for outright, instead of what its model's facts imply (a replayed trace's
+    task): exactly ``deviceCount`` devices of one node, and the pod's CPU and memory requests."""
+
+    model_config = ConfigDict(extra="forbid")
+    deviceCount: int | None = Field(default=None, ge=1)
+    cpuMilli: int | None = Field(default=None, ge=0)
+    memoryMiB: int | None = Field(default=None, ge=0)
+
+
 class PlanningRequest(LaunchPlanRequest):
-    """What the planning function judges: the F2-09 body plus the planner's inventory snapshot."""
+    """What the planning function judges: the F2-09 body plus the planner's inventory snapshot, the
+    tolerations the replicas' pods carry (module settings ``workload.tolerations``), the kinds of
+    orders that came recently (for the fragmentation-aware choice) and, rarely, an explicit demand."""
 
     inventory: InventorySnapshot = Field(default_factory=InventorySnapshot)
+    tolerations: list[Toleration] = Field(default_factory=list)
+    recentDemands: list[RecentDemand] | None = Field(
+        default=None, description="None or empty: best fit alone chooses among the places that fit."
+    )
+    demand: ExplicitDemand | None = None
 
 
 def plan_launch(request: PlanningRequest, recipes: RecipeBook | None = None) -> PlanOutcome:
     """Plan one order on one inventory snapshot. ``recipes`` defaults to the shipped tables."""
+    return plan_launch_traced(request, recipes)[0]
+
+
+def plan_launch_traced(request: PlanningRequest, recipes: RecipeBook | None = None) -> tuple[PlanOutcome, Trace]:
+    """``plan_launch`` with what each stage saw, and why the chosen place won (``Trace.choice``)."""
     book = recipes or load_recipe_book()
     policy = effective_policy(request.acceleratorPolicy)
     trace = Trace()
     index = SnapshotIndex(request.inventory)
+    workload = workload_of(request.recentDemands) if request.recentDemands else None
+    demand = request.demand
+    judge = Judge(
+        index,
+        request.tolerations,
+        PodRequests(demand.cpuMilli, demand.memoryMiB) if demand else None,
+        workload,
+        demand.deviceCount if demand else None,
+    )
 
-    placement = place(index, policy, book, trace)
+    placement = place(index, policy, book, trace, by_free=judge.workload is None)
     if not placement.slots:
-        return undecidable_refusal(request, policy, trace)
+        return undecidable_refusal(request, policy, trace), trace
 
     choices = choose_recipes(request, book, placement.slots, placement.families, trace)
     runnable = [shape for shape in placement.shapes if shape.family in choices]
     if not runnable:
-        return runtime_refusal(request, trace)
+        return runtime_refusal(request, trace), trace
 
-    feasible, sized_classes = fit(request, policy, index, runnable, choices, trace)
+    feasible, sized_classes = fit(request, policy, index, runnable, choices, trace, judge)
     if feasible:
-        return PlanOutcome(plan=_launch_plan(min(feasible, key=Candidate.rank)))
-    return fit_refusal(request, policy, choices, sized_classes, trace)
+        ranked = sorted(feasible, key=Candidate.rank)
+        best = ranked[0]
+        trace.choice = explain_choice(ranked, judge.workload is not None)
+        return PlanOutcome(plan=_launch_plan(best, judge)), trace
+    return fit_refusal(request, policy, choices, sized_classes, trace), trace
 
 
-def _launch_plan(best: Candidate) -> LaunchPlan:
+def explain_choice(ranked: list[Candidate], fragmentation: bool) -> str:
+    """Why the first candidate won, in one line."""
+    best = ranked[0]
+    where = f"{best.devices[0].node}/{','.join(d.name for d in best.devices)}"
+    if not fragmentation:
+        return f"{where}: best fit ({best.freeMiB:.0f} MiB free before), among {len(ranked)} place(s) that fit"
+    runner = next((c for c in ranked[1:] if c.devices[0].node != best.devices[0].node), None)
+    text = (
+        f"{where}: the node's expected fragmentation grows by {best.fragDelta:.1f} % of a device against the "
+        f"recent orders, the least among {len(ranked)} place(s) that fit"
+    )
+    if runner is not None:
+        text += f" (next: {runner.devices[0].node}, +{runner.fragDelta:.1f}); best fit breaks ties"
+    return text
+
+
+def _launch_plan(best: Candidate, judge: Judge) -> LaunchPlan:
     """The plan of the chosen candidate: where, how much, the rendered recipe, the estimates."""
     device = best.devices[0]
     choice = best.choice
@@ -98,8 +149,8 @@ def _launch_plan(best: Candidate) -> LaunchPlan:
         deviceCount=best.count,
         sharePercent=best.share.percent,
         memoryRequestMiB=best.perDeviceNeedMiB if best.share.memory_request_needed else None,
-        cpu=estimate_cpu(best.count),
-        memory=f"{estimate_memory_gib(weights)}Gi",
+        cpu=estimate_cpu(best.count) if judge.demand.cpuMilli is None else f"{judge.demand.cpuMilli}m",
+        memory=f"{estimate_memory_gib(weights)}Gi" if judge.demand.memoryMiB is None else f"{judge.demand.memoryMiB}Mi",
         modelVolumeGiB=choice.modelVolumeGiB or estimate_model_volume_gib(weights),
         recipe=recipe,
         nodeName=device.node,
@@ -108,4 +159,4 @@ def _launch_plan(best: Candidate) -> LaunchPlan:
     )
 
 
-__all__ = ["PlanningRequest", "plan_launch"]
+__all__ = ["ExplicitDemand", "PlanningRequest", "explain_choice", "plan_launch", "plan_launch_traced"]

@@ -14,6 +14,7 @@ from inference_api.reasons import Reason
 from inference_api.types import PlacementType
 from planner.cel_selectors import SelectorError
 from planner.inventory import Device
+from planner.nodes import NodeProblem
 from planner.policy import EffectivePolicy
 from planner.recipes import RecipeChoice, RecipeFailure, RecipeProblem
 from planner.share import ShareDecision
@@ -35,6 +36,10 @@ class Trace:
     # Stages 3 and 4.
     tooSmall: list[tuple[str, Device, int, ShareDecision]] = field(default_factory=list)
     busy: list[tuple[str, Device]] = field(default_factory=list)
+    # Node name → why the scheduler would not bind the replica's pod there (``planner.nodes``).
+    nodeProblems: dict[str, NodeProblem] = field(default_factory=dict)
+    # How the chosen candidate won (fragmentation, best fit), for logs and the plan's explanation.
+    choice: str | None = None
 
 
 def refuse(reason: Reason, message: str) -> PlanOutcome:
