@@ -79,14 +79,25 @@ class Judge:
         demand: PodRequests | None = None,
         workload: Workload | None = None,
         device_count: int | None = None,
+        *,
+        judge_nodes: bool = True,
+        node_selector: Mapping[str, str] | None = None,
     ) -> None:
         self.index = index
+        self.nodeSelector = dict(node_selector or {})
+        self.judgeNodes = judge_nodes
         self.tolerations = tuple(tolerations)
         self.demand = demand or PodRequests()
         self.workload = workload if workload is not None and not workload.empty else None
         self.deviceCount = device_count
         # What else a node's judgement depends on, for results kept across plans.
-        self.context = (self.workload.serial if self.workload else 0, repr(self.tolerations), device_count)
+        self.context = (
+            self.workload.serial if self.workload else 0,
+            repr(self.tolerations),
+            repr(sorted(self.nodeSelector.items())),
+            device_count,
+            judge_nodes,
+        )
         self.problems: dict[str, NodeProblem] = {}
         self._node: dict[tuple[str, int, int], NodeProblem | None] = {}
         self._before: dict[str, _NodeState] = {}
@@ -104,14 +115,16 @@ class Judge:
     def node_problem(self, node: str, count: int, choice: RecipeChoice) -> NodeProblem | None:
         """Why the node cannot take the replica's pod (recorded for the refusal), None when it can."""
         nodes = self.index.nodes
-        if nodes is None:
+        if nodes is None or not self.judgeNodes:
             return None
         key = (node, count, id(choice))
         if key in self._node:
             return self._node[key]
         record = nodes.get(node)
         problem = (
-            NodeProblem.MISSING if record is None else node_problem(record, self.pod(count, choice), self.tolerations)
+            NodeProblem.MISSING
+            if record is None
+            else node_problem(record, self.pod(count, choice), self.tolerations, node_selector=self.nodeSelector)
         )
         self._node[key] = problem
         if problem is not None:

@@ -146,6 +146,7 @@ class Node(_Model):
     podCount: int = Field(default=0, ge=0, description="Pods bound to the node (not finished).")
     taints: list[Taint] = Field(default_factory=list)
     unschedulable: bool = Field(default=False, description="spec.unschedulable (cordoned).")
+    labels: dict[str, str] = Field(default_factory=dict, description="For the workloads' nodeSelector.")
 
 
 class InventorySnapshot(_Model):

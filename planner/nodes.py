@@ -9,7 +9,7 @@ TaintToleration and NodeResourcesFit filters; a node the snapshot does not descr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -21,6 +21,7 @@ BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 class NodeProblem(StrEnum):
     MISSING = "missing"
     CORDONED = "cordoned"
+    SELECTOR = "selector"
     TAINTED = "tainted"
     PODS = "pods"
     CPU = "cpu"
@@ -62,6 +63,7 @@ def node_problem(
     tolerations: Sequence[Toleration],
     extra_cpu_milli: int = 0,
     extra_memory_mib: int = 0,
+    node_selector: Mapping[str, str] | None = None,
 ) -> NodeProblem | None:
     """Why the node cannot take the pod, or None when it can. ``extra_*`` are what is already held
     there beyond the node's own record (bookings not yet bound)."""
@@ -69,6 +71,8 @@ def node_problem(
         return None
     if node.unschedulable:
         return NodeProblem.CORDONED
+    if node_selector and any(node.labels.get(k) != v for k, v in node_selector.items()):
+        return NodeProblem.SELECTOR
     if untolerated(node, tolerations):
         return NodeProblem.TAINTED
     if node.pods is not None and node.podCount + 1 > node.pods:

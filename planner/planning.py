@@ -49,7 +49,7 @@ from planner.placement import place
 from planner.policy import effective_policy
 from planner.recipe_choice import choose_recipes
 from planner.recipes import RecipeBook, load_recipe_book, render_recipe
-from planner.refusals import Trace, fit_refusal, runtime_refusal, undecidable_refusal
+from planner.refusals import Trace, fit_refusal, node_refusal, runtime_refusal, undecidable_refusal
 from planner.snapshot import SnapshotIndex
 
 
@@ -70,6 +70,7 @@ class PlanningRequest(LaunchPlanRequest):
 
     inventory: InventorySnapshot = Field(default_factory=InventorySnapshot)
     tolerations: list[Toleration] = Field(default_factory=list)
+    nodeSelector: dict[str, str] = Field(default_factory=dict, description="module settings workload.nodeSelector")
     recentDemands: list[RecentDemand] | None = Field(
         default=None, description="None or empty: best fit alone chooses among the places that fit."
     )
@@ -95,6 +96,7 @@ def plan_launch_traced(request: PlanningRequest, recipes: RecipeBook | None = No
         PodRequests(demand.cpuMilli, demand.memoryMiB) if demand else None,
         workload,
         demand.deviceCount if demand else None,
+        node_selector=request.nodeSelector,
     )
 
     placement = place(index, policy, book, trace, by_free=judge.workload is None)
@@ -112,6 +114,14 @@ def plan_launch_traced(request: PlanningRequest, recipes: RecipeBook | None = No
         best = ranked[0]
         trace.choice = explain_choice(ranked, judge.workload is not None)
         return PlanOutcome(plan=_launch_plan(best, judge)), trace
+    if trace.nodeProblems:
+        # Would a device have room if the nodes were not judged? Then the nodes are what is missing.
+        unjudged = Judge(index, (), judge.demand, None, judge.deviceCount, judge_nodes=False)
+        found, _ = fit(request, policy, index, runnable, choices, Trace(), unjudged)
+        if found:
+            best = min(found, key=Candidate.rank)
+            pod = judge.pod(best.count, best.choice)
+            return node_refusal(request, trace, pod.cpuMilli, pod.memoryMiB), trace
     return fit_refusal(request, policy, choices, sized_classes, trace), trace
 
 

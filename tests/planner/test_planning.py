@@ -143,7 +143,7 @@ def test_request_and_outcome_travel_as_json() -> None:
     again = PlanningRequest.model_validate_json(request.model_dump_json())
     assert again == request
     # The controller's body is the same request without what the planner adds itself.
-    planner_side = {"inventory", "tolerations", "recentDemands", "demand"}
+    planner_side = {"inventory", "tolerations", "nodeSelector", "recentDemands", "demand"}
     body = LaunchPlanRequest.model_validate_json(request.model_dump_json(exclude=planner_side))
     assert body.facts.modelName == AWQ_32B
     outcome = plan_launch(request)
