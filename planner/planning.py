@@ -38,12 +38,15 @@ in ``planner.recipe_choice``; the recipe tables, loaded once.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from inference_api.plan import LaunchPlan, LaunchPlanRequest, PlanOutcome
 from planner.fit import Candidate, Judge, PodRequests, fit
 from planner.fragmentation import RecentDemand, workload_of
-from planner.inventory import InventorySnapshot, Toleration
+from planner.inventory import Device, InventorySnapshot, Toleration
 from planner.model_facts import estimate_cpu, estimate_memory_gib, estimate_model_volume_gib, weights_gib
 from planner.placement import place
 from planner.policy import effective_policy
@@ -125,6 +128,31 @@ def plan_launch_traced(request: PlanningRequest, recipes: RecipeBook | None = No
     return fit_refusal(request, policy, choices, sized_classes, trace), trace
 
 
+# The attribute a GPU driver publishes that tells each device apart (NVIDIA's and the gpu module's).
+UNIQUE_ATTRIBUTE = "uuid"
+
+
+def device_selector(devices: Sequence[Device]) -> str | None:
+    """The CEL expression that selects exactly these devices, by their unique attribute; None when one
+    of them publishes none (the plan then cannot pin the devices, only the node)."""
+    values: list[str] = []
+    domains: set[str] = set()
+    for device in devices:
+        own = device.attributes.get(UNIQUE_ATTRIBUTE)
+        qualified = device.attributes.get(f"{device.driver}/{UNIQUE_ATTRIBUTE}")
+        value = own if own is not None else qualified
+        if not isinstance(value, str) or not value:
+            return None
+        values.append(value)
+        domains.add(device.driver)
+    if len(domains) != 1:
+        return None
+    attribute = f'device.attributes["{domains.pop()}"].{UNIQUE_ATTRIBUTE}'
+    if len(values) == 1:
+        return f"{attribute} == {json.dumps(values[0])}"
+    return f"{attribute} in [{', '.join(json.dumps(v) for v in values)}]"
+
+
 def explain_choice(ranked: list[Candidate], fragmentation: bool) -> str:
     """Why the first candidate won, in one line."""
     best = ranked[0]
@@ -165,6 +193,7 @@ def _launch_plan(best: Candidate, judge: Judge) -> LaunchPlan:
         recipe=recipe,
         nodeName=device.node,
         deviceNames=[d.name for d in best.devices],
+        deviceSelector=device_selector(best.devices),
         modelMemoryMiB=best.perDeviceNeedMiB,
     )
 
