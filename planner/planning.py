@@ -129,6 +129,23 @@ def plan_launch_traced(request: PlanningRequest, recipes: RecipeBook | None = No
     return fit_refusal(request, policy, choices, sized_classes, trace), trace
 
 
+def stranded_devices(snapshot: InventorySnapshot, demands: Sequence[RecentDemand]) -> float:
+    """Free accelerator capacity, in devices, that the recent orders could not use where it lies: the
+    nodes' expected fragmentation (``planner.fragmentation``) summed over the cluster. 0 without
+    recent demands."""
+    if not demands:
+        return 0.0
+    workload = workload_of(demands)
+    if workload.empty:
+        return 0.0
+    index = SnapshotIndex(snapshot)
+    judge = Judge(index, workload=workload)
+    total = 0.0
+    for node in index.byNode:
+        total += judge.state(node, index.base).before
+    return total / 100
+
+
 # The attribute a GPU driver publishes that tells each device apart (NVIDIA's and the gpu module's).
 UNIQUE_ATTRIBUTE = "uuid"
 
@@ -199,4 +216,11 @@ def _launch_plan(best: Candidate, judge: Judge) -> LaunchPlan:
     )
 
 
-__all__ = ["ExplicitDemand", "PlanningRequest", "explain_choice", "plan_launch", "plan_launch_traced"]
+__all__ = [
+    "ExplicitDemand",
+    "PlanningRequest",
+    "explain_choice",
+    "plan_launch",
+    "plan_launch_traced",
+    "stranded_devices",
+]

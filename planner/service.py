@@ -62,7 +62,7 @@ from inference_api.types import CLASSES, GROUP
 from planner.bookings import Booking, OrderClaim, prune, reserve
 from planner.fragmentation import RecentDemand
 from planner.inventory import InventorySnapshot
-from planner.planning import PlanningRequest, plan_launch, plan_launch_traced
+from planner.planning import PlanningRequest, plan_launch, plan_launch_traced, stranded_devices
 from planner.quantity import Quantity
 from planner.recipes import RecipeBook, load_recipe_book
 
@@ -456,6 +456,7 @@ class BookingLedger:
         self._bookings: dict[str, Booking] = {}
         self._lock = threading.Lock()
         self.recent = RecentOrders()
+        self._last: InventorySnapshot | None = None
 
     def bookings(self) -> list[Booking]:
         with self._lock:
@@ -492,7 +493,15 @@ class BookingLedger:
                 log.debug("planner: planned", holder=holder, choice=trace.choice)
             if holder is not None and outcome.plan is not None:
                 self._bookings[holder] = Booking.of_plan(holder, outcome.plan, now)
+            self._last = reservation.snapshot
             return outcome
+
+    def stranded(self) -> float:
+        """What the last plan's snapshot leaves stranded against the recent orders (computed when asked:
+        a scrape, not a plan, pays for it)."""
+        with self._lock:
+            last, demands = self._last, self.recent.demands()
+        return stranded_devices(last, demands) if last is not None else 0.0
 
 
 class RecentOrders:
@@ -586,6 +595,13 @@ def create_app(
         "ai_inference_planner_bookings", "Plans booked and not yet settled by their claims.", registry=metrics
     )
     bookings_held.set_function(lambda: len(ledger.bookings()) if ledger is not None else 0)
+    stranded = Gauge(
+        "ai_inference_planner_stranded_devices",
+        "Free accelerator capacity, in devices, left in fragments the recent orders could not use (the nodes' "
+        "expected fragmentation against the kinds of the last plans), as of the last plan.",
+        registry=metrics,
+    )
+    stranded.set_function(lambda: ledger.stranded() if ledger is not None else 0.0)
     metrics_app = make_asgi_app(registry=metrics)
 
     def plan_once(body: LaunchPlanRequest) -> PlanOutcome:
