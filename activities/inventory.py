@@ -60,6 +60,8 @@ SHARE_PERCENT = "sharePercent"
 
 Obj = dict[str, Any]
 
+_NODES_UNREADABLE_LOGGED = False
+
 
 # ------------------------------------------------------------------------------ reads
 
@@ -144,7 +146,10 @@ def _read_nodes(api: ApiClient, timeout: float | None) -> list[Node] | None:
         pods = json.loads(core.list_pod_for_all_namespaces(field_selector=running, **kwargs).data).get("items") or []
     except ApiException as err:
         if err.status in (401, 403, 404):
-            log.warning("nodes or pods not readable: the planner does not judge nodes", status=err.status)
+            global _NODES_UNREADABLE_LOGGED
+            if not _NODES_UNREADABLE_LOGGED:  # once a process: every plan reads them
+                log.warning("nodes or pods not readable: the planner does not judge nodes", status=err.status)
+                _NODES_UNREADABLE_LOGGED = True
             return None
         raise
     return build_nodes(nodes, pods)
