@@ -59,7 +59,7 @@ from starlette.routing import Route
 from inference_api.plan import LaunchPlan, LaunchPlanRequest, PlanOutcome
 from inference_api.settings import PLANNER_AUDIENCE
 from inference_api.types import CLASSES, GROUP
-from planner.bookings import Booking, OrderClaim, prune, reserve
+from planner.bookings import Booking, OrderClaim, prune, reserve, with_booked_pods
 from planner.fragmentation import RecentDemand
 from planner.inventory import InventorySnapshot
 from planner.planning import PlanningRequest, plan_launch, plan_launch_traced, stranded_devices
@@ -484,16 +484,15 @@ class BookingLedger:
                     "planner: reservations with room nowhere (the cluster is over-committed)",
                     holders=sorted({n.holder for n in reservation.unplaced}),
                 )
-            request = PlanningRequest(
-                **dict(body), inventory=reservation.snapshot, recentDemands=self.recent.demands() or None
-            )
+            snapshot = with_booked_pods(reservation, self._bookings.values())
+            request = PlanningRequest(**dict(body), inventory=snapshot, recentDemands=self.recent.demands() or None)
             outcome, trace = plan_launch_traced(request, book)
             if outcome.plan is not None:
                 self.recent.add(outcome.plan)
                 log.debug("planner: planned", holder=holder, choice=trace.choice)
             if holder is not None and outcome.plan is not None:
                 self._bookings[holder] = Booking.of_plan(holder, outcome.plan, now)
-            self._last = reservation.snapshot
+            self._last = snapshot
             return outcome
 
     def stranded(self) -> float:

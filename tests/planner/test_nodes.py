@@ -113,3 +113,24 @@ def test_nodes_from_the_api_objects() -> None:
     assert n1.taints == [Taint(key="gpu", effect="NoSchedule")]
     assert n1.labels == {"pool": "gpu"}
     assert node_problem(n1, PodDemand(0, 0), []) is NodeProblem.CORDONED
+
+
+def test_booked_pods_hold_their_nodes_cpu_until_they_are_bound() -> None:
+    from planner.bookings import Booking, reserve, with_booked_pods
+
+    node = Node(name="n1", cpuMilli=10000, memoryMiB=1024 * 1024)
+    inventory = snapshot(node)
+    inventory.devices.extend(device(f"gpu-{i}", "n1", "Tesla T4", "turing", 16, shareable=True) for i in (1, 2))
+    inventory = InventorySnapshot(devices=inventory.devices, deviceClasses=inventory.deviceClasses, nodes=[node])
+    bookings: list[Booking] = []
+    for holder in ("ns/a", "ns/b"):
+        booked = with_booked_pods(reserve(inventory, bookings, []), bookings)
+        outcome = plan(booked, holder=holder)
+        assert outcome.plan is not None, outcome.refusal  # type: ignore[attr-defined]
+        assert outcome.plan.cpu == "4"  # type: ignore[attr-defined]
+        bookings.append(Booking.of_plan(holder, outcome.plan, 0.0))  # type: ignore[attr-defined]
+    booked = with_booked_pods(reserve(inventory, bookings, []), bookings)
+    assert booked.nodes is not None
+    assert booked.nodes[0].requestedCpuMilli == 8000
+    # A third pod of 4 cores does not fit the 2 left, though a T4 is free.
+    assert plan(booked, holder="ns/c").refusal.reason is Reason.NO_SCHEDULABLE_NODE  # type: ignore[attr-defined]
