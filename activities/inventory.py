@@ -36,7 +36,16 @@ from kubernetes.client.exceptions import ApiException
 from activities.builders.common import LABEL_ORDER
 from inference_api.gpu_types import GPU_GROUP, GPU_PLURAL, GPU_VERSION
 from inference_api.types import PlacementType
-from planner.inventory import GPU_DRIVER, AttributeValue, Device, DeviceAllocation, DeviceClass, InventorySnapshot
+from planner.inventory import (
+    GPU_DRIVER,
+    AttributeValue,
+    Device,
+    DeviceAllocation,
+    DeviceClass,
+    InventorySnapshot,
+    Node,
+    Taint,
+)
 from planner.quantity import MIB, Quantity, QuantityError
 
 log = structlog.get_logger(__name__)
@@ -50,6 +59,8 @@ MEMORY = "memory"
 SHARE_PERCENT = "sharePercent"
 
 Obj = dict[str, Any]
+
+_NODES_UNREADABLE_LOGGED = False
 
 
 # ------------------------------------------------------------------------------ reads
@@ -100,9 +111,11 @@ def read_inventory(
     *,
     drivers: Collection[str] = (GPU_DRIVER,),
     timeout: float | None = None,
+    judge_nodes: bool = True,
 ) -> InventorySnapshot:
     """The cluster's inventory as the planner judges it: devices of ``drivers``, every DeviceClass,
-    and what allocated ResourceClaims hold. ``timeout`` bounds each API call (seconds)."""
+    what allocated ResourceClaims hold and (``judge_nodes``) the nodes with what their pods request.
+    ``timeout`` bounds each API call (seconds)."""
     custom = CustomObjectsApi(api)
     classes = list(_list_cluster(custom, RESOURCE_GROUP, RESOURCE_VERSION, "deviceclasses", timeout))
     slices = list(_list_cluster(custom, RESOURCE_GROUP, RESOURCE_VERSION, "resourceslices", timeout))
@@ -116,7 +129,30 @@ def read_inventory(
     pods: dict[tuple[str, str], str] | None = None
     if any(_needs_pods(c, drivers) for c in claims):
         pods = _order_pods(api, timeout)
-    return build_snapshot(classes, slices, claims, gpus, pods or {}, drivers=drivers)
+    nodes = _read_nodes(api, timeout) if judge_nodes else None
+    return build_snapshot(classes, slices, claims, gpus, pods or {}, drivers=drivers, nodes=nodes)
+
+
+def _read_nodes(api: ApiClient, timeout: float | None) -> list[Node] | None:
+    """The nodes as the scheduler judges them, from Nodes and the pods bound to them; None (nodes
+    not judged) when either cannot be read (the role lacks them)."""
+    kwargs: dict[str, Any] = {"_preload_content": False}
+    if timeout is not None:
+        kwargs["_request_timeout"] = timeout
+    core = CoreV1Api(api)
+    try:
+        nodes = json.loads(core.list_node(**kwargs).data).get("items") or []
+        running = "status.phase!=Succeeded,status.phase!=Failed"
+        pods = json.loads(core.list_pod_for_all_namespaces(field_selector=running, **kwargs).data).get("items") or []
+    except ApiException as err:
+        if err.status in (401, 403, 404):
+            global _NODES_UNREADABLE_LOGGED
+            if not _NODES_UNREADABLE_LOGGED:  # once a process: every plan reads them
+                log.warning("nodes or pods not readable: the planner does not judge nodes", status=err.status)
+                _NODES_UNREADABLE_LOGGED = True
+            return None
+        raise
+    return build_nodes(nodes, pods)
 
 
 # ----------------------------------------------------------------------- pure mapping
@@ -130,8 +166,10 @@ def build_snapshot(
     order_pods: Mapping[tuple[str, str], str],
     *,
     drivers: Collection[str] = (GPU_DRIVER,),
+    nodes: list[Node] | None = None,
 ) -> InventorySnapshot:
-    """The snapshot from the objects as the API server returns them (plain dicts). Pure."""
+    """The snapshot from the objects as the API server returns them (plain dicts). Pure. ``nodes``
+    (``build_nodes``): None, nodes are not judged."""
     classes = [_device_class(obj) for obj in sorted(device_classes, key=lambda o: o["metadata"]["name"])]
     raw_devices = list(_slice_devices(resource_slices, drivers))
     gpus = _index_gpus(physical_gpus)
@@ -155,7 +193,91 @@ def build_snapshot(
             continue  # allocated on a device no current slice publishes (a pool being replaced)
         device = devices[index]
         devices[index] = device.model_copy(update={"allocations": [_allocation(device, h) for h in held]})
-    return InventorySnapshot(devices=devices, deviceClasses=classes)
+    return InventorySnapshot(devices=devices, deviceClasses=classes, nodes=nodes)
+
+
+def build_nodes(nodes: list[Obj], pods: list[Obj]) -> list[Node]:
+    """Nodes as the scheduler judges them (NodeResourcesFit, TaintToleration, NodeUnschedulable):
+    allocatable CPU, memory and pods; what the pods bound there and not finished request (the larger
+    of the containers' sum and the largest init container, plus the pod overhead); taints; cordon;
+    labels. Pure."""
+    requested: dict[str, list[int]] = {}
+    for pod in pods:
+        spec = pod.get("spec") or {}
+        node = spec.get("nodeName")
+        if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        cpu, memory = pod_requests(spec)
+        held = requested.setdefault(node, [0, 0, 0])
+        held[0] += cpu
+        held[1] += memory
+        held[2] += 1
+    out = []
+    for obj in sorted(nodes, key=lambda o: o["metadata"]["name"]):
+        name = obj["metadata"]["name"]
+        allocatable = (obj.get("status") or {}).get("allocatable") or {}
+        spec = obj.get("spec") or {}
+        cpu, memory, count = requested.get(name, [0, 0, 0])
+        out.append(
+            Node(
+                name=name,
+                cpuMilli=_milli(allocatable.get("cpu")),
+                memoryMiB=_node_mib(allocatable.get("memory")),
+                pods=_count(allocatable.get("pods")),
+                requestedCpuMilli=cpu,
+                requestedMemoryMiB=memory,
+                podCount=count,
+                taints=[
+                    Taint(key=t.get("key", ""), value=t.get("value"), effect=t.get("effect", ""))
+                    for t in spec.get("taints") or []
+                ],
+                unschedulable=bool(spec.get("unschedulable")),
+                labels=dict((obj.get("metadata") or {}).get("labels") or {}),
+            )
+        )
+    return out
+
+
+def pod_requests(spec: Obj) -> tuple[int, int]:
+    """(CPU milli, memory MiB) a pod requests of its node, as the scheduler sums them."""
+
+    def of(container: Obj) -> tuple[int, int]:
+        requests = ((container.get("resources") or {}).get("requests")) or {}
+        return _milli(requests.get("cpu")) or 0, _node_mib(requests.get("memory"), up=True) or 0
+
+    main = [of(c) for c in spec.get("containers") or []]
+    init = [of(c) for c in spec.get("initContainers") or []]
+    cpu = max(sum(c for c, _ in main), max((c for c, _ in init), default=0))
+    memory = max(sum(m for _, m in main), max((m for _, m in init), default=0))
+    overhead = spec.get("overhead") or {}
+    return cpu + (_milli(overhead.get("cpu")) or 0), memory + (_node_mib(overhead.get("memory"), up=True) or 0)
+
+
+def _quantity(raw: object) -> Quantity | None:
+    if raw is None:
+        return None
+    try:
+        return Quantity.of(str(raw))
+    except (QuantityError, ValueError):
+        return None
+
+
+def _milli(raw: object) -> int | None:
+    q = _quantity(raw)
+    return None if q is None else math.ceil(q.value * 1000)
+
+
+def _node_mib(raw: object, *, up: bool = False) -> int | None:
+    """MiB of a memory quantity: allocatable rounds down, a request up (so a fit is never overstated)."""
+    q = _quantity(raw)
+    if q is None:
+        return None
+    return math.ceil(q.value / MIB) if up else math.floor(q.value / MIB)
+
+
+def _count(raw: object) -> int | None:
+    q = _quantity(raw)
+    return None if q is None else int(q.value)
 
 
 def _device_class(obj: Obj) -> DeviceClass:

@@ -27,6 +27,7 @@ import ssl
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import structlog
@@ -81,11 +82,24 @@ def launch_plan_request(request: PlanInput, settings: ModuleSettings) -> LaunchP
 
 
 def plan_in_process(
-    request: LaunchPlanRequest, api: ApiClient, *, recipes: RecipeBook | None = None, timeout: float | None = None
+    request: LaunchPlanRequest,
+    api: ApiClient,
+    *,
+    recipes: RecipeBook | None = None,
+    timeout: float | None = None,
+    settings: ModuleSettings | None = None,
 ) -> PlanOutcome:
-    """What the planner service does for a request, here: read the inventory, plan on it."""
+    """What the planner service does for a request, here: read the inventory, plan on it (with the
+    settings' workload tolerations and nodeSelector, which the replicas' pods carry)."""
     inventory = read_inventory(api, timeout=timeout)
-    return plan_launch(PlanningRequest(**dict(request), inventory=inventory), recipes)
+    return plan_launch(PlanningRequest(**dict(request), inventory=inventory, **scheduling(settings)), recipes)
+
+
+def scheduling(settings: ModuleSettings | None) -> dict[str, Any]:
+    """The PlanningRequest fields the module settings give: what the replicas' pods tolerate and select."""
+    if settings is None:
+        return {}
+    return {"tolerations": settings.workload.tolerations, "nodeSelector": settings.workload.nodeSelector}
 
 
 # ----------------------------------------------------------------- audience-bound tokens
@@ -246,7 +260,9 @@ def make_planner(settings: ModuleSettings, api: ApiClient) -> PlanFunction:
     recipes = load_recipe_book(planner.recipesDirectory)
 
     def in_process(request: PlanInput) -> PlanOutcome:
-        return plan_in_process(launch_plan_request(request, settings), api, recipes=recipes, timeout=timeout)
+        return plan_in_process(
+            launch_plan_request(request, settings), api, recipes=recipes, timeout=timeout, settings=settings
+        )
 
     log.info("planner: in-process")
     return in_process

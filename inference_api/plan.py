@@ -72,6 +72,12 @@ class LaunchPlan(BaseModel):
     modelMemoryMiB: int | None = Field(
         default=None, description="Accelerator memory the model needs on each device (the share was sized for it)."
     )
+    deviceSelector: str | None = Field(
+        default=None,
+        description="A DRA CEL selector that selects exactly the planned devices, by the unique attribute their "
+        "driver publishes for each (uuid); absent when a device publishes none. The claim carries it, and the "
+        "pod a node affinity to nodeName, so that the cluster allocates what the plan chose.",
+    )
 
     def resolved(self, replan_count: int) -> ResolvedStatus:
         return ResolvedStatus(

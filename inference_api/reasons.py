@@ -24,6 +24,9 @@ class Reason(StrEnum):
     NO_COMPATIBLE_RUNTIME_AVAILABLE = "NoCompatibleRuntimeAvailable"
     RESOURCE_CLAIM_EXHAUSTED = "ResourceClaimExhausted"
     PLACEMENT_UNDECIDABLE = "PlacementUndecidable"
+    # Devices have room, but no node that holds them can take the replica's pod (CPU, memory, pods,
+    # taints, cordoned): the scheduler would leave it Pending.
+    NO_SCHEDULABLE_NODE = "NoSchedulableNode"
     # The planner service did not answer (down, unreachable, refusing the worker's token): retried.
     PLANNER_UNAVAILABLE = "PlannerUnavailable"
     # Serving life.
@@ -70,6 +73,7 @@ CAPACITY_REFUSALS: frozenset[Reason] = frozenset(
         Reason.NO_CAPACITY,
         Reason.NO_ACCELERATOR_WITH_ENOUGH_MEMORY,
         Reason.RESOURCE_CLAIM_EXHAUSTED,
+        Reason.NO_SCHEDULABLE_NODE,
         Reason.MODEL_NOT_READY,
         Reason.AUTH_SECRET_NOT_FOUND,
     }

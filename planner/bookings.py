@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from inference_api.plan import LaunchPlan
 from planner.cel_selectors import select_devices
 from planner.inventory import Device, DeviceAllocation, InventorySnapshot, Occupancy, _allocated_mib, related_devices
+from planner.quantity import Quantity
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,9 @@ class Booking:
     bookedAt: float
     node: str | None = None
     devices: tuple[str, ...] = ()
+    # What each replica's pod requests of its node (the plan's cpu and memory): held on the node too.
+    podCpuMilli: int = 0
+    podMemoryMiB: int = 0
 
     @classmethod
     def of_plan(cls, holder: str, plan: LaunchPlan, now: float, replicas: int = 1) -> Booking:
@@ -71,6 +75,8 @@ class Booking:
             bookedAt=now,
             node=plan.nodeName,
             devices=tuple(plan.deviceNames),
+            podCpuMilli=math.ceil(Quantity.of(plan.cpu).value * 1000),
+            podMemoryMiB=math.ceil(Quantity.of(plan.memory).value / (1024 * 1024)),
         )
 
     def matches(self, claim: OrderClaim) -> bool:
@@ -352,6 +358,40 @@ def _best_fit(need: Need, pool: _Pool, holdings: _Holdings) -> Fits | None:
     return [(slot, part) for _, _, slot, part in best[2]]
 
 
+def with_booked_pods(reservation: Reservation, bookings: Iterable[Booking]) -> InventorySnapshot:
+    """The reservation's snapshot with each reserved replica's pod requests held on its node as well,
+    so that a later plan does not count CPU and memory a booked pod will take (unchanged when the
+    snapshot judges no nodes)."""
+    snapshot = reservation.snapshot
+    if snapshot.nodes is None or not reservation.placed:
+        return snapshot
+    by_holder = {b.holder: b for b in bookings}
+    extra: dict[str, list[int]] = {}
+    for need, keys in reservation.placed:
+        booking = by_holder.get(need.holder)
+        if booking is None or not keys:
+            continue
+        held = extra.setdefault(keys[0].split("/", 1)[0], [0, 0, 0])
+        held[0] += booking.podCpuMilli
+        held[1] += booking.podMemoryMiB
+        held[2] += 1
+    if not extra:
+        return snapshot
+    nodes = [
+        n.model_copy(
+            update={
+                "requestedCpuMilli": n.requestedCpuMilli + extra[n.name][0],
+                "requestedMemoryMiB": n.requestedMemoryMiB + extra[n.name][1],
+                "podCount": n.podCount + extra[n.name][2],
+            }
+        )
+        if n.name in extra
+        else n
+        for n in snapshot.nodes
+    ]
+    return snapshot.model_copy(update={"nodes": nodes})
+
+
 def replace_devices(snapshot: InventorySnapshot, devices: list[Device]) -> InventorySnapshot:
     """The snapshot with its devices replaced (no re-validation: keys are unchanged)."""
     return snapshot.model_copy(update={"devices": devices})
@@ -367,4 +407,5 @@ __all__ = [
     "outstanding",
     "prune",
     "reserve",
+    "with_booked_pods",
 ]

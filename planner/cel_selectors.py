@@ -303,12 +303,18 @@ def select_devices(device_class: DeviceClass, devices: Sequence[Device]) -> Clas
         if compiled.error is not None:
             return ClassSelection(device_class.name, error=SelectorError(device_class.name, expression, compiled.error))
     chosen: list[Device] = []
+    # Identical devices (same view) share a verdict: judge each view once per call.
+    seen: dict[Hashable, bool] = {}
     for device in devices:
-        try:
-            if matches(device_class, device):
-                chosen.append(device)
-        except SelectorError as exc:
-            return ClassSelection(device_class.name, error=exc)
+        key = _view_key(device)
+        verdict = seen.get(key)
+        if verdict is None:
+            try:
+                verdict = seen[key] = matches(device_class, device)
+            except SelectorError as exc:
+                return ClassSelection(device_class.name, error=exc)
+        if verdict:
+            chosen.append(device)
     return ClassSelection(device_class.name, devices=tuple(chosen))
 
 

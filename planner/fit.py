@@ -12,14 +12,18 @@ free memory; several devices are the ones the order holds first, then the fulles
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from inference_api.plan import LaunchPlanRequest, RecipeSource
 from inference_api.types import PlacementType, SharingMode
-from planner.inventory import AllocationId, Device, Occupancy
-from planner.placement import Shape, Slot
+from planner.fragmentation import Workload
+from planner.inventory import AllocationId, Device, Occupancy, Toleration
+from planner.model_facts import estimate_cpu, estimate_memory_gib, weights_gib
+from planner.nodes import NodeProblem, PodDemand, free_cpu_milli, free_memory_mib, node_problem
+from planner.placement import Shape, Slot, class_sets
 from planner.policy import EffectivePolicy, tensor_parallel_sizes
 from planner.recipes import RecipeChoice
 from planner.refusals import Trace
@@ -41,6 +45,8 @@ class Candidate:
     held: bool
     freeMiB: float
     wasteMiB: float
+    # Growth of the node's expected fragmentation (``planner.fragmentation``); 0 without recent demands.
+    fragDelta: float = 0.0
 
     @property
     def count(self) -> int:
@@ -52,6 +58,7 @@ class Candidate:
             self.count,
             0 if self.mode is SharingMode.SHARED else 1,
             0 if self.held else 1,
+            round(self.fragDelta, 6),
             self.freeMiB,
             self.wasteMiB,
             self.classOrder,
@@ -61,6 +68,147 @@ class Candidate:
         )
 
 
+class Judge:
+    """What a plan judges beyond the devices: the nodes (``planner.nodes``) and, with recent demands,
+    the fragmentation a placement adds (``planner.fragmentation``). Memoized for one plan."""
+
+    def __init__(
+        self,
+        index: SnapshotIndex,
+        tolerations: Sequence[Toleration] = (),
+        demand: PodRequests | None = None,
+        workload: Workload | None = None,
+        device_count: int | None = None,
+        *,
+        judge_nodes: bool = True,
+        node_selector: Mapping[str, str] | None = None,
+    ) -> None:
+        self.index = index
+        self.nodeSelector = dict(node_selector or {})
+        self.judgeNodes = judge_nodes
+        self.tolerations = tuple(tolerations)
+        self.demand = demand or PodRequests()
+        self.workload = workload if workload is not None and not workload.empty else None
+        self.deviceCount = device_count
+        # What else a node's judgement depends on, for results kept across plans.
+        self.context = (
+            self.workload.serial if self.workload else 0,
+            repr(self.tolerations),
+            repr(sorted(self.nodeSelector.items())),
+            device_count,
+            judge_nodes,
+        )
+        self.problems: dict[str, NodeProblem] = {}
+        self._node: dict[tuple[str, int, int], NodeProblem | None] = {}
+        self._before: dict[str, _NodeState] = {}
+
+    def pod(self, count: int, choice: RecipeChoice) -> PodDemand:
+        cpu = self.demand.cpuMilli if self.demand.cpuMilli is not None else 1000 * int(estimate_cpu(count))
+        if self.demand.memoryMiB is not None:
+            memory = self.demand.memoryMiB
+        else:
+            parameters = choice.parameters
+            weights = weights_gib(parameters, choice.quantization) if parameters else choice.needMiB / 1024
+            memory = 1024 * estimate_memory_gib(weights)
+        return PodDemand(cpu, memory)
+
+    def node_problem(self, node: str, count: int, choice: RecipeChoice) -> NodeProblem | None:
+        """Why the node cannot take the replica's pod (recorded for the refusal), None when it can."""
+        nodes = self.index.nodes
+        if nodes is None or not self.judgeNodes:
+            return None
+        key = (node, count, id(choice))
+        if key in self._node:
+            return self._node[key]
+        record = nodes.get(node)
+        problem = (
+            NodeProblem.MISSING
+            if record is None
+            else node_problem(record, self.pod(count, choice), self.tolerations, node_selector=self.nodeSelector)
+        )
+        self._node[key] = problem
+        if problem is not None:
+            self.problems.setdefault(node, problem)
+        return problem
+
+    # ------------------------------------------------------------------ fragmentation
+
+    def state(self, node: str, occupancies: Mapping[str, Occupancy]) -> _NodeState:
+        """The node as fragmentation sees it now (memoized for the plan)."""
+        found = self._before.get(node)
+        if found is not None:
+            return found
+        assert self.workload is not None
+        record = self.index.nodes.get(node) if self.index.nodes is not None else None
+        cpu = free_cpu_milli(record) if record is not None else None
+        memory = free_memory_mib(record) if record is not None else None
+        members = _fragment_members(self.index, node)
+        frees = [free_percent(d, occupancies[key]) for key, d, _ in members]
+        before = self.workload.fragmentation(cpu, memory, [(f, c) for f, (_, _, c) in zip(frees, members, strict=True)])
+        state = _NodeState(cpu, memory, members, frees, before)
+        self._before[node] = state
+        return state
+
+    def frag_delta(
+        self, devices: Sequence[Device], percent: int, pod: PodDemand, occupancies: Mapping[str, Occupancy]
+    ) -> float:
+        """How much the node's expected fragmentation grows when the devices each give ``percent``."""
+        if self.workload is None:
+            return 0.0
+        state = self.state(devices[0].node, occupancies)
+        return self.delta(state, {d.key for d in devices}, percent, pod)
+
+    def delta(self, state: _NodeState, taken: Collection[str], percent: int, pod: PodDemand) -> float:
+        assert self.workload is not None
+        after = [
+            (max(0, f - percent) if key in taken else f, c)
+            for f, (key, _, c) in zip(state.frees, state.members, strict=True)
+        ]
+        cpu_after = None if state.cpu is None else state.cpu - pod.cpuMilli
+        memory_after = None if state.memory is None else state.memory - pod.memoryMiB
+        return self.workload.fragmentation(cpu_after, memory_after, after) - state.before
+
+
+@dataclass(frozen=True)
+class _NodeState:
+    cpu: int | None
+    memory: int | None
+    members: list[tuple[str, Device, frozenset[str]]]
+    frees: list[int]
+    before: float
+
+
+def _fragment_members(index: SnapshotIndex, node: str) -> list[tuple[str, Device, frozenset[str]]]:
+    """The node's devices fragmentation counts (whole devices: a partition's capacity is its parent's),
+    with the device classes that select each. Kept on the snapshot."""
+    members: dict[str, list[tuple[str, Device, frozenset[str]]]] = index.cached("fragmentMembers", dict)
+    found = members.get(node)
+    if found is None:
+        sets = class_sets(index)
+        found = members[node] = [
+            (d.key, d, sets.get(d.key, frozenset())) for d in index.byNode.get(node, ()) if d.parentDevice is None
+        ]
+    return found
+
+
+@dataclass(frozen=True)
+class PodRequests:
+    """Pod requests that replace the plan's estimates (an explicit demand); None: estimated."""
+
+    cpuMilli: int | None = None
+    memoryMiB: int | None = None
+
+
+def free_percent(device: Device, occ: Occupancy) -> int:
+    """The share of the device still free, in percent: compute and memory both bound it."""
+    if occ.exclusive:
+        return 0
+    free = 100 - occ.sharePercent
+    if device.memoryMiB:
+        free = min(free, (100 * (device.memoryMiB - occ.memoryMiB)) // device.memoryMiB)
+    return max(0, free)
+
+
 def fit(
     request: LaunchPlanRequest,
     policy: EffectivePolicy,
@@ -68,22 +216,33 @@ def fit(
     shapes: list[Shape],
     choices: dict[str | None, RecipeChoice],
     trace: Trace,
+    judge: Judge | None = None,
 ) -> tuple[list[Candidate], set[str]]:
     """(the candidates that fit, the device classes with a device big enough for the model)."""
+    judge = judge or Judge(index)
     own = index.own(request.holder, request.currentPlan)
     occupancies, touched = index.occupancies(own)
 
     feasible: list[Candidate] = []
     sized_classes: set[str] = set()
     sizes_all = tensor_parallel_sizes(policy.maxAcceleratorCount)
+    if judge.deviceCount is not None:
+        sizes_all = [judge.deviceCount]
     for shape in shapes:
         first = shape.first
         choice = choices[first.family]
         # One device first: when it holds the model, every group of the shape uses one device.
         single = _decide_share(first.device, first.mode, choice.needMiB, policy)
-        if single.admitsNeed:
+        if single.admitsNeed and sizes_all[0] == 1:
             sized_classes.add(first.deviceClass)
-            best = _best_single(shape, occupancies, touched, own, single, choice.needMiB)
+            if judge.workload is not None:
+                found = _fragmentation_single(shape, occupancies, own, single, choice, judge)
+                if found is None:
+                    trace.busy.extend((s.deviceClass, s.device) for g in shape.groups for s in g.slots)
+                else:
+                    feasible.append(found)
+                continue
+            best = _best_single(shape, occupancies, touched, own, single, choice.needMiB, judge, choice)
             if best is None:
                 trace.busy.extend((s.deviceClass, s.device) for g in shape.groups for s in g.slots)
                 continue
@@ -103,12 +262,133 @@ def fit(
                 continue
             n, need, share = sized
             sized_classes.add(first.deviceClass)
+            if judge.node_problem(group[0].device.node, n, choice) is not None:
+                trace.busy.extend((s.deviceClass, s.device) for s in group)
+                continue
             with_room = [s for s in group if _has_room(s.device, occupancies[s.device.key], share, need)]
             if len(with_room) < n:
                 trace.busy.extend((s.deviceClass, s.device) for s in group)
                 continue
-            feasible.extend(_candidates(with_room, n, share, need, choice, occupancies, own))
+            for candidate in _candidates(with_room, n, share, need, choice, occupancies, own):
+                delta = judge.frag_delta(candidate.devices, share.percent, judge.pod(n, choice), occupancies)
+                feasible.append(dataclasses.replace(candidate, fragDelta=delta) if delta else candidate)
+    trace.nodeProblems.update(judge.problems)
     return feasible, sized_classes
+
+
+def _fragmentation_single(
+    shape: Shape,
+    occupancies: Mapping[str, Occupancy],
+    own: frozenset[AllocationId],
+    share: ShareDecision,
+    choice: RecipeChoice,
+    judge: Judge,
+) -> Candidate | None:
+    """The one-device candidate of the shape whose use grows its node's expected fragmentation least:
+    the device the order holds first, then the least growth, then the least free memory (best fit),
+    then node and name."""
+    need = choice.needMiB
+    pod = judge.pod(1, choice)
+    best: tuple[int, float, float, str, str, Slot] | None = None
+    # A node's best is a function of its content and of the shape's parameters: kept on the snapshot
+    # by the node's fingerprint, it is judged again only when the node changed.
+    results: dict[tuple[object, ...], tuple[float, float, str, Slot] | _Unjudged | None] | None = None
+    if not own:
+        results = judge.index.cached("nodeBest", dict)
+        if len(results) > 400_000:
+            results.clear()
+        params = (id(shape.byNode), share.percent, need, pod, judge.context)
+    for node, pairs in shape.byNode.items():
+        if results is not None:
+            result_key = (node, _fingerprint(judge.index, node), params)
+            node_best = results.get(result_key, _UNJUDGED)
+            if node_best is _UNJUDGED:
+                node_best = results[result_key] = _node_best(node, pairs, occupancies, share, need, pod, choice, judge)
+            if node_best is not None:
+                assert not isinstance(node_best, _Unjudged)
+                delta, free, _, found = node_best
+                rank = (1, delta, free, node, found.device.name)
+                if best is None or rank < best[:5]:
+                    best = (*rank, found)
+            continue
+        if judge.node_problem(node, 1, choice) is not None:
+            continue
+        state: _NodeState | None = None
+        levels: dict[int, float] = {}
+        for key, slot in pairs:
+            d = slot.device
+            occ = occupancies[key]
+            if not _has_room(d, occ, share, need):
+                continue
+            if state is None:
+                state = judge.state(node, occupancies)
+            level = free_percent(d, occ)
+            known = levels.get(level)
+            delta = known if known is not None else round(judge.delta(state, (key,), share.percent, pod), 6)
+            levels[level] = delta
+            held = 0 if own and _is_held(d, own) else 1
+            if best is not None and (held, delta) > best[:2]:
+                continue
+            rank = (held, delta, free_mib(d, occ), node, d.name)
+            if best is None or rank < best[:5]:
+                best = (*rank, slot)
+    if best is None:
+        return None
+    slot = best[5]
+    d = slot.device
+    return Candidate(
+        slot.deviceClass, slot.classOrder, (d,), slot.mode, share, choice, need,
+        _is_held(d, own), best[2], _waste(d, share, need), best[1],
+    )  # fmt: skip
+
+
+class _Unjudged:
+    pass
+
+
+_UNJUDGED = _Unjudged()
+
+
+def _fingerprint(index: SnapshotIndex, node: str) -> tuple[object, ...]:
+    """What a node's judgement depends on that changes between plans on one snapshot: its record's
+    requests and its devices' allocation lists (allocations are appended or removed, never edited in
+    place: a list is known by its length and its last entry)."""
+    record = index.nodes.get(node) if index.nodes is not None else None
+    head = (record.requestedCpuMilli, record.requestedMemoryMiB, record.podCount) if record is not None else ()
+    return (*head, *((len(d.allocations), id(d.allocations[-1]) if d.allocations else 0) for d in index.byNode[node]))
+
+
+def _node_best(
+    node: str,
+    pairs: Sequence[tuple[str, Slot]],
+    occupancies: Mapping[str, Occupancy],
+    share: ShareDecision,
+    need: int,
+    pod: PodDemand,
+    choice: RecipeChoice,
+    judge: Judge,
+) -> tuple[float, float, str, Slot] | None:
+    """(fragmentation growth, free memory, node, slot) of the node's best device for the shape."""
+    if judge.node_problem(node, 1, choice) is not None:
+        return None
+    state: _NodeState | None = None
+    levels: dict[int, float] = {}
+    best: tuple[float, float, str, str, Slot] | None = None
+    for key, slot in pairs:
+        d = slot.device
+        occ = occupancies[key]
+        if not _has_room(d, occ, share, need):
+            continue
+        if state is None:
+            state = judge.state(node, occupancies)
+        level = free_percent(d, occ)
+        delta = levels.get(level)
+        if delta is None:
+            delta = levels[level] = round(judge.delta(state, (key,), share.percent, pod), 6)
+        rank = (delta, free_mib(d, occ), node, d.name)
+        if best is None or rank < best[:4]:
+            best = (*rank, slot)
+    return None if best is None else (best[0], best[1], best[2], best[4])
 
 
 def _has_room(device: Device, occ: Occupancy, share: ShareDecision, need_mib: int) -> bool:
@@ -166,6 +446,8 @@ def _best_single(
     own: frozenset[AllocationId],
     share: ShareDecision,
     need: int,
+    judge: Judge,
+    choice: RecipeChoice,
 ) -> Slot | None:
     """The slot a one-device candidate of the shape takes: held first, then best fit, then node and
     name — every other part of the rank is the shape's. Devices the order's own allocations touch are
@@ -174,6 +456,8 @@ def _best_single(
     for key, occ in touched.items():
         slot = shape.byKey.get(key)
         if slot is None or not _has_room(slot.device, occ, share, need):
+            continue
+        if judge.node_problem(slot.device.node, 1, choice) is not None:
             continue
         d = slot.device
         rank = (0 if _is_held(d, own) else 1, free_mib(d, occ), d.node, d.name)
@@ -187,6 +471,8 @@ def _best_single(
         free, node, name, slot = by_free[i]
         key = slot.device.key
         if key in touched or not _has_room(slot.device, occupancies[key], share, need):
+            continue
+        if judge.node_problem(node, 1, choice) is not None:
             continue
         if best is None or (1, free, node, name) < best[:4]:
             best = (1, free, node, name, slot)

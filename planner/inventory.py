@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Self
+from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from inference_api.types import PlacementType
 from planner.quantity import Quantity
@@ -115,9 +115,52 @@ class DeviceClass(_Model):
     )
 
 
+class Taint(_Model):
+    """A node taint (core/v1 Taint)."""
+
+    key: str
+    value: str | None = None
+    effect: str = Field(description="NoSchedule, PreferNoSchedule or NoExecute.")
+
+
+class Toleration(_Model):
+    """A pod toleration (core/v1 Toleration): the module settings' workload.tolerations."""
+
+    key: str | None = None
+    operator: str = Field(default="Equal", description="Equal or Exists.")
+    value: str | None = None
+    effect: str | None = Field(default=None, description="Empty: every effect.")
+    tolerationSeconds: int | None = None
+
+
+class Node(_Model):
+    """What the scheduler judges of a node before it binds a pod there: allocatable CPU, memory and
+    pods minus what the pods bound there request, taints, and whether it is cordoned."""
+
+    name: str
+    cpuMilli: int | None = Field(default=None, ge=0, description="status.allocatable.cpu; absent: not judged.")
+    memoryMiB: int | None = Field(default=None, ge=0, description="status.allocatable.memory; absent: not judged.")
+    pods: int | None = Field(default=None, ge=0, description="status.allocatable.pods; absent: not judged.")
+    requestedCpuMilli: int = Field(default=0, ge=0, description="CPU the pods bound to the node request.")
+    requestedMemoryMiB: int = Field(default=0, ge=0, description="Memory the pods bound to the node request.")
+    podCount: int = Field(default=0, ge=0, description="Pods bound to the node (not finished).")
+    taints: list[Taint] = Field(default_factory=list)
+    unschedulable: bool = Field(default=False, description="spec.unschedulable (cordoned).")
+    labels: dict[str, str] = Field(default_factory=dict, description="For the workloads' nodeSelector.")
+
+
 class InventorySnapshot(_Model):
     devices: list[Device] = Field(default_factory=list)
     deviceClasses: list[DeviceClass] = Field(default_factory=list)
+    nodes: list[Node] | None = Field(
+        default=None,
+        description="The nodes the devices are on, as the scheduler judges them. None: nodes are not judged "
+        "(a snapshot built without them); a device whose node is missing from a list is on no schedulable node.",
+    )
+
+    # What plans compute of the snapshot that allocations do not change (``planner.snapshot``): the
+    # device and node fields other than allocations and requests are not changed once it is built.
+    _static: dict[str, object] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
     def _unique(self) -> Self:
@@ -127,7 +170,21 @@ class InventorySnapshot(_Model):
         names = [c.name for c in self.deviceClasses]
         if len(names) != len(set(names)):
             raise ValueError("deviceClasses must be unique by name")
+        if self.nodes is not None and len({n.name for n in self.nodes}) != len(self.nodes):
+            raise ValueError("nodes must be unique by name")
         return self
+
+    def __eq__(self, other: object) -> bool:
+        """Equal content (what plans keep on the snapshot does not count)."""
+        if not isinstance(other, InventorySnapshot):
+            return NotImplemented
+        return (self.devices, self.deviceClasses, self.nodes) == (other.devices, other.deviceClasses, other.nodes)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy starts with nothing kept: its devices may differ."""
+        copied = super().model_copy(update=update, deep=deep)
+        copied._static = {}
+        return copied
 
     def device_class(self, name: str) -> DeviceClass | None:
         return next((c for c in self.deviceClasses if c.name == name), None)
@@ -233,8 +290,13 @@ def related_devices(snapshot: InventorySnapshot) -> dict[str, tuple[Device, ...]
     return {key: tuple(devices) for key, devices in related.items()}
 
 
+EMPTY = Occupancy(sharePercent=0, memoryMiB=0, exclusive=False)
+
+
 def occupancy(device: Device, own: frozenset[AllocationId] = frozenset(), related: Sequence[Device] = ()) -> Occupancy:
     """What others hold of ``device``; ``related`` are the devices sharing its silicon."""
+    if not device.allocations and not any(d.allocations for d in related):
+        return EMPTY
     others = _others(device, own)
     share = min(100, sum(a.sharePercent for a in others))
     memory = sum(_allocated_mib(device, a) for a in others)

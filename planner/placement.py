@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from inference_api.types import SharingMode
-from planner.cel_selectors import select_devices
+from inference_api.types import PlacementType, SharingMode
+from planner.cel_selectors import SelectorError, select_devices
 from planner.inventory import Device
 from planner.policy import EffectivePolicy, sharing_mode_for
 from planner.recipes import RecipeBook
@@ -54,6 +54,8 @@ class Shape:
     byKey: dict[str, Slot]
     byFree: list[tuple[float, str, str, Slot]]
     frees: list[float]
+    # Node → its (device key, slot) pairs: the fragmentation-aware search walks the shape node by node.
+    byNode: dict[str, list[tuple[str, Slot]]]
 
     @property
     def first(self) -> Slot:
@@ -70,8 +72,48 @@ class Placement:
     families: list[str | None]
 
 
-def place(index: SnapshotIndex, policy: EffectivePolicy, book: RecipeBook, trace: Trace) -> Placement:
-    """The slots the class may try on the index's snapshot, grouped into shapes."""
+@dataclass(frozen=True)
+class _Stage1:
+    """Stage 1 on one snapshot for one policy and recipe book: the slots, their groups by shape, and
+    what the trace records. Allocations change none of it."""
+
+    slots: list[Slot]
+    # Per shape: its groups, its slots by device key, its (key, slot) pairs by node.
+    shapeGroups: list[tuple[list[Group], dict[str, Slot], dict[str, list[tuple[str, Slot]]]]]
+    noDeviceClasses: bool
+    missingClasses: list[str]
+    undecidable: list[SelectorError]
+    emptyClasses: list[str]
+    filteredOut: dict[str, set[PlacementType]]
+
+
+def place(
+    index: SnapshotIndex, policy: EffectivePolicy, book: RecipeBook, trace: Trace, *, by_free: bool = True
+) -> Placement:
+    """The slots the class may try on the index's snapshot, grouped into shapes. ``by_free``: order each
+    shape's slots by free memory (the best-fit search needs it)."""
+    stage = index.cached(("stage1", policy, id(book)), lambda: (_stage1(index, policy, book), book))[0]
+    trace.noDeviceClasses = stage.noDeviceClasses
+    trace.missingClasses.extend(stage.missingClasses)
+    trace.undecidable.extend(stage.undecidable)
+    trace.emptyClasses.extend(stage.emptyClasses)
+    for name, placements in stage.filteredOut.items():
+        trace.filteredOut.setdefault(name, set()).update(placements)
+    shapes = []
+    for shape_groups, by_key, by_node in stage.shapeGroups:
+        ordered = (
+            sorted((free_mib(s.device, index.base[key]), s.device.node, s.device.name, s) for key, s in by_key.items())
+            if by_free
+            else []
+        )
+        shapes.append(
+            Shape(shape_groups, shape_groups[0].family, by_key, ordered, [f for f, _, _, _ in ordered], by_node)
+        )
+    return Placement(stage.slots, shapes, list(dict.fromkeys(s.family for s in stage.slots)))
+
+
+def _stage1(index: SnapshotIndex, policy: EffectivePolicy, book: RecipeBook) -> _Stage1:
+    trace = Trace()
     slots = _slots(index, policy, book, trace)
     grouped: dict[tuple[object, ...], list[Slot]] = {}
     for slot in slots:
@@ -84,22 +126,36 @@ def place(index: SnapshotIndex, policy: EffectivePolicy, book: RecipeBook, trace
         # The share is decided on a group's first device: shapes keep that device's sharing too.
         shape_key = (device_class, *rest, members[0].device.allowMultipleAllocations)
         by_shape.setdefault(shape_key, []).append(Group(members, members[0].family))
-    shapes = []
-    for shape_groups in by_shape.values():
-        members = [s for g in shape_groups for s in g.slots]
-        by_free = sorted(
-            (free_mib(s.device, index.base[s.device.key]), s.device.node, s.device.name, s) for s in members
-        )
-        shapes.append(
-            Shape(
-                shape_groups,
-                shape_groups[0].family,
-                {s.device.key: s for s in members},
-                by_free,
-                [f for f, _, _, _ in by_free],
-            )
-        )
-    return Placement(slots, shapes, list(dict.fromkeys(s.family for s in slots)))
+    shape_groups = []
+    for groups in by_shape.values():
+        by_key = {s.device.key: s for g in groups for s in g.slots}
+        by_node: dict[str, list[tuple[str, Slot]]] = {}
+        for key, slot in by_key.items():
+            by_node.setdefault(slot.device.node, []).append((key, slot))
+        shape_groups.append((groups, by_key, by_node))
+    return _Stage1(
+        slots,
+        shape_groups,
+        trace.noDeviceClasses,
+        trace.missingClasses,
+        trace.undecidable,
+        trace.emptyClasses,
+        trace.filteredOut,
+    )
+
+
+def class_sets(index: SnapshotIndex) -> dict[str, frozenset[str]]:
+    """Device key → the names of the snapshot's device classes that select it (undecidable classes
+    select nothing here). Kept on the snapshot."""
+
+    def make() -> dict[str, frozenset[str]]:
+        sets: dict[str, set[str]] = {}
+        for device_class in index.snapshot.deviceClasses:
+            for device in select_devices(device_class, index.snapshot.devices).devices:
+                sets.setdefault(device.key, set()).add(device_class.name)
+        return {key: frozenset(names) for key, names in sets.items()}
+
+    return index.cached("classSets", make)
 
 
 def _slots(index: SnapshotIndex, policy: EffectivePolicy, book: RecipeBook, trace: Trace) -> list[Slot]:

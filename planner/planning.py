@@ -23,7 +23,8 @@ Refusal reasons and messages are ``planner.refusals``; the class's policy with i
 
 Among the candidates that fit, the plan prefers, in order: a compiled recipe over a preset over the
 fallback; fewer devices; a shared placement over a dedicated one; the device the order already holds
-(a replan does not move a serving order for nothing); the device with the least free memory that
+(a replan does not move a serving order for nothing); with recent demands, the place whose node's
+expected fragmentation grows least (``planner.fragmentation``); the device with the least free memory that
 still fits (best fit, so two half-card orders land on one card); the least memory assigned beyond
 the need; then names, so the outcome is deterministic.
 
@@ -38,49 +39,155 @@ in ``planner.recipe_choice``; the recipe tables, loaded once.
 
 from __future__ import annotations
 
-from pydantic import Field
+import json
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from inference_api.plan import LaunchPlan, LaunchPlanRequest, PlanOutcome
-from planner.fit import Candidate, fit
-from planner.inventory import InventorySnapshot
+from planner.fit import Candidate, Judge, PodRequests, fit
+from planner.fragmentation import RecentDemand, workload_of
+from planner.inventory import Device, InventorySnapshot, Toleration
 from planner.model_facts import estimate_cpu, estimate_memory_gib, estimate_model_volume_gib, weights_gib
 from planner.placement import place
 from planner.policy import effective_policy
 from planner.recipe_choice import choose_recipes
 from planner.recipes import RecipeBook, load_recipe_book, render_recipe
-from planner.refusals import Trace, fit_refusal, runtime_refusal, undecidable_refusal
+from planner.refusals import Trace, fit_refusal, node_refusal, runtime_refusal, undecidable_refusal
 from planner.snapshot import SnapshotIndex
 
 
+class ExplicitDemand(BaseModel):
+    """What an order asks for outright, instead of what its model's facts imply (a replayed trace's
+    task): exactly ``deviceCount`` devices of one node, and the pod's CPU and memory requests."""
+
+    model_config = ConfigDict(extra="forbid")
+    deviceCount: int | None = Field(default=None, ge=1)
+    cpuMilli: int | None = Field(default=None, ge=0)
+    memoryMiB: int | None = Field(default=None, ge=0)
+
+
 class PlanningRequest(LaunchPlanRequest):
-    """What the planning function judges: the F2-09 body plus the planner's inventory snapshot."""
+    """What the planning function judges: the F2-09 body plus the planner's inventory snapshot, the
+    tolerations the replicas' pods carry (module settings ``workload.tolerations``), the kinds of
+    orders that came recently (for the fragmentation-aware choice) and, rarely, an explicit demand."""
 
     inventory: InventorySnapshot = Field(default_factory=InventorySnapshot)
+    tolerations: list[Toleration] = Field(default_factory=list)
+    nodeSelector: dict[str, str] = Field(default_factory=dict, description="module settings workload.nodeSelector")
+    recentDemands: list[RecentDemand] | None = Field(
+        default=None, description="None or empty: best fit alone chooses among the places that fit."
+    )
+    demand: ExplicitDemand | None = None
 
 
 def plan_launch(request: PlanningRequest, recipes: RecipeBook | None = None) -> PlanOutcome:
     """Plan one order on one inventory snapshot. ``recipes`` defaults to the shipped tables."""
+    return plan_launch_traced(request, recipes)[0]
+
+
+def plan_launch_traced(request: PlanningRequest, recipes: RecipeBook | None = None) -> tuple[PlanOutcome, Trace]:
+    """``plan_launch`` with what each stage saw, and why the chosen place won (``Trace.choice``)."""
     book = recipes or load_recipe_book()
     policy = effective_policy(request.acceleratorPolicy)
     trace = Trace()
     index = SnapshotIndex(request.inventory)
+    workload = workload_of(request.recentDemands) if request.recentDemands else None
+    demand = request.demand
+    judge = Judge(
+        index,
+        request.tolerations,
+        PodRequests(demand.cpuMilli, demand.memoryMiB) if demand else None,
+        workload,
+        demand.deviceCount if demand else None,
+        node_selector=request.nodeSelector,
+    )
 
-    placement = place(index, policy, book, trace)
+    placement = place(index, policy, book, trace, by_free=judge.workload is None)
     if not placement.slots:
-        return undecidable_refusal(request, policy, trace)
+        return undecidable_refusal(request, policy, trace), trace
 
     choices = choose_recipes(request, book, placement.slots, placement.families, trace)
     runnable = [shape for shape in placement.shapes if shape.family in choices]
     if not runnable:
-        return runtime_refusal(request, trace)
+        return runtime_refusal(request, trace), trace
 
-    feasible, sized_classes = fit(request, policy, index, runnable, choices, trace)
+    feasible, sized_classes = fit(request, policy, index, runnable, choices, trace, judge)
     if feasible:
-        return PlanOutcome(plan=_launch_plan(min(feasible, key=Candidate.rank)))
-    return fit_refusal(request, policy, choices, sized_classes, trace)
+        ranked = sorted(feasible, key=Candidate.rank)
+        best = ranked[0]
+        trace.choice = explain_choice(ranked, judge.workload is not None)
+        return PlanOutcome(plan=_launch_plan(best, judge)), trace
+    if trace.nodeProblems:
+        # Would a device have room if the nodes were not judged? Then the nodes are what is missing.
+        unjudged = Judge(index, (), judge.demand, None, judge.deviceCount, judge_nodes=False)
+        found, _ = fit(request, policy, index, runnable, choices, Trace(), unjudged)
+        if found:
+            best = min(found, key=Candidate.rank)
+            pod = judge.pod(best.count, best.choice)
+            return node_refusal(request, trace, pod.cpuMilli, pod.memoryMiB), trace
+    return fit_refusal(request, policy, choices, sized_classes, trace), trace
 
 
-def _launch_plan(best: Candidate) -> LaunchPlan:
+def stranded_devices(snapshot: InventorySnapshot, demands: Sequence[RecentDemand]) -> float:
+    """Free accelerator capacity, in devices, that the recent orders could not use where it lies: the
+    nodes' expected fragmentation (``planner.fragmentation``) summed over the cluster. 0 without
+    recent demands."""
+    if not demands:
+        return 0.0
+    workload = workload_of(demands)
+    if workload.empty:
+        return 0.0
+    index = SnapshotIndex(snapshot)
+    judge = Judge(index, workload=workload)
+    total = 0.0
+    for node in index.byNode:
+        total += judge.state(node, index.base).before
+    return total / 100
+
+
+# The attribute a GPU driver publishes that tells each device apart (NVIDIA's and the gpu module's).
+UNIQUE_ATTRIBUTE = "uuid"
+
+
+def device_selector(devices: Sequence[Device]) -> str | None:
+    """The CEL expression that selects exactly these devices, by their unique attribute; None when one
+    of them publishes none (the plan then cannot pin the devices, only the node)."""
+    values: list[str] = []
+    domains: set[str] = set()
+    for device in devices:
+        own = device.attributes.get(UNIQUE_ATTRIBUTE)
+        qualified = device.attributes.get(f"{device.driver}/{UNIQUE_ATTRIBUTE}")
+        value = own if own is not None else qualified
+        if not isinstance(value, str) or not value:
+            return None
+        values.append(value)
+        domains.add(device.driver)
+    if len(domains) != 1:
+        return None
+    attribute = f'device.attributes["{domains.pop()}"].{UNIQUE_ATTRIBUTE}'
+    if len(values) == 1:
+        return f"{attribute} == {json.dumps(values[0])}"
+    return f"{attribute} in [{', '.join(json.dumps(v) for v in values)}]"
+
+
+def explain_choice(ranked: list[Candidate], fragmentation: bool) -> str:
+    """Why the first candidate won, in one line."""
+    best = ranked[0]
+    where = f"{best.devices[0].node}/{','.join(d.name for d in best.devices)}"
+    if not fragmentation:
+        return f"{where}: best fit ({best.freeMiB:.0f} MiB free before), among {len(ranked)} place(s) that fit"
+    runner = next((c for c in ranked[1:] if c.devices[0].node != best.devices[0].node), None)
+    text = (
+        f"{where}: the node's expected fragmentation grows by {best.fragDelta:.1f} % of a device against the "
+        f"recent orders, the least among {len(ranked)} place(s) that fit"
+    )
+    if runner is not None:
+        text += f" (next: {runner.devices[0].node}, +{runner.fragDelta:.1f}); best fit breaks ties"
+    return text
+
+
+def _launch_plan(best: Candidate, judge: Judge) -> LaunchPlan:
     """The plan of the chosen candidate: where, how much, the rendered recipe, the estimates."""
     device = best.devices[0]
     choice = best.choice
@@ -98,14 +205,22 @@ def _launch_plan(best: Candidate) -> LaunchPlan:
         deviceCount=best.count,
         sharePercent=best.share.percent,
         memoryRequestMiB=best.perDeviceNeedMiB if best.share.memory_request_needed else None,
-        cpu=estimate_cpu(best.count),
-        memory=f"{estimate_memory_gib(weights)}Gi",
+        cpu=estimate_cpu(best.count) if judge.demand.cpuMilli is None else f"{judge.demand.cpuMilli}m",
+        memory=f"{estimate_memory_gib(weights)}Gi" if judge.demand.memoryMiB is None else f"{judge.demand.memoryMiB}Mi",
         modelVolumeGiB=choice.modelVolumeGiB or estimate_model_volume_gib(weights),
         recipe=recipe,
         nodeName=device.node,
         deviceNames=[d.name for d in best.devices],
+        deviceSelector=device_selector(best.devices),
         modelMemoryMiB=best.perDeviceNeedMiB,
     )
 
 
-__all__ = ["PlanningRequest", "plan_launch"]
+__all__ = [
+    "ExplicitDemand",
+    "PlanningRequest",
+    "explain_choice",
+    "plan_launch",
+    "plan_launch_traced",
+    "stranded_devices",
+]

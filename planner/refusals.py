@@ -14,6 +14,7 @@ from inference_api.reasons import Reason
 from inference_api.types import PlacementType
 from planner.cel_selectors import SelectorError
 from planner.inventory import Device
+from planner.nodes import NodeProblem
 from planner.policy import EffectivePolicy
 from planner.recipes import RecipeChoice, RecipeFailure, RecipeProblem
 from planner.share import ShareDecision
@@ -35,6 +36,10 @@ class Trace:
     # Stages 3 and 4.
     tooSmall: list[tuple[str, Device, int, ShareDecision]] = field(default_factory=list)
     busy: list[tuple[str, Device]] = field(default_factory=list)
+    # Node name → why the scheduler would not bind the replica's pod there (``planner.nodes``).
+    nodeProblems: dict[str, NodeProblem] = field(default_factory=dict)
+    # How the chosen candidate won (fragmentation, best fit), for logs and the plan's explanation.
+    choice: str | None = None
 
 
 def refuse(reason: Reason, message: str) -> PlanOutcome:
@@ -169,6 +174,37 @@ def _capacity_message(
     return (
         f"No room right now: {len(busy)} device(s) of DeviceClass {classes} can hold {model} ({need}), "
         f"and other orders hold all of them. The order waits and is planned again when capacity frees up.{notes}"
+    )
+
+
+_PROBLEM_TEXT = {
+    NodeProblem.MISSING: "not a node the planner knows (not Ready, or not listed)",
+    NodeProblem.CORDONED: "cordoned (spec.unschedulable)",
+    NodeProblem.SELECTOR: "not matched by the module's workload.nodeSelector",
+    NodeProblem.TAINTED: "a NoSchedule/NoExecute taint the module's workloads do not tolerate",
+    NodeProblem.PODS: "no pod slot left",
+    NodeProblem.CPU: "not enough allocatable CPU left",
+    NodeProblem.MEMORY: "not enough allocatable memory left",
+}
+
+
+def node_refusal(request: LaunchPlanRequest, trace: Trace, cpu_milli: int, memory_mib: int) -> PlanOutcome:
+    """Devices have room, but no node holding them can take the replica's pod: NoSchedulableNode."""
+    by_problem: dict[NodeProblem, list[str]] = {}
+    for node, problem in sorted(trace.nodeProblems.items()):
+        by_problem.setdefault(problem, []).append(node)
+    parts = []
+    for problem, nodes in by_problem.items():
+        shown = join(nodes[:5]) + (f" and {len(nodes) - 5} more" if len(nodes) > 5 else "")
+        parts.append(f"{_PROBLEM_TEXT[problem]}: {shown}")
+    cpu = f"{cpu_milli / 1000:g}" if cpu_milli % 1000 == 0 else f"{cpu_milli}m"
+    return refuse(
+        Reason.NO_SCHEDULABLE_NODE,
+        f"Accelerators with room for {request.facts.modelName} exist, but no node holding them can take the "
+        f"replica's pod (it requests {cpu} CPU and {_gib(memory_mib)} of memory): "
+        + "; ".join(parts)
+        + ". The order waits and is planned again when a node has room; ask your administrator for node "
+        "capacity, a toleration in the module settings (workload.tolerations) or to uncordon a node." + _notes(trace),
     )
 
 

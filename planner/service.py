@@ -35,11 +35,13 @@ the service (the ``ai-inference planner`` command, a test) hands it the reader.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import os
 import ssl
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
@@ -54,12 +56,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from inference_api.plan import LaunchPlanRequest, PlanOutcome
+from inference_api.plan import LaunchPlan, LaunchPlanRequest, PlanOutcome
 from inference_api.settings import PLANNER_AUDIENCE
 from inference_api.types import CLASSES, GROUP
-from planner.bookings import Booking, OrderClaim, prune, reserve
+from planner.bookings import Booking, OrderClaim, prune, reserve, with_booked_pods
+from planner.fragmentation import RecentDemand
 from planner.inventory import InventorySnapshot
-from planner.planning import PlanningRequest, plan_launch
+from planner.planning import PlanningRequest, plan_launch, plan_launch_traced, stranded_devices
+from planner.quantity import Quantity
 from planner.recipes import RecipeBook, load_recipe_book
 
 log = structlog.get_logger(__name__)
@@ -451,6 +455,8 @@ class BookingLedger:
         self._clock = clock
         self._bookings: dict[str, Booking] = {}
         self._lock = threading.Lock()
+        self.recent = RecentOrders()
+        self._last: InventorySnapshot | None = None
 
     def bookings(self) -> list[Booking]:
         with self._lock:
@@ -478,10 +484,59 @@ class BookingLedger:
                     "planner: reservations with room nowhere (the cluster is over-committed)",
                     holders=sorted({n.holder for n in reservation.unplaced}),
                 )
-            outcome = plan_launch(PlanningRequest(**dict(body), inventory=reservation.snapshot), book)
+            snapshot = with_booked_pods(reservation, self._bookings.values())
+            request = PlanningRequest(**dict(body), inventory=snapshot, recentDemands=self.recent.demands() or None)
+            outcome, trace = plan_launch_traced(request, book)
+            if outcome.plan is not None:
+                self.recent.add(outcome.plan)
+                log.debug("planner: planned", holder=holder, choice=trace.choice)
             if holder is not None and outcome.plan is not None:
                 self._bookings[holder] = Booking.of_plan(holder, outcome.plan, now)
+            self._last = snapshot
             return outcome
+
+    def stranded(self) -> float:
+        """What the last plan's snapshot leaves stranded against the recent orders (computed when asked:
+        a scrape, not a plan, pays for it)."""
+        with self._lock:
+            last, demands = self._last, self.recent.demands()
+        return stranded_devices(last, demands) if last is not None else 0.0
+
+
+class RecentOrders:
+    """The kinds of orders planned lately (the last ``window`` plans), for the fragmentation-aware
+    choice. The list handed to plans changes every ``refresh`` plans only, so that the figures the
+    planner memoizes for one list keep serving the plans in between."""
+
+    def __init__(self, window: int = 512, refresh: int = 32) -> None:
+        self._window: deque[RecentDemand] = deque(maxlen=window)
+        self._refresh = refresh
+        self._since = 0
+        self._current: list[RecentDemand] = []
+
+    def add(self, plan: LaunchPlan) -> None:
+        self._window.append(demand_of(plan))
+        self._since += 1
+        if not self._current or self._since >= self._refresh:
+            counts = collections.Counter(self._window)
+            self._current = [d.model_copy(update={"weight": float(n)}) for d, n in sorted(counts.items(), key=repr)]
+            self._since = 0
+
+    def demands(self) -> list[RecentDemand]:
+        return self._current
+
+
+def demand_of(plan: LaunchPlan) -> RecentDemand:
+    """What an order of this plan asks for, as the fragmentation-aware choice weighs it."""
+    cpu = Quantity.of(plan.cpu).value * 1000
+    memory = Quantity.of(plan.memory).value / (1024 * 1024)
+    return RecentDemand(
+        deviceCount=plan.deviceCount,
+        sharePercent=plan.sharePercent,
+        cpuMilli=int(cpu),
+        memoryMiB=int(memory),
+        deviceClasses=(plan.deviceClass,),
+    )
 
 
 # ---------------------------------------------------------------------------------- app
@@ -539,6 +594,13 @@ def create_app(
         "ai_inference_planner_bookings", "Plans booked and not yet settled by their claims.", registry=metrics
     )
     bookings_held.set_function(lambda: len(ledger.bookings()) if ledger is not None else 0)
+    stranded = Gauge(
+        "ai_inference_planner_stranded_devices",
+        "Free accelerator capacity, in devices, left in fragments the recent orders could not use (the nodes' "
+        "expected fragmentation against the kinds of the last plans), as of the last plan.",
+        registry=metrics,
+    )
+    stranded.set_function(lambda: ledger.stranded() if ledger is not None else 0.0)
     metrics_app = make_asgi_app(registry=metrics)
 
     def plan_once(body: LaunchPlanRequest) -> PlanOutcome:

@@ -6,12 +6,18 @@ number of devices and the share; a share of 1..99 percent becomes a consumable-c
 (KEP-5075, ``resource.k8s.io/v1`` ``DeviceRequest.exactly.capacity.requests``) for the memory
 the model needs, so the scheduler packs several orders onto one physical device. A whole
 device (share 100) carries no capacity request: the device class alone selects it.
+
+The plan is what the cluster does: for an order of one replica, the claim also carries the plan's
+``deviceSelector`` (a CEL selector on the unique ``uuid`` attribute the GPU driver publishes for each
+device) and the pod template a node affinity to the plan's node (``pinned``), so the DRA allocator
+can only allocate the planned devices on the planned node.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from activities.builders.autoscaling import replica_bounds
 from activities.builders.common import DEVICE_REQUEST, WorkloadInputs, labels, object_meta, parse_quantity
 from inference_api.plan import LaunchPlan
 
@@ -41,6 +47,15 @@ def memory_request_mib(plan: LaunchPlan) -> int | None:
     return -(-plan.acceleratorMemoryGiB * 1024 * plan.sharePercent // 100)
 
 
+def pinned(inputs: WorkloadInputs) -> bool:
+    """Does the workload pin the plan's node and devices? When the order runs one replica at most: the
+    one claim the template makes selects exactly the planned devices and the pod is bound to the
+    planned node, so the allocation is the plan. Several replicas share one pod template and one claim
+    template, and a plan places one replica: pinning them all to its devices would stack them there,
+    so they are left to the scheduler (the planner's bookings count them, not where they land)."""
+    return bool(inputs.plan.nodeName) and replica_bounds(inputs.service_class, inputs.replica_ceiling).max == 1
+
+
 def build_claim_template(inputs: WorkloadInputs) -> dict[str, Any]:
     plan = inputs.plan
     exactly: dict[str, Any] = {
@@ -48,6 +63,8 @@ def build_claim_template(inputs: WorkloadInputs) -> dict[str, Any]:
         "allocationMode": "ExactCount",
         "count": plan.deviceCount,
     }
+    if plan.deviceSelector and pinned(inputs):
+        exactly["selectors"] = [{"cel": {"expression": plan.deviceSelector}}]
     memory = memory_request_mib(plan)
     if memory is not None:
         exactly["capacity"] = {"requests": {MEMORY_CAPACITY: f"{memory}Mi"}}
@@ -85,6 +102,7 @@ def claim_template_spec_differs(standing: dict[str, Any] | None, desired: dict[s
                     exactly.get("deviceClassName"),
                     exactly.get("count", 1),
                     tuple(sorted((key, parse_quantity(amount)) for key, amount in capacity.items())),
+                    tuple(((s.get("cel") or {}).get("expression")) for s in exactly.get("selectors") or []),
                 )
             )
         return out

@@ -93,6 +93,9 @@ def test_a_shared_plan_books_its_memory_request_and_the_devices_it_named() -> No
         bookedAt=12.5,
         node=p.nodeName,
         devices=tuple(p.deviceNames),
+        # The pod's requests, held on the node until the pod is bound.
+        podCpuMilli=4000,
+        podMemoryMiB=int(p.memory.removesuffix("Gi")) * 1024,
     )
 
 

@@ -75,11 +75,15 @@ def _t4_plan() -> LaunchPlan:
             hardwareFamily="turing",
             vramMinimumGiB=8,
         ),
+        # One replica: the plan's node and device are pinned (node affinity, a uuid selector).
+        nodeName="gpu-t4-0",
+        deviceNames=["gpu-1"],
+        deviceSelector='device.attributes["gpu.deckhouse.io"].uuid == "GPU-sim-gpu-t4-0-gpu-1"',
     )
 
 
 def _cluster_local_t4() -> WorkloadInputs:
-    """ClusterLocal + None, no scalingPolicy, a whole T4."""
+    """ClusterLocal + None, no scalingPolicy (one replica: pinned to the planned node and device), a whole T4."""
     return f.inputs(
         the_order=f.order(name="internal-llm", model="Qwen/Qwen2.5-1.5B-Instruct"),
         the_class=f.cluster_local_none(),

@@ -1,0 +1,141 @@
+"""Fragmentation-aware choice: the idea of FGD ("Beware of Fragmentation", Weng et al., USENIX ATC'23). Pure.
+
+A node's free accelerator capacity is *fragmented* for a kind of order when that order cannot use it:
+all of it when the order cannot run on the node at all (not enough CPU or memory, no device of a class
+the order may use with room, too few free whole devices), else the part on devices the order cannot
+take (a device of a class it may not use, a device with less free share than it asks; for whole-device
+orders every partly used device). The node's *expected fragmentation* weighs that by how often each
+kind of order came recently (``RecentDemand.weight``). Among the places an order fits, the plan picks
+the one whose node's expected fragmentation grows least (the "fragmentation gradient"), so that the
+capacity left stays usable by the orders that usually come; best fit breaks ties.
+
+Capacity is counted in percent of a device (a whole device is 100). Orders that use no device
+fragment nothing (their figure would be the same for every placement). The figures are memoized by
+what they depend on (the node's free CPU and memory up to the thresholds the recent orders draw, and
+its devices' free shares and classes), so that identical nodes are judged once.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field
+
+WHOLE = 100
+_SERIALS = itertools.count(1)
+
+
+class RecentDemand(BaseModel):
+    """One kind of order that came recently, and how often."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    weight: float = Field(default=1.0, gt=0)
+    deviceCount: int = Field(default=1, ge=0, description="Devices per replica; 0: the order uses none.")
+    sharePercent: int = Field(default=WHOLE, ge=1, le=WHOLE, description="Share of each device.")
+    cpuMilli: int = Field(default=0, ge=0)
+    memoryMiB: int = Field(default=0, ge=0)
+    deviceClasses: tuple[str, ...] | None = Field(default=None, description="Classes it may use; None: any.")
+
+
+# A device as fragmentation sees it: its free share and the device classes that select it.
+DeviceView = tuple[int, frozenset[str]]
+
+
+@dataclass(frozen=True)
+class _Group:
+    count: int
+    percent: int
+    classes: frozenset[str] | None
+    # (CPU threshold index, memory threshold index, weight) of each kind in the group.
+    members: tuple[tuple[int, int, float], ...]
+    weight: float
+
+
+class Workload:
+    """The recent demands compiled for judging nodes. Build once per demand list (``workload_of``)."""
+
+    def __init__(self, demands: Sequence[RecentDemand]) -> None:
+        total = sum(d.weight for d in demands if d.deviceCount > 0) or 1.0
+        self.cpus = sorted({d.cpuMilli for d in demands})
+        self.mems = sorted({d.memoryMiB for d in demands})
+        grouped: dict[tuple[int, int, frozenset[str] | None], list[tuple[int, int, float]]] = {}
+        for d in demands:
+            if d.deviceCount == 0:
+                continue
+            percent = WHOLE if d.deviceCount > 1 else d.sharePercent
+            classes = frozenset(d.deviceClasses) if d.deviceClasses is not None else None
+            grouped.setdefault((d.deviceCount, percent, classes), []).append(
+                (self.cpus.index(d.cpuMilli), self.mems.index(d.memoryMiB), d.weight / total)
+            )
+        self.groups = tuple(
+            _Group(k, p, c, tuple(m), sum(w for _, _, w in m))
+            for (k, p, c), m in sorted(grouped.items(), key=lambda kv: (kv[0][0], kv[0][1], sorted(kv[0][2] or ())))
+        )
+        self._memo: dict[tuple[object, ...], float] = {}
+        # Tells workloads apart in what is kept across plans (unlike id(), never reused).
+        self.serial = next(_SERIALS)
+
+    @property
+    def empty(self) -> bool:
+        return not self.groups
+
+    def fragmentation(self, cpu_free: int | None, mem_free: int | None, devices: Sequence[DeviceView]) -> float:
+        """The node's expected fragmentation, in percent of a device."""
+        ci = len(self.cpus) if cpu_free is None else bisect.bisect_right(self.cpus, cpu_free)
+        mi = len(self.mems) if mem_free is None else bisect.bisect_right(self.mems, mem_free)
+        # The figure does not depend on the devices' order: any order that puts equal views together
+        # keys alike (a frozenset's hash is stable within the process).
+        views = tuple(sorted(devices, key=lambda v: (v[0], hash(v[1]))))
+        key = (ci, mi, views)
+        found = self._memo.get(key)
+        if found is not None:
+            return found
+        total_free = sum(f for f, _ in views)
+        value = 0.0
+        if total_free > 0:
+            for g in self.groups:
+                runs = sum(w for c, m, w in g.members if c < ci and m < mi)
+                usable = self._usable(g, views)
+                # Kinds that cannot run here (CPU, memory, devices) see all of the free capacity as fragments.
+                value += (g.weight - runs) * total_free
+                value += runs * (total_free - usable if usable is not None else total_free)
+        if len(self._memo) > 200_000:
+            self._memo.clear()
+        self._memo[key] = value
+        return value
+
+    @staticmethod
+    def _usable(g: _Group, views: Sequence[DeviceView]) -> int | None:
+        """The free capacity the group's kind can use on these devices, None when it cannot run at all."""
+        threshold = min(g.percent, WHOLE)
+        usable = 0
+        fitting = 0
+        for free, classes in views:
+            if g.classes is not None and not (classes & g.classes):
+                continue
+            if free >= threshold:
+                usable += free
+                fitting += 1
+        if g.count <= 1:
+            return usable if fitting >= 1 else None
+        return usable if fitting >= g.count else None
+
+
+_WORKLOADS: dict[tuple[RecentDemand, ...], Workload] = {}
+
+
+def workload_of(demands: Sequence[RecentDemand]) -> Workload:
+    """The compiled workload of a demand list, kept by content (the memo of its figures with it)."""
+    key = tuple(demands)
+    found = _WORKLOADS.get(key)
+    if found is None:
+        if len(_WORKLOADS) > 16:
+            _WORKLOADS.clear()
+        found = _WORKLOADS[key] = Workload(demands)
+    return found
+
+
+__all__ = ["WHOLE", "DeviceView", "RecentDemand", "Workload", "workload_of"]

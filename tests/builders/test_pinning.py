@@ -1,0 +1,64 @@
+"""The plan is what the cluster does: an order of one replica is pinned to the planned node and devices."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from activities.builders.claim import build_claim_template, claim_template_spec_differs, pinned
+from activities.builders.statefulset import build_statefulset
+from inference_api.plan import LaunchPlan
+from planner.inventory import Device
+from planner.planning import device_selector
+from tests import factories as f
+
+SELECTOR = 'device.attributes["gpu.deckhouse.io"].uuid == "GPU-1"'
+
+
+def _plan(**update: object) -> LaunchPlan:
+    return f.plan(share=30, memory_request_mib=24576).model_copy(
+        update={"nodeName": "gpu-h100-0", "deviceNames": ["gpu-1"], "deviceSelector": SELECTOR, **update}
+    )
+
+
+def _exactly(claim: dict[str, Any]) -> dict[str, Any]:
+    found: dict[str, Any] = claim["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+    return found
+
+
+def test_one_replica_is_pinned_to_the_planned_node_and_devices() -> None:
+    one = f.inputs(the_class=f.cluster_local_none(), the_plan=_plan())
+    assert pinned(one)
+    assert _exactly(build_claim_template(one))["selectors"] == [{"cel": {"expression": SELECTOR}}]
+    affinity = build_statefulset(one)["spec"]["template"]["spec"]["affinity"]
+    terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-h100-0"]}]}]
+
+
+def test_several_replicas_share_one_template_and_are_left_to_the_scheduler() -> None:
+    many = f.inputs(the_class=f.service_class(scalingPolicy={"minReplicas": 1, "maxReplicas": 3}), the_plan=_plan())
+    assert not pinned(many)
+    assert "selectors" not in _exactly(build_claim_template(many))
+    assert "affinity" not in build_statefulset(many)["spec"]["template"]["spec"]
+
+
+def test_a_plan_without_a_device_selector_pins_the_node_only() -> None:
+    one = f.inputs(the_class=f.cluster_local_none(), the_plan=_plan(deviceSelector=None))
+    assert "selectors" not in _exactly(build_claim_template(one))
+    assert "affinity" in build_statefulset(one)["spec"]["template"]["spec"]
+
+
+def test_a_new_device_selector_replaces_the_immutable_template() -> None:
+    old = build_claim_template(f.inputs(the_class=f.cluster_local_none(), the_plan=_plan()))
+    new = build_claim_template(
+        f.inputs(the_class=f.cluster_local_none(), the_plan=_plan(deviceSelector=SELECTOR.replace("GPU-1", "GPU-2")))
+    )
+    assert claim_template_spec_differs(old, new)
+    assert not claim_template_spec_differs(old, old)
+
+
+def test_the_selector_names_the_devices_by_the_unique_attribute_they_publish() -> None:
+    a = Device(name="gpu-0", node="n", attributes={"uuid": "GPU-a"})
+    b = Device(name="gpu-1", node="n", attributes={"gpu.deckhouse.io/uuid": "GPU-b"})
+    assert device_selector([a]) == 'device.attributes["gpu.deckhouse.io"].uuid == "GPU-a"'
+    assert device_selector([a, b]) == 'device.attributes["gpu.deckhouse.io"].uuid in ["GPU-a", "GPU-b"]'
+    assert device_selector([a, Device(name="gpu-2", node="n")]) is None

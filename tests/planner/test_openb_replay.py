@@ -1,0 +1,163 @@
+"""The trace replay (benchmarks/openb.py) on a tiny slice, and the fragmentation-aware choice it measures.
+
+Unit level: a handful of nodes and tasks built here (the openb data is not needed), so the harness
+cannot rot; the full replay is a benchmark, never run by CI.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from benchmarks.openb import (
+    BestFit,
+    NodeSpec,
+    Planner,
+    RandomFit,
+    State,
+    Task,
+    class_name,
+    published,
+    recent_demands,
+    replay,
+    run,
+    sequence,
+)
+from planner.fragmentation import RecentDemand, Workload
+from planner.recipes import load_recipe_book
+
+NODES = [
+    NodeSpec("n0", 32000, 131072, 2, "T4"),
+    NodeSpec("n1", 32000, 131072, 2, "T4"),
+    NodeSpec("n2", 8000, 32768, 1, "V100M16"),
+    NodeSpec("n3", 96000, 393216, 8, "G2"),
+]
+
+
+def task(name: str, gpus: int, milli: int, cpu: int = 4000, memory: int = 8192, spec: tuple[str, ...] = ()) -> Task:
+    return Task(name, cpu, memory, gpus, milli, spec)
+
+
+TASKS = [
+    task("t00", 1, 500),
+    task("t01", 1, 300),
+    task("t02", 1, 1000),
+    task("t03", 2, 1000),
+    task("t04", 0, 0, cpu=6000),
+    task("t05", 1, 250, spec=("T4",)),
+    task("t06", 4, 1000),
+    task("t07", 1, 700, spec=("V100M16",)),
+    task("t08", 1, 1000, cpu=9000),
+    task("t09", 1, 120),
+    task("t10", 8, 1000),
+    task("t11", 1, 810),
+]
+
+
+def test_the_sequence_fills_to_tune_times_the_capacity_and_is_seeded() -> None:
+    capacity = 1000 * sum(n.gpus for n in NODES)
+    arrivals = sequence(TASKS, 42, capacity)
+    requested = sum(t.requested for t in arrivals)
+    assert requested <= 1.3 * capacity
+    assert requested + max(t.requested for t in TASKS) > 1.3 * capacity or len(arrivals) > len(TASKS)
+    assert arrivals == sequence(TASKS, 42, capacity)
+    assert arrivals != sequence(TASKS, 43, capacity)
+    # A list above the target is thinned instead.
+    thinned = sequence(TASKS * 10, 1, capacity)
+    assert sum(t.requested for t in thinned) <= 1.3 * capacity < sum(t.requested for t in TASKS * 10)
+
+
+@pytest.mark.parametrize("kind", ["planner", "bestfit", "random"])
+def test_every_policy_replays_a_slice_within_the_nodes_capacity(kind: str) -> None:
+    capacity = 1000 * sum(n.gpus for n in NODES)
+    arrivals = sequence(TASKS, 7, capacity)
+    policy = (
+        Planner(NODES, recent_demands(TASKS), load_recipe_book())
+        if kind == "planner"
+        else BestFit()
+        if kind == "bestfit"
+        else RandomFit(7)
+    )
+    # State.take asserts that no GPU, CPU or memory is over-allocated.
+    result = replay(NODES, arrivals, 7, policy)
+    assert result.tasks == len(arrivals)
+    assert result.failed < result.tasks
+    top = max(result.columns)
+    assert top == round(100 * sum(t.requested for t in arrivals) / capacity)
+    assert 0 < result.columns[top] <= 100
+    if kind == "planner":
+        assert result.plans == sum(1 for t in arrivals if t.numGpu)
+        # The same sequence gives the same answers.
+        again = replay(NODES, arrivals, 7, Planner(NODES, recent_demands(TASKS), load_recipe_book()))
+        assert again.columns == result.columns
+
+
+def test_the_planner_policy_honours_gpu_models_and_node_cpu() -> None:
+    planner = Planner(NODES, recent_demands(TASKS), load_recipe_book())
+    state = State(list(NODES))
+    placed = planner.place(state, task("v", 1, 700, spec=("V100M16",)))
+    assert placed == (2, [0])
+    state.take(*placed, task("v", 1, 700, spec=("V100M16",)))
+    # n2 has 8 cores, 4 of them taken: a 5-core task on its free 30 % does not fit there, and no other
+    # node has a V100M16.
+    assert planner.place(state, task("w", 1, 300, cpu=5000, spec=("V100M16",))) is None
+    # An 8-GPU task only fits the G2 node.
+    assert planner.place(state, task("big", 8, 1000)) == (3, list(range(8)))
+
+
+def test_fragmentation_keeps_room_for_the_orders_that_usually_come() -> None:
+    """Recent orders ask for half a card. A 30 % order: best fit would take the card with 60 % free
+    (leaving 30 %, which no half-card order can use); the fragmentation-aware choice takes the empty
+    card, whose 70 % left still takes a half-card order."""
+    nodes = [NodeSpec("a", 64000, 262144, 1, "T4"), NodeSpec("b", 64000, 262144, 1, "T4")]
+    demands = [RecentDemand(weight=10, deviceCount=1, sharePercent=50, cpuMilli=1000, memoryMiB=1024)]
+    planner = Planner(nodes, demands, load_recipe_book())
+    state = State(list(nodes))
+    first = task("first", 1, 400, cpu=1000, memory=1024)
+    assert planner.place(state, first) == (0, [0])  # equal nodes: the name decides
+    state.take(0, [0], first)
+    assert planner.place(state, task("second", 1, 300, cpu=1000, memory=1024)) == (1, [0])
+    # Best fit, on the same state, takes the fuller card.
+    assert BestFit().place(state, task("second", 1, 300, cpu=1000, memory=1024)) == (0, [0])
+
+
+def test_the_expected_fragmentation_of_a_node() -> None:
+    t4 = frozenset({class_name("T4")})
+    workload = Workload(
+        [
+            RecentDemand(weight=3, deviceCount=1, sharePercent=50, cpuMilli=1000, memoryMiB=1),
+            RecentDemand(weight=1, deviceCount=2, cpuMilli=1000, memoryMiB=1),
+            RecentDemand(weight=4, deviceCount=0, cpuMilli=500, memoryMiB=1),  # uses no GPU: counts for nothing
+        ]
+    )
+    # Two GPUs, 40 % and 100 % free. Half-card orders (3/4): 40 % is a fragment. Two-card orders (1/4):
+    # they cannot run, 140 % is a fragment.
+    assert workload.fragmentation(8000, 1024, [(40, t4), (100, t4)]) == pytest.approx(0.75 * 40 + 0.25 * 140)
+    # Without the CPU for any of them, every free share is a fragment.
+    assert workload.fragmentation(900, 1024, [(40, t4), (100, t4)]) == pytest.approx(140)
+    # A class the orders cannot use: the same (all of them are unconstrained here, so none).
+    limited = Workload([RecentDemand(deviceCount=1, sharePercent=50, deviceClasses=("openb-a10",))])
+    assert limited.fragmentation(None, None, [(100, t4)]) == pytest.approx(100)
+
+
+def test_the_table_prints_the_published_means_beside_ours(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    node_rows = "".join(f"{n.name},{n.cpuMilli},{n.memoryMiB},{n.gpus},{n.model}\n" for n in NODES)
+    (tmp_path / "openb_node_list_gpu_node.csv").write_text("sn,cpu_milli,memory_mib,gpu,model\n" + node_rows)
+    header = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
+    rows = "".join(f"{t.name},{t.cpuMilli},{t.memoryMiB},{t.numGpu},{t.gpuMilli},{'|'.join(t.spec)}\n" for t in TASKS)
+    (tmp_path / "openb_pod_list_tiny.csv").write_text(header + rows)
+    columns = ["workload", "sc_policy", "tune", "seed", "total_gpus", *[str(k) for k in range(131)]]
+    with (tmp_path / "published_allocation_ratio.csv").open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(columns)
+        for seed, value in ((42, 90.0), (43, 92.0)):
+            writer.writerow(["openb_pod_list_tiny", "06-FGD", 1.3, seed, 13, *([value] * 131)])
+    assert published(tmp_path, "tiny")["06-FGD"][100] == pytest.approx(91.0)
+    results = run(tmp_path, ["tiny"], [42], ["planner", "bestfit"])
+    out = capsys.readouterr().out
+    assert "published 06-FGD" in out
+    assert "planner seed 42" in out
+    assert "plans/s" in out
+    assert [r.policy for _, r in results] == ["planner", "bestfit"]
