@@ -23,6 +23,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 
 from inference_api.types import GROUP, VERSION, SecretKeyRef
 from tests.e2e.stand import Stand
+from tests.polling import until
 from workflows import activity_names as act
 from workflows.order import OrderWorkflow
 from workflows.order_state import OrderState
@@ -163,6 +164,22 @@ async def test_a_replica_ceiling_signalled_by_hand_changes_no_bound(stand: Stand
     assert (hpa.spec.min_replicas, hpa.spec.max_replicas) == (1, 2)
     await stand.until(lambda: stand.status("llama-chat").get("constraints", {}).get("maxReplicas") == 2, timeout=10)
     assert stand.status("llama-chat")["constraints"]["maxReplicas"] == 2
+
+    # Nor does it say so elsewhere: no CapacityPreempted event (the re-apply's event follows what the
+    # apply applied, not the signal), no held maxReplicas in ScalingHealthy.
+    async def settled() -> bool:
+        return not (await handle.describe()).raw_description.pending_activities
+
+    await until(settled, timeout=20, what="the re-apply's steps done")
+    await asyncio.sleep(1)
+    reasons = [
+        e.reason
+        for e in stand.core.list_namespaced_event(stand.namespace).items
+        if e.involved_object.name == "llama-chat"
+    ]
+    assert "CapacityPreempted" not in reasons, reasons
+    assert "held at maxReplicas" not in (stand.condition("llama-chat", "ScalingHealthy") or {}).get("message", "")
+    assert stand.status("llama-chat")["phase"] == "Ready"
 
 
 async def test_a_held_spec_keeps_running_what_runs_after_a_refused_replan(stand: Stand) -> None:
