@@ -742,15 +742,18 @@ class OrderWorkflow(PreemptionMembership):
         state.healthCheckedAt = workflow.now().timestamp()
         if state.applied is None or state.resolution is None:
             return False
-        result: ProbeResult = await self._activity(
-            act.PROBE_SERVING,
-            self._probe_input().model_copy(update={"waitSeconds": window}),
-            result_type=ProbeResult,
-            start_to_close_timeout=timedelta(seconds=window + 60),
-            heartbeat_timeout=timedelta(seconds=30),
-            retry_policy=RetryPolicy(maximum_attempts=3),
-            summary="confirm a health report",
-        )
+        try:
+            result: ProbeResult = await self._activity(
+                act.PROBE_SERVING,
+                self._probe_input().model_copy(update={"waitSeconds": window}),
+                result_type=ProbeResult,
+                start_to_close_timeout=timedelta(seconds=window + 60),
+                heartbeat_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+                summary="confirm a health report",
+            )
+        except ActivityError:
+            return False  # the probe itself failed (not the API): nothing confirmed, Ready stays
         return self._set_health(result.ok, result.detail)
 
     def _set_health(self, healthy: bool, detail: str) -> bool:
