@@ -102,6 +102,14 @@ FIRST_LOAD_PATCH = "first-load-observed"
 # before backed off as they did.
 REPLAN_BACKOFF_PATCH = "replan-backs-off"
 
+# A ``health_changed`` signal is a hint, not a verdict: anyone who reaches Temporal can send one. The
+# workflow confirms it with one short probe of the order's own endpoint (``probe_serving``, bounded by
+# failureThreshold x probeTimeoutSeconds: the API is healthy when it answers once in that window) and
+# Ready follows the probe, never the report. Signals heard while a probe runs are coalesced into one
+# more probe, and no two confirming probes start closer than that window: a flapping (or forged)
+# stream of signals costs one probe a window at most. Patched: runs recorded before believed the report.
+HEALTH_HINT_PATCH = "health-signal-is-a-hint"
+
 
 def _duration(seconds: float) -> str:
     """A delay as people read it: 15 s, 8 min, 1 h."""
@@ -254,6 +262,10 @@ class OrderWorkflow(PreemptionMembership):
                     state.lastReconcileCompleted = number
                 continue
             if state.pendingHealth is not None:
+                if workflow.patched(HEALTH_HINT_PATCH):
+                    if await self._confirm_health():
+                        await self._publish()
+                    continue
                 report, state.pendingHealth = state.pendingHealth, None
                 if self._set_health(report.healthy, report.detail):
                     await self._publish()
@@ -707,6 +719,42 @@ class OrderWorkflow(PreemptionMembership):
             summary="probe the API",
         )
         return result.model_copy(update={"workloadReady": True})
+
+    async def _confirm_health(self) -> bool:
+        """A ``health_changed`` signal confirmed by one probe of the order's endpoint (HEALTH_HINT_PATCH):
+        Ready follows the probe's answer, whatever the report said. True when Ready changed."""
+        state = self._require_state()
+        window = state.timings.failureThreshold * state.timings.probeTimeoutSeconds
+        if state.healthCheckedAt is not None:
+            # One confirming probe a window at most: a flapping stream of signals is no hot loop.
+            left = state.healthCheckedAt + window - workflow.now().timestamp()
+            if left > 0:
+                with contextlib.suppress(TimeoutError):
+                    await workflow.wait_condition(
+                        lambda: state.dirty or state.deleteRequested or state.deleting,
+                        timeout=timedelta(seconds=left),
+                        timeout_summary="next health check",
+                    )
+                if state.dirty or state.deleteRequested or state.deleting:
+                    return False  # the reconcile (or the delete) comes first; the hint waits
+        # Every signal heard until now is answered by this probe; one heard while it runs asks again.
+        state.pendingHealth = None
+        state.healthCheckedAt = workflow.now().timestamp()
+        if state.applied is None or state.resolution is None:
+            return False
+        try:
+            result: ProbeResult = await self._activity(
+                act.PROBE_SERVING,
+                self._probe_input().model_copy(update={"waitSeconds": window}),
+                result_type=ProbeResult,
+                start_to_close_timeout=timedelta(seconds=window + 60),
+                heartbeat_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+                summary="confirm a health report",
+            )
+        except ActivityError:
+            return False  # the probe itself failed (not the API): nothing confirmed, Ready stays
+        return self._set_health(result.ok, result.detail)
 
     def _set_health(self, healthy: bool, detail: str) -> bool:
         """Ready from a health verdict; True when it changed."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workflows.order_state import OrderState
+from workflows.order_state import OrderState, applied_ceiling
 
 
 def details_markdown(state: OrderState) -> str:
@@ -17,7 +17,7 @@ def details_markdown(state: OrderState) -> str:
         f"**Phase:** {state.phase}" + (f" — {state.reason}" if state.reason else ""),
         "",
         f"**Class:** {state.className or '?'} · **Device:** {device or '—'} · **Replans:** {state.replanCount}"
-        + (f" · **maxReplicas held at:** {state.replicaCeiling} (preemption)" if state.replicaCeiling else ""),
+        + (f" · **maxReplicas held at:** {ceiling} (preemption)" if (ceiling := applied_ceiling(state)) else ""),
         "",
     ]
     if state.stepSeconds:

