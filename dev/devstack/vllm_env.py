@@ -90,13 +90,14 @@ def _stderr(line: str) -> None:
 
 
 @contextlib.contextmanager
-def _lock(env: VllmEnv, say: Progress) -> Iterator[None]:
-    env.root.mkdir(parents=True, exist_ok=True)
-    with (env.root / LOCK).open("w") as lock:
+def install_lock(root: Path, what: str, say: Progress) -> Iterator[None]:
+    """One install of an environment under ``root`` at a time: a second caller waits for the first."""
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / LOCK).open("w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            say(f"another install of vLLM {env.version} is running; waiting for it")
+            say(f"another install of {what} is running; waiting for it")
             fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
@@ -104,14 +105,15 @@ def _lock(env: VllmEnv, say: Progress) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _run(command: list[str], log: Path, what: str) -> None:
+def run_logged(command: list[str], log: Path, what: str, error: type[Exception] = VllmEnvError) -> None:
+    """Run ``command`` with its output appended to ``log``; a failure raises ``error`` with the log's tail."""
     with log.open("a") as out:
         out.write(f"$ {' '.join(command)}\n")
         out.flush()
         result = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, check=False)
     if result.returncode != 0:
         tail = "".join(log.read_text().splitlines(keepends=True)[-15:])
-        raise VllmEnvError(f"{what} failed (exit {result.returncode}); full log: {log}\n{tail}")
+        raise error(f"{what} failed (exit {result.returncode}); full log: {log}\n{tail}")
 
 
 def _install(env: VllmEnv, say: Progress) -> None:
@@ -128,8 +130,8 @@ def _install(env: VllmEnv, say: Progress) -> None:
     log.write_text("")
     say(f"installing vLLM {env.version} into {env.venv} (a few minutes, about 10 GB; log: {log})")
     started = time.monotonic()
-    _run([python, "-m", "venv", str(env.venv)], log, f"{PYTHON} -m venv {env.venv}")
-    _run(
+    run_logged([python, "-m", "venv", str(env.venv)], log, f"{PYTHON} -m venv {env.venv}")
+    run_logged(
         [str(env.python), "-m", "pip", "install", "--disable-pip-version-check", f"vllm=={env.version}"],
         log,
         f"pip install vllm=={env.version}",
@@ -150,7 +152,7 @@ def ensure_vllm_env(version: str | None = None, progress: Progress | None = _std
     if env.is_installed():
         return env
     say = progress or (lambda _line: None)
-    with _lock(env, say):
+    with install_lock(env.root, f"vLLM {env.version}", say):
         if not env.is_installed():
             _install(env, say)
     return env
