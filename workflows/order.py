@@ -708,6 +708,12 @@ class OrderWorkflow(PreemptionMembership):
             if not state.replicaReady:
                 return None
         # A ready replica answers at once; the window only covers the Service catching up with it.
+        result = await self._probe_serving("probe the API")
+        return result.model_copy(update={"workloadReady": True})
+
+    async def _probe_serving(self, summary: str) -> ProbeResult:
+        """One short probe of the order's API, given failureThreshold * probeTimeoutSeconds to answer."""
+        state = self._require_state()
         window = state.timings.failureThreshold * state.timings.probeTimeoutSeconds
         result: ProbeResult = await self._activity(
             act.PROBE_SERVING,
@@ -716,9 +722,9 @@ class OrderWorkflow(PreemptionMembership):
             start_to_close_timeout=timedelta(seconds=window + 60),
             heartbeat_timeout=timedelta(seconds=30),
             retry_policy=RetryPolicy(maximum_attempts=3),
-            summary="probe the API",
+            summary=summary,
         )
-        return result.model_copy(update={"workloadReady": True})
+        return result
 
     async def _confirm_health(self) -> bool:
         """A ``health_changed`` signal confirmed by one probe of the order's endpoint (HEALTH_HINT_PATCH):
@@ -743,15 +749,7 @@ class OrderWorkflow(PreemptionMembership):
         if state.applied is None or state.resolution is None:
             return False
         try:
-            result: ProbeResult = await self._activity(
-                act.PROBE_SERVING,
-                self._probe_input().model_copy(update={"waitSeconds": window}),
-                result_type=ProbeResult,
-                start_to_close_timeout=timedelta(seconds=window + 60),
-                heartbeat_timeout=timedelta(seconds=30),
-                retry_policy=RetryPolicy(maximum_attempts=3),
-                summary="confirm a health report",
-            )
+            result = await self._probe_serving("confirm a health report")
         except ActivityError:
             return False  # the probe itself failed (not the API): nothing confirmed, Ready stays
         return self._set_health(result.ok, result.detail)

@@ -15,7 +15,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from inference_api.payloads import ApplyInput, ApplyResult, ModelResolution, OrderEvent, OrderSnapshot
+    from inference_api.payloads import ApplyInput, ApplyResult, ModelResolution, OrderEvent, OrderRef, OrderSnapshot
     from inference_api.plan import LaunchPlan
     from inference_api.preemption import MemberReport, ScalingObservation
     from inference_api.reasons import EventReason
@@ -225,19 +225,7 @@ class PreemptionMembership:
             applied.runtimeReason,
             applied.runtimeMessage or state.plan.recipe.runtimeVersion,
         )
-        if state.replicaCeiling is not None:
-            event = OrderEvent(
-                ref=state.ref,
-                reason=EventReason.CAPACITY_PREEMPTED,
-                message=f"maxReplicas lowered to {state.replicaCeiling} to give capacity on device class "
-                f"{state.plan.deviceClass} to higher-priority orders",
-            )
-        else:
-            event = OrderEvent(
-                ref=state.ref,
-                reason=EventReason.CAPACITY_RESTORED,
-                message="the class's maxReplicas applies again: capacity taken by preemption was given back",
-            )
+        event = capacity_event(state.ref, state.replicaCeiling, state.plan.deviceClass)
         await workflow.execute_activity(act.RECORD_EVENT, event, start_to_close_timeout=SHORT, retry_policy=K8S_RETRY)
         self._refresh_scaling()
 
@@ -265,20 +253,24 @@ class PreemptionMembership:
         )
         after = applied_ceiling(state)
         if after != before:
-            if after is not None:
-                event = OrderEvent(
-                    ref=state.ref,
-                    reason=EventReason.CAPACITY_PREEMPTED,
-                    message=f"maxReplicas lowered to {after} to give capacity on device class "
-                    f"{plan.deviceClass} to higher-priority orders",
-                )
-            else:
-                event = OrderEvent(
-                    ref=state.ref,
-                    reason=EventReason.CAPACITY_RESTORED,
-                    message="the class's maxReplicas applies again: capacity taken by preemption was given back",
-                )
+            event = capacity_event(state.ref, after, plan.deviceClass)
             await workflow.execute_activity(
                 act.RECORD_EVENT, event, start_to_close_timeout=SHORT, retry_policy=K8S_RETRY
             )
         self._refresh_scaling()
+
+
+def capacity_event(ref: OrderRef, ceiling: int | None, device_class: str) -> OrderEvent:
+    """The Event of a donor's ceiling: lowered to ``ceiling`` (CapacityPreempted), or lifted (None)."""
+    if ceiling is not None:
+        return OrderEvent(
+            ref=ref,
+            reason=EventReason.CAPACITY_PREEMPTED,
+            message=f"maxReplicas lowered to {ceiling} to give capacity on device class "
+            f"{device_class} to higher-priority orders",
+        )
+    return OrderEvent(
+        ref=ref,
+        reason=EventReason.CAPACITY_RESTORED,
+        message="the class's maxReplicas applies again: capacity taken by preemption was given back",
+    )
