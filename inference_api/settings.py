@@ -236,8 +236,41 @@ class HealthSettings(BaseModel):
     probeTargetAnnotation: str | None = None
 
 
+class LeaderElectionSettings(BaseModel):
+    """The observer's leader election (``worker/observer/leader.py``): one Lease in the module's
+    namespace per shard; the replica holding it observes, the others stand by.
+
+    A standby takes over once it has seen the Lease unchanged for ``leaseDurationSeconds``; a leader
+    that could not renew for ``renewDeadlineSeconds`` stops signalling, so before anyone else may
+    start (hence renewDeadline < leaseDuration, and the gap is the time the old leader has to stop).
+    """
+
+    enabled: bool = False
+    # The Lease's name; with several shards, ``-<shard>`` is appended.
+    leaseName: str = "ai-inference-observer"
+    leaseDurationSeconds: int = Field(default=15, ge=1)
+    renewDeadlineSeconds: float = Field(default=10, gt=0)
+    retryPeriodSeconds: float = Field(default=2, gt=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LeaderElectionSettings:
+        if not self.renewDeadlineSeconds < self.leaseDurationSeconds:
+            raise ValueError(
+                f"observer.leaderElection.renewDeadlineSeconds ({self.renewDeadlineSeconds:g}) must be below "
+                f"leaseDurationSeconds ({self.leaseDurationSeconds}): a leader that lost its Lease must stop "
+                "before a standby may take over"
+            )
+        if not self.retryPeriodSeconds * 1.2 < self.renewDeadlineSeconds:
+            raise ValueError(
+                f"observer.leaderElection.retryPeriodSeconds ({self.retryPeriodSeconds:g}) must be well below "
+                f"renewDeadlineSeconds ({self.renewDeadlineSeconds:g}): a leader needs more than one try to renew"
+            )
+        return self
+
+
 class ObserverSettings(BaseModel):
-    """The observer (``ai-inference watch``): resync period, probe concurrency and its shard.
+    """The observer (``ai-inference watch``): resync period, probe concurrency, its shard, and its
+    leader election.
 
     Not part of what shapes an order: left out of ``model_dump`` (so out of the release
     fingerprint), or every shard, whose ``shard`` differs, would compute another fingerprint.
@@ -252,6 +285,8 @@ class ObserverSettings(BaseModel):
     # Orders are split by uid: this observer handles int(sha256(uid)) % shards == shard.
     shards: int = Field(default=1, ge=1)
     shard: int = Field(default=0, ge=0)
+    # Several replicas of one shard: one leads (a Lease), the others stand by.
+    leaderElection: LeaderElectionSettings = Field(default_factory=LeaderElectionSettings)
 
     @model_validator(mode="after")
     def _shard_in_range(self) -> ObserverSettings:

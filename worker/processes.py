@@ -84,16 +84,57 @@ async def run_worker(
     await worker.run()
 
 
-async def run_watcher(client: Client, api: ApiClient, settings: ModuleSettings, health: Health | None = None) -> None:
+async def run_watcher(
+    client: Client,
+    api: ApiClient,
+    settings: ModuleSettings,
+    health: Health | None = None,
+    identity: str | None = None,
+) -> None:
     """The observer (``ai-inference watch``): informers, health probes, resync; see worker/observer/.
     ``health`` gets its checks: live while its informer threads run, ready once every informer has
-    listed and its watches are fresh, and Temporal answers."""
-    observer = Observer(api, client, settings)
+    listed and its watches are fresh, and Temporal answers.
+
+    With ``observer.leaderElection.enabled``: a replica among several (worker/observer/leader.py). It
+    stands by until it holds its shard's Lease (``identity`` its name there), then observes with a
+    fresh observer until it no longer does, and stands by again. A standby is live and ready (it is
+    ready to take over); a leader as above."""
+    election = settings.observer.leaderElection
+    if not election.enabled:
+        observer = Observer(api, client, settings)
+        if health is not None:
+            health.add_live("informers", lambda: informers_alive(observer))
+            health.add_ready("informers", lambda: informers_fresh(observer))
+            health.add_ready("temporal", temporal_reachable(client))
+        await observer.run()
+        return
+
+    from worker.observer.leader import LeaderElector, lease_name
+    from worker.observer.metrics import ORDER_STATUS, ORDERS_KNOWN
+
+    elector = LeaderElector(api, settings.moduleNamespace, lease_name(settings.observer), election, identity)
+    term: list[Observer] = []
+
+    async def observe() -> None:
+        observer = Observer(api, client, settings, fence=elector.leading)
+        term.append(observer)
+        try:
+            await observer.run()
+        finally:
+            term.clear()
+            # A standby reports no orders: the leader's figures are the only ones.
+            ORDER_STATUS.watch(list)
+            ORDERS_KNOWN.set(0)
+
+    def standby() -> Verdict:
+        holder = elector.holder
+        return True, f"standby (lease {elector.name} held by {holder})" if holder else f"standby ({elector.name})"
+
     if health is not None:
-        health.add_live("informers", lambda: informers_alive(observer))
-        health.add_ready("informers", lambda: informers_fresh(observer))
+        health.add_live("informers", lambda: informers_alive(term[0]) if term else standby())
+        health.add_ready("informers", lambda: informers_fresh(term[0]) if term else standby())
         health.add_ready("temporal", temporal_reachable(client))
-    await observer.run()
+    await elector.run(observe)
 
 
 # ------------------------------------------------------------------------------ health

@@ -25,7 +25,7 @@ SIGNALS = Counter(
     "ai_inference_watcher_signals",
     "Signals (and terminations) to order workflows. outcome: sent; retry (refused or unreachable, "
     "tried again); no_workflow (none runs: the resync starts it); closed (the workflow completed and "
-    "is not restarted).",
+    "is not restarted); fenced (this observer no longer leads: not sent, the next leader derives it).",
     ["signal", "outcome"],
 )
 PROBES = Counter(

@@ -84,6 +84,7 @@ class Observer:
         senders: int = 16,
         fingerprint: str | None = None,
         read_secret: SecretReader | None = None,
+        fence: Callable[[], bool] | None = None,
     ) -> None:
         self.api = api
         self.read_secret = read_secret or secret_reader(api)
@@ -101,7 +102,8 @@ class Observer:
             self.informers.setdefault(kind, Informer(kind))
         self.watch_timeout_seconds = watch_timeout_seconds
         self.fingerprint = fingerprint or release_fingerprint(settings)
-        self.outbox = Outbox(client, settings.temporal.taskQueue, senders=senders)
+        # fence: with leader election, whether this observer still leads (asked before each send).
+        self.outbox = Outbox(client, settings.temporal.taskQueue, senders=senders, fence=fence)
         self.resync = Resync(
             client, settings.temporal.taskQueue, self.outbox, self.fingerprint, self.config.shards, self.config.shard
         )

@@ -7,7 +7,8 @@ signal and a long outage does not grow the queue past one entry per order and si
 fails for a reason time can fix (Temporal unreachable, a timeout, overload) is tried again with an
 exponential backoff, forever; the resync re-derives what matters meanwhile. One that cannot succeed
 is counted and left: a plain signal to a workflow that does not run (``no_workflow``: the resync
-starts it), a start refused because the order's workflow already completed (``closed``).
+starts it), a start refused because the order's workflow already completed (``closed``), anything
+asked of an observer that no longer leads (``fenced``: the next leader derives it again).
 
 Failures are logged at warning level with the order, the signal, the error's type and its gRPC
 status, never the error's text.
@@ -123,8 +124,12 @@ class Outbox:
         rpc_timeout_seconds: float = 10,
         max_backoff_seconds: float = 60,
         clock: Callable[[], float] = time.monotonic,
+        fence: Callable[[], bool] | None = None,
     ) -> None:
         self.client = client
+        # With leader election: true while this observer leads (worker/observer/leader.py); asked
+        # before every send, so a deposed leader sends nothing from the instant its lease lapses.
+        self.fence = fence
         self.task_queue = task_queue
         self.senders = senders
         self.rpc_timeout = timedelta(seconds=rpc_timeout_seconds)
@@ -275,6 +280,11 @@ class Outbox:
         )
 
     async def _deliver(self, delivery: Delivery) -> str:
+        if self.fence is not None and not self.fence():
+            # Dropped, not retried: this observer is being stopped, the next leader's listing and
+            # resync derive the signal again.
+            log.debug("order workflow not signalled: this observer does not lead", order=delivery.order)
+            return "fenced"
         timeout = self.rpc_timeout.total_seconds() + 5
         try:
             if delivery.terminate_run is not None:
