@@ -117,6 +117,8 @@ def test_helm_template_renders_every_object_once_into_the_module_namespace(docs:
             "StatefulSet",
             "PodDisruptionBudget",
             "NetworkPolicy",
+            "Role",
+            "RoleBinding",
         }:
             assert doc["metadata"]["namespace"] == NAMESPACE, key
     kinds = {k for k, _ in seen}
@@ -137,6 +139,8 @@ def test_helm_template_renders_every_object_once_into_the_module_namespace(docs:
         "ValidatingAdmissionPolicyBinding",
         "Job",  # the CRD upgrade, a pre-upgrade hook (tests/chart/test_crd_upgrade.py)
         "NetworkPolicy",  # the module namespace's (tests/chart/test_network_policy.py)
+        "Role",  # the observer's Leases (tests/chart/test_replicas.py)
+        "RoleBinding",
     }
 
 

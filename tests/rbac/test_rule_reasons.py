@@ -145,6 +145,17 @@ REASONS: dict[str, dict[Rule, str]] = {
     ),
 }
 
+# Roles of the module's own namespace (nothing cluster-wide).
+NAMESPACED_REASONS: dict[str, dict[Rule, str]] = {
+    "d8:ai-inference:watcher-leader-election": {
+        ("coordination.k8s.io", "leases", "get"): "worker/observer/leader.py: a standby reads its shard's Lease",
+        ("coordination.k8s.io", "leases", "create"): "worker/observer/leader.py: the first replica makes the Lease",
+        ("coordination.k8s.io", "leases", "update"): (
+            "worker/observer/leader.py: renew, take over or release the Lease (a replace guarded by its resourceVersion)"
+        ),
+    },
+}
+
 DEV = "the local cluster's people (deploy/dev/rbac.yaml), until the chart's roles are installed"
 DEV_REASONS: dict[str, dict[Rule, str]] = {
     "ai-inference-dev:module-admin": {
@@ -197,6 +208,17 @@ def test_every_rule_of_every_chart_role_has_its_reason(helm: Helm) -> None:
     problems = [p for name, role in roles.items() for p in _differences(name, role, REASONS[name])]
     assert not problems, "\n".join(problems)
     assert all(reason.strip() for table in REASONS.values() for reason in table.values())
+
+
+def test_every_rule_of_every_chart_namespaced_role_has_its_reason(helm: Helm) -> None:
+    roles = {r["metadata"]["name"]: r for r in of_kind(helm.render(), "Role")}
+    assert set(roles) == set(NAMESPACED_REASONS)
+    problems = [p for name, role in roles.items() for p in _differences(name, role, NAMESPACED_REASONS[name])]
+    assert not problems, "\n".join(problems)
+    # Only Leases, never a delete (a Lease outlives its holders: the count of transitions is the fence).
+    for table in NAMESPACED_REASONS.values():
+        assert {(g, r) for g, r, _ in table} == {("coordination.k8s.io", "leases")}
+        assert not [v for _, _, v in table if v in ("delete", "deletecollection", "*")]
 
 
 def test_every_rule_of_the_dev_roles_has_its_reason() -> None:
