@@ -51,3 +51,36 @@ class Proxy:
             dst.close()
 
         await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+
+class SilentProxy(Proxy):
+    """The relay, which can also go silent (``silent = True``): from then on nothing is relayed either
+    way — bytes are read and dropped, new connections accepted and held — as across a network
+    partition, where requests hang until their timeout rather than being refused."""
+
+    silent = False
+    connections = 0
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        if self.silent:
+            self.transports.add(writer.transport)
+            with contextlib.suppress(OSError, ConnectionError):
+                while await reader.read(65536):
+                    pass
+            return
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.target)
+        except OSError:
+            writer.close()
+            return
+        self.transports |= {writer.transport, up_writer.transport}
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError, ConnectionError):
+                while data := await src.read(65536):
+                    if not self.silent:
+                        dst.write(data)
+                        await dst.drain()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))

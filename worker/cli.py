@@ -186,7 +186,7 @@ def watch(
     metrics_port: int | None = METRICS_PORT_OPTION,
 ) -> None:
     """Run the watcher: InferenceService and InferenceServiceClass changes become workflow signals."""
-    from worker.processes import Health, run_watcher, with_health
+    from worker.processes import Health, run_watcher, until_terminated, with_health
     from worker.temporal_client import install_sdk_metrics
 
     settings, api = _runtime(kubeconfig)
@@ -195,7 +195,8 @@ def watch(
 
     async def main() -> None:
         client = await _connect_or_exit(settings)
-        await with_health(health_port, run_watcher(client, api, settings, health), health)
+        # SIGTERM stops it cleanly: a leading observer releases its Lease (exit 0).
+        await until_terminated(with_health(health_port, run_watcher(client, api, settings, health), health))
 
     _run_process(main())
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import signal
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -135,6 +136,30 @@ async def run_watcher(
         health.add_ready("informers", lambda: informers_fresh(term[0]) if term else standby())
         health.add_ready("temporal", temporal_reachable(client))
     await elector.run(observe)
+
+
+async def until_terminated(main: Awaitable[None]) -> None:
+    """Run ``main``; SIGTERM (the kubelet stopping the pod: a rollout, a drain) cancels it so it stops
+    cleanly — an observer that leads stops signalling, then releases its Lease, and a standby takes
+    over at its next read — and this returns."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(main)
+    terminated = False
+
+    def terminate() -> None:
+        nonlocal terminated
+        terminated = True
+        log.info("SIGTERM: stopping")
+        task.cancel()
+
+    loop.add_signal_handler(signal.SIGTERM, terminate)
+    try:
+        await task
+    except asyncio.CancelledError:
+        if not terminated:
+            raise
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
 
 
 # ------------------------------------------------------------------------------ health

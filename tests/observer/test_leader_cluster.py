@@ -27,7 +27,7 @@ from kubernetes.client import ApiClient, CoordinationV1Api
 from devstack.cluster.launcher import LocalCluster
 from inference_api.settings import LeaderElectionSettings
 from tests.polling import until
-from tests.tcp_proxy import Proxy
+from tests.tcp_proxy import SilentProxy
 from worker.observer.leader import LeaderElector
 
 pytestmark = [pytest.mark.cluster]
@@ -69,39 +69,6 @@ class Terms:
                 running.add(who)
             else:
                 running.discard(who)
-
-
-class Blackhole(Proxy):
-    """The TCP relay, which can also go silent: from then on nothing is relayed either way (bytes
-    are read and dropped, new connections accepted and held), as across a network partition:
-    requests hang until their timeout."""
-
-    silent = False
-    connections = 0
-
-    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        if self.silent:
-            self.transports.add(writer.transport)
-            with contextlib.suppress(OSError, ConnectionError):
-                while await reader.read(65536):
-                    pass
-            return
-        try:
-            up_reader, up_writer = await asyncio.open_connection(*self.target)
-        except OSError:
-            writer.close()
-            return
-        self.transports |= {writer.transport, up_writer.transport}
-
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            with contextlib.suppress(OSError, ConnectionError):
-                while data := await src.read(65536):
-                    if not self.silent:
-                        dst.write(data)
-                        await dst.drain()
-
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
 
 
 async def stays(check: Callable[[], bool], seconds: float, what: str = "") -> None:
@@ -176,7 +143,7 @@ async def test_a_partitioned_leader_stops_before_the_standby_starts(
     local_cluster: LocalCluster, namespace: str
 ) -> None:
     terms = Terms()
-    proxy = Blackhole(local_cluster.server.removeprefix("https://"))
+    proxy = SilentProxy(local_cluster.server.removeprefix("https://"))
     await proxy.open()
     try:
         with client(local_cluster, f"https://{proxy.address}") as api_a, client(local_cluster) as api_b:
