@@ -29,6 +29,11 @@ def up(
     cpu_nodes: int | None = CPU_OPTION,
     node_cpu: str | None = NODE_CPU_OPTION,
     node_memory: str | None = NODE_MEMORY_OPTION,
+    replicas: int = typer.Option(
+        1,
+        min=1,
+        help="Workers and observers of each (2: as the chart runs them; the observers elect a leader on a Lease).",
+    ),
 ) -> None:
     """Start everything, apply the minimal order, wait until it is Ready.
 
@@ -48,7 +53,7 @@ def up(
         kept = fleet_size(stack.cluster().state_dir)
         size = replace(kept, **{k: v for k, v in given.items() if v is not None})
     try:
-        stack.up(_say, wait_ready=wait, timeout=timeout, fleet=size)
+        stack.up(_say, wait_ready=wait, timeout=timeout, fleet=size, replicas=replicas)
     except RuntimeError as err:
         _say(f"error: {err}")
         raise typer.Exit(1) from None
@@ -73,7 +78,9 @@ def status() -> None:
     """Which processes of the stack run, and where their logs are."""
     stack = DevStack(dev_state_dir())
     running = stack.running()
-    for name in ("temporal", "temporal-tls", "catalog", "planner", "worker", "watcher", "fleet"):
+    named = ("temporal", "temporal-tls", "catalog", "planner", "worker", "watcher", "fleet")
+    # With --replicas: worker-1, watcher-1, ...
+    for name in (*named, *sorted(n for n in running if n.startswith(("worker-", "watcher-")))):
         state = f"pid {running[name]}" if name in running else "stopped"
         typer.echo(f"{name:<12} {state:<12} {stack.logs / (name + '.log')}")
     typer.echo(f"ports: {stack.ports()}")

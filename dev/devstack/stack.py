@@ -266,8 +266,17 @@ class DevStack:
 
     # ------------------------------------------------------------------ up
 
-    def up(self, say: Say, wait_ready: bool = True, timeout: float = 300, fleet: FleetSize | None = None) -> None:
-        """``fleet``: the simulated fleet's size (None: as the cluster has it, the default fleet at first)."""
+    def up(
+        self,
+        say: Say,
+        wait_ready: bool = True,
+        timeout: float = 300,
+        fleet: FleetSize | None = None,
+        replicas: int = 1,
+    ) -> None:
+        """``fleet``: the simulated fleet's size (None: as the cluster has it, the default fleet at first).
+        ``replicas``: workers and observers of each (more than one: the observers elect a leader on a
+        Lease in the module's namespace, as the chart runs them)."""
         started = time.monotonic()
         self.state.mkdir(parents=True, exist_ok=True)
         from devstack.cluster.build import CONTROL_PLANE_TOOLS, METRICS_TOOLS, ensure_binaries
@@ -336,25 +345,10 @@ class DevStack:
         self.issue_planner_token(cluster)
         env = self.module_env(ports)
         say("[4/6] worker, watcher, stand-in runtimes, Prometheus and the custom metrics adapter")
-        for name in ("worker", "watcher"):  # their /metrics, scraped by Prometheus
-            if name not in running or f"{name}-health" not in ports:
-                ports[f"{name}-health"] = free_port()
-        health = {name: ["--health-port", str(ports[f"{name}-health"])] for name in ("worker", "watcher")}
-        for name, argv in (
-            ("worker", [sys.executable, "-m", "worker.cli", "worker", "--kubeconfig", kubeconfig, *health["worker"]]),
-            ("watcher", [sys.executable, "-m", "worker.cli", "watch", "--kubeconfig", kubeconfig, *health["watcher"]]),
-            (
-                "fleet",
-                [
-                    *(sys.executable, "-m", "worker.cli", "dev", "fleet", "--kubeconfig", kubeconfig),
-                    *("--engine-root", str(self.logs / "engines")),
-                ],
-            ),
-        ):
-            if name not in running:
-                # Each process its own Temporal client certificate (the fleet does not call Temporal).
-                client_tls = self.temporal_credentials().module_env(name) if name in ("worker", "watcher") else {}
-                self.spawn(name, argv, {**env, **client_tls})
+        self.start_module(cluster, running, ports, env, replicas)
+        if "fleet" not in running:
+            fleet_argv = [sys.executable, "-m", "worker.cli", "dev", "fleet", "--kubeconfig", kubeconfig]
+            self.spawn("fleet", [*fleet_argv, "--engine-root", str(self.logs / "engines")], env)
         from devstack.metrics.dev import start_metrics
 
         start_metrics(self, cluster, ports, running, say)
@@ -368,6 +362,32 @@ class DevStack:
             self.wait_ready(
                 cluster, "support", "tiny-chat", max(timeout, ENGINE_READY_SECONDS), say, self.print_completion
             )
+
+    def start_module(
+        self, cluster: Any, running: dict[str, int], ports: dict[str, int], env: dict[str, str], replicas: int = 1
+    ) -> list[str]:
+        """The workers and observers not running yet: ``worker`` and ``watcher``, and with ``replicas``
+        more, ``worker-1``, ``watcher-1``, ... (each its own health port in ``ports``, its name as
+        ``POD_NAME``). With more than one, the observers elect a leader on a Lease in the module's
+        namespace, as the chart runs them. Returns the names of the module's processes."""
+        kubeconfig = str(cluster.kubeconfig("admin"))
+        module = [f"{base}{f'-{i}' if i else ''}" for i in range(max(1, replicas)) for base in ("worker", "watcher")]
+        if replicas > 1:
+            cluster.create_namespace(MODULE_NAMESPACE, users=())  # the observers' Lease lives there
+        for name in module:
+            if name not in running or f"{name}-health" not in ports:
+                ports[f"{name}-health"] = free_port()  # its /metrics, scraped by Prometheus (the first of each)
+            if name in running:
+                continue
+            base = name.split("-", 1)[0]
+            command = "watch" if base == "watcher" else "worker"
+            argv = [sys.executable, "-m", "worker.cli", command, "--kubeconfig", kubeconfig]
+            # Each process its own Temporal client certificate.
+            replica = {**self.temporal_credentials().module_env(base), "POD_NAME": name}
+            if base == "watcher" and replicas > 1:
+                replica["AI_INFERENCE_OBSERVER__LEADERELECTION__ENABLED"] = "true"
+            self.spawn(name, [*argv, "--health-port", str(ports[f"{name}-health"])], {**env, **replica})
+        return module
 
     def module_env(self, ports: dict[str, int]) -> dict[str, str]:
         from devstack.standins.fleet import PROBE_URL_ANNOTATION

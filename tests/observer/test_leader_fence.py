@@ -56,7 +56,8 @@ async def test_a_deposed_observer_sends_nothing_and_retries_nothing(temporal_cli
         outbox.put(signal_to(ref, OrderSignal.DELETE))
         await outbox.wait_idle(30)
         # Dropped, not queued for a retry: the outbox is idle, nothing pending.
-        assert outbox.idle() and not outbox.pending
+        assert outbox.idle()
+        assert not outbox.pending
         assert fenced(OrderSignal.SPEC_CHANGED) == before + 1
         await asyncio.sleep(1)
         assert await handle.query("signals") == [[OrderSignal.SPEC_CHANGED, 1]]
