@@ -4,7 +4,8 @@ while orders are created, edited and deleted.
 The module runs as real ``ai-inference worker`` and ``ai-inference watch`` subprocesses (each its own
 process group: a SIGKILL takes it whole) against the local control plane and the Temporal dev
 server; the observers elect a leader on a Lease in the test's namespace with short timings (lease 4 s,
-renew deadline 2.5 s, retry 0.5 s). The stand-in fleet plays the runtimes.
+renew deadline 2.5 s, retry 0.5 s; ``AI_INFERENCE_TEST_LEASE=15,10,2`` measures the chart's). The
+stand-in fleet plays the runtimes.
 
 Killed: the leading observer and a worker go at the same instant, between order creations, edits
 and a deletion. Nothing is lost: every order made before or after is Ready, every edit reaches its
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import time
 import uuid
@@ -64,11 +66,14 @@ SMALL: dict[str, Any] = {"src": "HuggingFace", "ref": {"name": FIRST}}
 EDITED = "Qwen/Qwen2.5-1.5B-Instruct"
 EDITED_AGAIN = "Qwen/Qwen2.5-3B-Instruct"
 LEASE = "ai-inference-observer"
+# Lease duration, renew deadline, retry period. The chart's defaults (15,10,2) are measured with
+# AI_INFERENCE_TEST_LEASE=15,10,2 (the figures in docs/operations.md, "Replicas and failover").
+TIMINGS = os.environ.get("AI_INFERENCE_TEST_LEASE", "4,2.5,0.5").split(",")
 ELECTION = {
     "AI_INFERENCE_OBSERVER__LEADERELECTION__ENABLED": "true",
-    "AI_INFERENCE_OBSERVER__LEADERELECTION__LEASEDURATIONSECONDS": "4",
-    "AI_INFERENCE_OBSERVER__LEADERELECTION__RENEWDEADLINESECONDS": "2.5",
-    "AI_INFERENCE_OBSERVER__LEADERELECTION__RETRYPERIODSECONDS": "0.5",
+    "AI_INFERENCE_OBSERVER__LEADERELECTION__LEASEDURATIONSECONDS": TIMINGS[0],
+    "AI_INFERENCE_OBSERVER__LEADERELECTION__RENEWDEADLINESECONDS": TIMINGS[1],
+    "AI_INFERENCE_OBSERVER__LEADERELECTION__RETRYPERIODSECONDS": TIMINGS[2],
 }
 
 
@@ -308,7 +313,7 @@ async def test_a_worker_and_the_leading_observer_sigkilled_while_orders_change(
     print(
         f"\nfailover (SIGKILL of the leading observer and a worker): Lease taken {lease_at - killed_at:.1f}s after, "
         f"the first edit Ready {first_edit_at - killed_at:.1f}s after, every order converged "
-        f"{carried_at - killed_at:.1f}s after (lease 4s, renew deadline 2.5s, retry 0.5s)"
+        f"{carried_at - killed_at:.1f}s after (lease {TIMINGS[0]}s, renew deadline {TIMINGS[1]}s, retry {TIMINGS[2]}s)"
     )
 
     # Nothing twice: one StatefulSet per live order, one running workflow each, the tokens kept, no
@@ -391,7 +396,8 @@ async def test_a_leading_observer_cut_from_the_api_server_stops_signalling(
         assert await asyncio.to_thread(mod.signals_sent, "observer-0") == sent, "the cut observer still signalled"
         print(
             f"\npartition of the leading observer from the API server: the other took the Lease "
-            f"{taken_at - cut_at:.1f}s after the cut; the cut one sent nothing after it stopped"
+            f"{taken_at - cut_at:.1f}s after the cut; the cut one sent nothing after it stopped "
+            f"(lease {TIMINGS[0]}s, renew deadline {TIMINGS[1]}s, retry {TIMINGS[2]}s)"
         )
     finally:
         await proxy.close()
