@@ -151,7 +151,7 @@ NAMESPACED_REASONS: dict[str, dict[Rule, str]] = {
         ("coordination.k8s.io", "leases", "get"): "worker/observer/leader.py: a standby reads its shard's Lease",
         ("coordination.k8s.io", "leases", "create"): "worker/observer/leader.py: the first replica makes the Lease",
         ("coordination.k8s.io", "leases", "update"): (
-            "worker/observer/leader.py: renew, take over or release the Lease (a replace guarded by its resourceVersion)"
+            "worker/observer/leader.py: renew, take over or release the Lease (a replace guarded by resourceVersion)"
         ),
     },
 }
