@@ -225,6 +225,7 @@ class LeaderElector:
         self.renewed: float | None = None
         self.holds = False  # this replica's last write (or read) says it holds the Lease
         self.terms = 0  # times this replica took the Lease
+        self._pending: asyncio.Future[bool] | None = None  # the try running in its thread
         self._rng = random.Random()
 
     # -------------------------------------------------------------------------- state
@@ -338,12 +339,17 @@ class LeaderElector:
     # ----------------------------------------------------------------------------- run
 
     async def _try(self, limit: float | None = None) -> bool:
-        """One try in a thread, bounded by ``limit`` seconds (an abandoned try's answer is ignored:
-        a leader that did not hear back in time has not renewed; should that write land later, it
-        counts from when it was sent, which is safe)."""
+        """One try in a thread, waited for at most ``limit`` seconds. A try not answered in time is
+        not waited for (a leader that did not hear back has not renewed) but not started again
+        either while it runs: one try at a time. Should its write land later, it counts from when
+        it was sent, which is safe; a Lease someone else wrote since refuses it (409)."""
+        if self._pending is None or self._pending.done():
+            self._pending = asyncio.ensure_future(asyncio.to_thread(self.try_acquire_or_renew))
+            # An abandoned try's error is logged by the try that waits for it, or dropped here.
+            self._pending.add_done_callback(lambda f: f.cancelled() or f.exception())
         try:
             async with asyncio.timeout(limit if limit is not None else self._request_timeout() * 2 + 1):
-                return await asyncio.to_thread(self.try_acquire_or_renew)
+                return await asyncio.shield(self._pending)
         except TimeoutError:
             log.warning("observer lease not read or written in time", lease=self.name, leading=self.leading())
             return False
