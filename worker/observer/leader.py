@@ -61,7 +61,7 @@ LEADING = Gauge(
     ["lease"],
 )
 
-# A renewal or a read that takes longer than this fails (the next try comes at the next retry period).
+# A renewal or a read that takes longer than this (or the renew deadline) fails; one try at a time.
 MAX_REQUEST_SECONDS = 5.0
 
 
@@ -243,7 +243,9 @@ class LeaderElector:
         return self.record.transitions if self.record is not None else 0
 
     def _request_timeout(self) -> float:
-        return min(MAX_REQUEST_SECONDS, max(0.5, self.config.retryPeriodSeconds))
+        # As long as a renewal may usefully take: a busy API server that answers within the renew
+        # deadline keeps its leader (the wait for it is bounded by the deadline anyway).
+        return min(MAX_REQUEST_SECONDS, self.config.renewDeadlineSeconds)
 
     # ---------------------------------------------------------------------------- I/O
 
