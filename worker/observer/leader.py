@@ -16,7 +16,8 @@ decisions as pure functions below):
   every send) and its tasks are cancelled. A standby saw that last renewal no earlier than it was sent,
   and waits ``leaseDurationSeconds`` from then: so the deposed leader has stopped
   ``leaseDuration - renewDeadline`` before anyone else may start. Nothing is signalled twice by two
-  leaders at once.
+  leaders at once. A renewal sent in time and answered late still counts from when it was sent (the
+  standby saw it too): the replica that gave up then leads again, in a new term, with no transition.
 - **Handing over.** On a clean stop (SIGTERM: a rollout, a drain) the leader stops observing, then
   releases the Lease (no holder): a standby takes over at its next read rather than after a lease
   duration.
