@@ -170,7 +170,7 @@ async def test_a_partitioned_leader_stops_before_the_standby_starts(
                     # fence was shut from then on.
                     assert a.renewed is not None
                     assert a_stop >= a.renewed + TIMINGS.renewDeadlineSeconds - 0.05
-                    assert a_stop <= a.renewed + TIMINGS.renewDeadlineSeconds + 1.0
+                    assert a_stop <= a.renewed + TIMINGS.renewDeadlineSeconds + 2.0  # a busy machine wakes it late
                     assert not a.leading()
                     # b started a lease duration after it saw the last renewal: after a had stopped,
                     # with (about) leaseDuration - renewDeadline to spare.
