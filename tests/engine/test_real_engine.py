@@ -33,6 +33,7 @@ from devstack.standins.runtime import StandInRuntime
 from devstack.vllm_cpu_env import VllmCpuEnv
 from tests.e2e.stand import Stand, open_stand
 from tests.engine.serving import ENGINE_STAND_OVERRIDES, RELEASES, Served, chat_body, request, serve_order
+from tests.vllm.metric_names import used_metric_names
 
 pytestmark = [pytest.mark.engine, pytest.mark.cluster, pytest.mark.temporal]
 
@@ -175,6 +176,41 @@ async def test_every_route_the_engine_leaves_open_needs_the_token_at_the_endpoin
             assert status == want, f"{'POST' if method_body else 'GET'} {path} answered {status} ({RELEASES})"
 
 
+def _samples(text: str) -> dict[str, list[dict[str, str]]]:
+    """``vllm:`` sample names as a query writes them (``_total``, ``_bucket``...) -> their label sets."""
+    found: dict[str, list[dict[str, str]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.startswith("vllm:"):
+                found.setdefault(sample.name, []).append(dict(sample.labels))
+    return found
+
+
+def _answer_shape(url: str, token: str, model: str) -> list[str]:
+    """What the module's users and tests read of a chat completion and of a streamed one, missing here."""
+    problems: list[str] = []
+    status, body = _request(url, "/v1/chat/completions", token, chat_body(model))
+    answer = json.loads(body) if status == 200 else {}
+    if status != 200:
+        problems.append(f"chat completion answered {status}")
+    elif (
+        answer.get("object") != "chat.completion"
+        or answer.get("model") != model
+        or answer["choices"][0]["message"].get("role") != "assistant"
+        or not isinstance(answer["choices"][0]["message"].get("content"), str)
+        or "finish_reason" not in answer["choices"][0]
+        or not {"prompt_tokens", "completion_tokens", "total_tokens"} <= set(answer.get("usage") or {})
+    ):
+        problems.append(f"chat completion shape: {body[:300]!r}")
+    status, body = _request(url, "/v1/chat/completions", token, chat_body(model, stream=True))
+    events = [line.removeprefix(b"data: ") for line in body.splitlines() if line.startswith(b"data: ")]
+    if status != 200 or not events or events[-1] != b"[DONE]":
+        problems.append(f"stream answered {status}, not server-sent events ending [DONE]: {body[-200:]!r}")
+    elif any(json.loads(event).get("object") != "chat.completion.chunk" for event in events[:-1]):
+        problems.append(f"stream chunks are not chat.completion.chunk: {events[0][:200]!r}")
+    return problems
+
+
 def _families(text: str) -> dict[str, tuple[str, set[str]]]:
     """``vllm:`` metric families: name -> (type, label names of their samples, le/quantile left out)."""
     found: dict[str, tuple[str, set[str]]] = {}
@@ -187,7 +223,12 @@ def _families(text: str) -> dict[str, tuple[str, set[str]]]:
 
 
 async def test_the_stand_in_and_the_real_engine_agree_on_what_the_module_relies_on(served: Served) -> None:
-    """Routes, auth and metric names/labels: the stand-in (devstack.standins.runtime) stays honest.
+    """Routes, auth, answers and metric names/labels: the stand-in (devstack.standins.runtime) stays honest.
+
+    What the module relies on: which paths ask for the token (vLLM's prefixes), the open ones the
+    probes and Prometheus use, /v1/models listing the served name (the health probe), a completion's
+    and a stream's shape, every vLLM series the chart's dashboards, alerts, adapter rule and the HPA
+    use (live, with ``model_name``), and the stand-in's series: same names, types and label names.
 
     The stand-in plays vLLM itself, so it is compared with the engine on its own port (behind the
     endpoint front in the pod)."""
@@ -220,13 +261,35 @@ async def test_the_stand_in_and_the_real_engine_agree_on_what_the_module_relies_
                 disagreements.append(
                     f"POST /invocations (stream={stream}): engine {engine_status}, stand-in {standin_status}"
                 )
-        models_engine = json.loads(_request(engine_url, "/v1/models", served.token)[1])["data"][0]
-        models_standin = json.loads(_request(standin.url, "/v1/models", served.token)[1])["data"][0]
+        models_engine = json.loads(_request(engine_url, "/v1/models", served.token)[1])["data"]
+        models_standin = json.loads(_request(standin.url, "/v1/models", served.token)[1])["data"]
         for key in ("id", "object", "owned_by", "max_model_len"):
-            if key not in models_standin or key not in models_engine:
+            if key not in models_standin[0] or key not in models_engine[0]:
                 disagreements.append(f"/v1/models card key {key!r} missing")
-        engine_metrics = _families(_request(engine_url, "/metrics")[1].decode())
+        # The health probe (activities/health.py) is OK when the served name is listed.
+        for who, cards in (("engine", models_engine), ("stand-in", models_standin)):
+            if [card["id"] for card in cards] != [served.model]:
+                disagreements.append(f"/v1/models of the {who} lists {[c['id'] for c in cards]}, not {served.model}")
+        # The answers clients and the tests read: a completion's shape, a stream's framing.
+        for who, url in (("engine", engine_url), ("stand-in", standin.url)):
+            disagreements += [
+                f"{who}: {problem}"
+                for problem in await asyncio.to_thread(_answer_shape, url, served.token, served.model)
+            ]
+        engine_text = _request(engine_url, "/metrics")[1].decode()
+        engine_metrics = _families(engine_text)
         standin_metrics = _families(_request(standin.url, "/metrics")[1].decode())
+    # Every series the chart's dashboards, alerts, adapter rule and the HPA use is live on the
+    # engine, labelled with the served model's name (the dashboards select and group by model_name).
+    samples = _samples(engine_text)
+    for source, names in used_metric_names().items():
+        if source.endswith("runtime.py"):
+            continue  # the stand-in's own names: compared family by family below
+        for name in sorted(names):
+            if name not in samples:
+                disagreements.append(f"{source} uses {name}: the real engine does not expose it")
+            elif not any(labels.get("model_name") == served.model for labels in samples[name]):
+                disagreements.append(f"{name} of the real engine has no model_name={served.model} sample")
     for name in RELIED_ON_METRICS:
         if name not in engine_metrics:
             disagreements.append(f"the real engine exports no {name}")
