@@ -101,7 +101,7 @@ def breakdown(steps: Any, timeline: dict[str, float], replica: EngineReplica) ->
 
 async def test_the_order_is_ready_only_after_the_engine_answers_models_with_the_token(served: Served) -> None:
     assert not served.ready_before_engine_answered, f"Ready before the engine answered: {served.timeline}"
-    assert served.timeline["engine /v1/models 200"] <= served.timeline["order Ready"]
+    assert served.timeline["endpoint /v1/models 200"] <= served.timeline["order Ready"]
     pod = served.stand.core.read_namespaced_pod(f"{ORDER}-0", served.stand.namespace)
     (runtime,) = [s for s in pod.status.container_statuses if s.name == "runtime"]
     assert runtime.ready
@@ -177,12 +177,15 @@ async def test_every_route_the_engine_leaves_open_needs_the_token_at_the_endpoin
 
 
 def _samples(text: str) -> dict[str, list[dict[str, str]]]:
-    """``vllm:`` sample names as a query writes them (``_total``, ``_bucket``...) -> their label sets."""
+    """``vllm:`` names -> the label sets of their samples: each sample's name as a query writes it
+    (``_total``, ``_bucket``...) and its family's name (a histogram's, as a dashboard names it)."""
     found: dict[str, list[dict[str, str]]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name.startswith("vllm:"):
                 found.setdefault(sample.name, []).append(dict(sample.labels))
+                if family.name != sample.name:
+                    found.setdefault(family.name, []).append(dict(sample.labels))
     return found
 
 
