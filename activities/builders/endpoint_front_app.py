@@ -74,7 +74,8 @@ def is_published(path: str, prefixes: Sequence[str]) -> bool:
     return False
 
 
-def _dot_segments(path: str) -> bool:
+def has_dot_segment(path: str) -> bool:
+    """Whether ``path`` has a ``.`` or ``..`` element (refused: a forwarding client would resolve it)."""
     return any(element in (".", "..") for element in path.split("/"))
 
 
@@ -107,7 +108,7 @@ def create_app(
         is_open = path in opened and request.method in ("GET", "HEAD")
         if not is_open and not authorized(request.headers.get("authorization"), token):
             return JSONResponse(UNAUTHORIZED_BODY, status_code=401)
-        if not is_open and (not is_published(path, published) or _dot_segments(path)):
+        if not is_open and (not is_published(path, published) or has_dot_segment(path)):
             # A dot segment is refused, not resolved: the client would resolve it to another route.
             return JSONResponse({"detail": "Not Found"}, status_code=404)
         headers = [(k, v) for k, v in request.headers.raw if k.decode("latin-1").lower() not in HOP_BY_HOP]
