@@ -10,13 +10,16 @@ One pod is:
   the runtime image, then leaves a marker so a restart skips the network entirely. A gated
   model's token comes from the user's Secret through ``secretKeyRef`` as ``HF_TOKEN``: the
   module names the Secret and never reads its value;
-* container ``runtime`` — ``vllm serve /models/<repo> --host 0.0.0.0 --port 8000
+* container ``runtime`` — ``vllm serve /models/<repo> --host 127.0.0.1 --port 8001
   --served-model-name <model>`` plus the recipe's arguments, offline (``HF_HUB_OFFLINE``: the
   fetcher already did the network part). The whole command line is in ``command`` so
   ``kubectl get sts -o jsonpath='{.spec.template.spec.containers[0].command}'`` shows the recipe.
   With ``authentication: Token`` the API key reaches vLLM as the ``VLLM_API_KEY`` environment
   variable from ``{order}-auth``: never ``--api-key`` on the command line, so it never appears
   in the object.
+* container ``endpoint-front`` — the pod's one listener (port ``http``, 8000): it forwards what
+  the endpoint publishes to the engine on the pod's loopback, with the token checked
+  (``endpoint_front``: vLLM's key leaves ``/invocations`` and more open).
 
 Probes: the startup probe waits for ``/health`` with a budget that grows with the model volume
 (loading and compiling a large model takes many minutes, and killing it halfway would restart
@@ -52,17 +55,16 @@ from activities.builders.common import (
     ANNOTATION_RUNTIME_IMAGE,
     ANNOTATION_RUNTIME_VERSION,
     FETCHER_CONTAINER,
-    HTTP_PORT_NAME,
     MODEL_MOUNT_PATH,
     MODEL_VOLUME,
     POD_CLAIM,
     RUNTIME_CONTAINER,
-    RUNTIME_PORT,
     WorkloadInputs,
     labels,
     object_meta,
     selector_labels,
 )
+from activities.builders.endpoint_front import engine_address_args, engine_probes, front_container
 from activities.builders.runtime import order_generation_annotation, placement_annotation
 from inference_api.types import EndpointType, UpdateStrategy
 
@@ -147,18 +149,6 @@ fi
 printf '%s' "$want" > "$marker"
 """.replace("__MARKER__", FETCH_MARKER).replace("__FETCHING__", FETCHING_MARKER)
 
-# Readiness with a token: `/v1/*` answers 401 without the key, and an httpGet probe could only
-# send it by writing it into the object. An exec probe reads it from the container's own
-# environment instead. Python is in every vLLM image; curl is not guaranteed.
-AUTHENTICATED_READINESS_SCRIPT = (
-    "import os, urllib.request\n"
-    "request = urllib.request.Request(\n"
-    f"    'http://127.0.0.1:{RUNTIME_PORT}/v1/models',\n"
-    f"    headers={{'Authorization': 'Bearer ' + os.environ['{API_KEY_ENV}']}},\n"
-    ")\n"
-    "urllib.request.urlopen(request, timeout=4).read()\n"
-)
-
 
 def startup_failure_threshold(model_volume_gib: int) -> int:
     budget = STARTUP_BASE_SECONDS + STARTUP_SECONDS_PER_GIB * model_volume_gib
@@ -209,10 +199,8 @@ def runtime_command(inputs: WorkloadInputs) -> list[str]:
         "vllm",
         "serve",
         inputs.artifact.local_dir,
-        "--host",
-        "0.0.0.0",
-        "--port",
-        str(RUNTIME_PORT),
+        # The pod's loopback: the endpoint front is the pod's listener (endpoint_front).
+        *engine_address_args(),
         "--served-model-name",
         inputs.artifact.served_name,
     ]
@@ -245,15 +233,6 @@ def _runtime_env(inputs: WorkloadInputs) -> list[dict[str, Any]]:
     return env
 
 
-def _readiness_probe(inputs: WorkloadInputs) -> dict[str, Any]:
-    probe: dict[str, Any]
-    if requires_token(inputs.service_class):
-        probe = {"exec": {"command": ["python3", "-c", AUTHENTICATED_READINESS_SCRIPT]}}
-    else:
-        probe = {"httpGet": {"path": "/v1/models", "port": HTTP_PORT_NAME}}
-    return probe | {"periodSeconds": 10, "timeoutSeconds": 5, "successThreshold": 1, "failureThreshold": 3}
-
-
 def _runtime_container(inputs: WorkloadInputs) -> dict[str, Any]:
     plan = inputs.plan
     return {
@@ -261,7 +240,6 @@ def _runtime_container(inputs: WorkloadInputs) -> dict[str, Any]:
         "image": inputs.settings.workload.image(plan.recipe.image),
         "imagePullPolicy": "IfNotPresent",
         "command": runtime_command(inputs),
-        "ports": [{"name": HTTP_PORT_NAME, "containerPort": RUNTIME_PORT, "protocol": "TCP"}],
         "env": _runtime_env(inputs),
         "resources": {
             "requests": {"cpu": plan.cpu, "memory": plan.memory},
@@ -276,19 +254,7 @@ def _runtime_container(inputs: WorkloadInputs) -> dict[str, Any]:
             *copy.deepcopy(_SCRATCH_MOUNTS),
         ],
         "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
-        "startupProbe": {
-            "httpGet": {"path": "/health", "port": HTTP_PORT_NAME},
-            "periodSeconds": STARTUP_PERIOD_SECONDS,
-            "timeoutSeconds": 5,
-            "failureThreshold": startup_failure_threshold(plan.modelVolumeGiB),
-        },
-        "readinessProbe": _readiness_probe(inputs),
-        "livenessProbe": {
-            "httpGet": {"path": "/health", "port": HTTP_PORT_NAME},
-            "periodSeconds": 30,
-            "timeoutSeconds": 10,
-            "failureThreshold": 5,
-        },
+        **engine_probes(inputs, startup_failure_threshold(plan.modelVolumeGiB), STARTUP_PERIOD_SECONDS),
     }
 
 
@@ -391,7 +357,10 @@ def build_statefulset(inputs: WorkloadInputs) -> dict[str, Any]:
         "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
         "resourceClaims": [{"name": POD_CLAIM, "resourceClaimTemplateName": inputs.names.claim_template}],
         "initContainers": [_fetcher_container(inputs)],
-        "containers": [_runtime_container(inputs)],
+        "containers": [
+            _runtime_container(inputs),
+            front_container(inputs, inputs.settings.workload.image(plan.recipe.image), CONTAINER_SECURITY_CONTEXT),
+        ],
         "volumes": [
             {
                 # The 64Mi default /dev/shm is too small for vLLM's worker processes and NCCL.

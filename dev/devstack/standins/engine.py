@@ -12,6 +12,10 @@ fleet plays the kubelet for real:
   ``--served-model-name``, ``HF_HUB_OFFLINE``, ``VLLM_API_KEY`` read from the order's Secret
   through its ``secretKeyRef``), changed only as ``cpu_host_launch`` says (``CPU_HOST_CHANGES``):
   everything else passes through, so a flag the engine refuses fails here as on a GPU node;
+* **container** ``endpoint-front``: the pod's one listener (``activities.builders.endpoint_front``),
+  run from the built container's command with the venv's python, on a port of its own (the
+  replica's ``url``, what the order's Service is annotated with), forwarding to the engine's port;
+  restarted when it exits, as a container of its own (the engine is left alone);
 * **status**: the pod's container status and its ``Ready``/``ContainersReady`` conditions follow
   the engine as a kubelet's probes would: started when ``/health`` answers 200 (the startup
   probe), ready when ``GET /v1/models`` answers with the token (the readiness probe). An engine
@@ -47,6 +51,7 @@ from typing import Any
 import structlog
 
 from activities.builders.common import FETCHER_CONTAINER, MODEL_MOUNT_PATH, RUNTIME_CONTAINER, RUNTIME_PORT
+from activities.builders.endpoint_front import ENGINE_HOST, ENGINE_PORT, engine_url, front_command
 from activities.builders.statefulset import FETCH_MARKER, HOME_PATH
 from devstack import tiny_model
 from devstack.cluster.paths import cache_root
@@ -60,6 +65,7 @@ ENGINE_REPOSITORIES: Mapping[str, Callable[[Path], Path]] = {tiny_model.REPOSITO
 MAX_ENGINES = 2
 ENGINE_MODULE = "vllm.entrypoints.openai.api_server"
 KV_CACHE_BYTES = "64M"
+API_KEY_ENV = "VLLM_API_KEY"
 HOST = "127.0.0.1"
 # The kubelet's crash back-off: 10 s, doubled after each crash, at most 5 minutes.
 BACKOFF_FIRST_SECONDS = 10.0
@@ -74,8 +80,11 @@ CPU_HOST_CHANGES = (
     "flags but ignores a positional model",
     f"the model path `{MODEL_MOUNT_PATH}/...` (arguments and environment) -> the replica's model volume on this host",
     f"HOME `{HOME_PATH}` -> a folder of the replica's own (the pod's emptyDir)",
-    f"`--host 0.0.0.0 --port {RUNTIME_PORT}` -> `--host {HOST} --port <free port>`: every replica shares one "
-    "network namespace here",
+    f"the engine's `--host {ENGINE_HOST} --port {ENGINE_PORT}` -> `--host {HOST} --port <free port>`, and the "
+    f"endpoint front's `--listen 0.0.0.0:{RUNTIME_PORT}` / `--upstream {engine_url()}` -> "
+    f"`--listen {HOST}:<free port>` / that engine port: every replica shares one network namespace here",
+    "the endpoint front's `python3` -> the engine's venv python (the runtime image's python: starlette, uvicorn "
+    "and httpx come with vLLM)",
     "`--enforce-eager` added: torch.compile would add ~90 s to every start on 2 cores",
     f"`--kv-cache-memory-bytes {KV_CACHE_BYTES}` added: the CPU backend's default KV cache is 4 GiB of RAM "
     "(GPU flags such as --gpu-memory-utilization pass through and size nothing on CPU)",
@@ -190,6 +199,28 @@ def cpu_host_launch(
     # What a container image's environment would give: the engine's own bin first on PATH.
     launch_env.setdefault("PATH", f"{python.parent}:/usr/local/bin:/usr/bin:/bin")
     return [str(python), "-m", ENGINE_MODULE, *args], launch_env
+
+
+def front_launch(
+    command: Sequence[str], token: str | None, *, python: Path, port: int, engine_port: int
+) -> tuple[list[str], dict[str, str]]:
+    """The endpoint front's command and environment with the changes ``CPU_HOST_CHANGES`` lists.
+
+    ``command`` is the ``endpoint-front`` container's (``python3 -c <source> --listen ... --upstream
+    ...``); it listens on ``port`` (the pod's port here) and forwards to the engine at ``engine_port``.
+    """
+    if list(command[:2]) != ["python3", "-c"]:
+        raise ValueError(f"the endpoint front's command does not start with `python3 -c`: {list(command[:2])}")
+    argv = [str(python), *command[1:]]
+    for flag, value in (("--listen", f"{HOST}:{port}"), ("--upstream", f"http://{HOST}:{engine_port}")):
+        index = _flag_value(argv, flag)
+        if index is None:
+            raise ValueError(f"the endpoint front's command has no {flag}")
+        argv[index] = value
+    env = {"PATH": f"{python.parent}:/usr/local/bin:/usr/bin:/bin", "PYTHONUNBUFFERED": "1"}
+    if token:
+        env[API_KEY_ENV] = token
+    return argv, env
 
 
 def backoff_seconds(restarts: int) -> float:
@@ -341,7 +372,9 @@ StatusSink = Callable[["EngineReplica", ContainerView], None]
 
 @dataclass
 class EngineReplica:
-    """The runtime container of one pod, run for real: started, probed, restarted after a crash."""
+    """The runtime container of one pod, run for real: started, probed, restarted after a crash; and
+    the pod's ``endpoint-front`` container before it, the pod's one listener (``url``, what the Service
+    reaches). ``port`` is the engine's (its loopback port in the pod); ``front_port`` the pod's."""
 
     pod_key: str  # namespace/name
     pod_uid: str
@@ -352,6 +385,12 @@ class EngineReplica:
     token: str | None
     on_status: StatusSink
     process: subprocess.Popen[bytes] | None = None
+    # The endpoint front: the built pod's command (the builder's by default: the fleet hands the
+    # runtime container only), changed as front_launch says, listening on front_port.
+    front_port: int = field(default_factory=free_port)
+    front_container_command: list[str] = field(default_factory=front_command)
+    front_process: subprocess.Popen[bytes] | None = None
+    front_restarts: int = 0
     restarts: int = 0
     started_monotonic: float | None = None
     healthy_seconds: float | None = None  # from the process start to the first /health 200
@@ -364,11 +403,30 @@ class EngineReplica:
 
     @property
     def url(self) -> str:
+        """The pod's endpoint: the front."""
+        return f"http://{HOST}:{self.front_port}"
+
+    @property
+    def engine_url(self) -> str:
+        """The engine itself, as the pod's loopback reaches it (the probes; tests comparing with vLLM)."""
         return f"http://{HOST}:{self.port}"
 
     @property
     def pid(self) -> int | None:
         return self.process.pid if self.process is not None else None
+
+    @property
+    def front_pid(self) -> int | None:
+        return self.front_process.pid if self.front_process is not None else None
+
+    def front_argv_env(self) -> tuple[list[str], dict[str, str]]:
+        return front_launch(
+            self.front_container_command,
+            self.token,
+            python=Path(self.argv[0]),
+            port=self.front_port,
+            engine_port=self.port,
+        )
 
     @property
     def view(self) -> ContainerView | None:
@@ -382,12 +440,12 @@ class EngineReplica:
     def stop(self, grace_seconds: float = 5) -> None:
         """SIGTERM to the engine's process group, SIGKILL after ``grace_seconds`` (a pod's termination)."""
         self._stop.set()
-        self._terminate(grace_seconds)
+        self._terminate(self.process, grace_seconds)
+        self._terminate(self.front_process, grace_seconds)
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(grace_seconds + 5)
 
-    def _terminate(self, grace_seconds: float) -> None:
-        process = self.process
+    def _terminate(self, process: subprocess.Popen[bytes] | None, grace_seconds: float) -> None:
         if process is None or process.poll() is not None:
             self._kill_group(process)
             return
@@ -431,6 +489,24 @@ class EngineReplica:
         self.started_monotonic = time.monotonic()
         self._started_at = _now()
 
+    def _keep_front(self) -> bool:
+        """Start the front, or again after it exited (a container of its own: the engine is untouched)."""
+        process = self.front_process
+        if process is not None and process.poll() is None:
+            return True
+        if process is not None:
+            self._kill_group(process)
+            self.front_restarts += 1
+            log.warning("endpoint front exited", pod=self.pod_key, exit_code=process.returncode)
+        argv, env = self.front_argv_env()
+        front_log = self.log_path.with_name("front.log")
+        front_log.parent.mkdir(parents=True, exist_ok=True)
+        with front_log.open("ab") as out:
+            self.front_process = subprocess.Popen(
+                argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        return False
+
     def _running_view(self, started: bool, ready: bool) -> ContainerView:
         last = self._last
         return ContainerView(
@@ -445,6 +521,7 @@ class EngineReplica:
         )
 
     def _run(self) -> None:
+        self._keep_front()
         while not self._stop.is_set():
             self._launch()
             started = ready = False
@@ -462,6 +539,8 @@ class EngineReplica:
                 if started:
                     # The readiness probe: the API itself, with the token the replica holds.
                     ready = health == 200 and _get_status(self.port, "/v1/models", self.token) == 200
+                    # The pod is ready when every container is: the front too.
+                    ready = self._keep_front() and ready
                     if ready and self.ready_seconds is None and self.started_monotonic is not None:
                         self.ready_seconds = time.monotonic() - self.started_monotonic
                 self._report(self._running_view(started, ready))
@@ -494,6 +573,7 @@ def engine_summary(replica: EngineReplica) -> dict[str, Any]:
     return {
         "pod": replica.pod_key,
         "url": replica.url,
+        "engineUrl": replica.engine_url,
         "pid": replica.pid,
         "restarts": replica.restarts,
         "healthySeconds": replica.healthy_seconds,

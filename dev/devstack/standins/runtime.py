@@ -26,8 +26,11 @@ Routes (answers are deterministic: the same request gets the same bytes):
   (string prefixes, routes or not, any method but OPTIONS) answers 401 ``{"error":
   "Unauthorized"}`` without ``Authorization: Bearer <token>``; every other path is open, so
   ``/rerank``, ``/score`` and ``/tokenize`` serve the model to anyone, as they do
-  in vLLM, and so does ``/invocations``. The module's own guard (the Ingress publishes ``/v1``
-  only, a NetworkPolicy limits who reaches the port) is what the tests prove, not this one;
+  in vLLM, and so does ``/invocations``. The module's own guard (the endpoint front in every pod,
+  the Ingress publishing ``/v1`` only, a NetworkPolicy limiting who reaches the port) is what the
+  tests prove, not this one. The multiplexed server plays the fleet's pods, so each of its orders
+  is served behind the endpoint front's rules (``EndpointFrontGuard``); ``StandInRuntime`` is vLLM
+  alone;
 * ``GET /health``, ``GET|POST /ping``, ``GET /version``, ``GET /metrics`` — open; ``/metrics`` serves
   vLLM's series under their names (``vllm:num_requests_running``/``_waiting``,
   ``vllm:kv_cache_usage_perc``, the ``vllm:time_to_first_token_seconds`` and
@@ -80,6 +83,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from activities.builders.endpoint_front import OPEN_PATHS, PUBLISHED_PREFIXES
+from activities.builders.endpoint_front_app import authorized, has_dot_segment, is_published
 from devstack.standins import process
 
 log = logging.getLogger("ai_inference.standin.runtime")
@@ -262,6 +267,37 @@ class _ApiKeyGuard:
         ):
             await JSONResponse({"error": "Unauthorized"}, status_code=401)(scope, receive, send)
             return
+        await self.app(scope, receive, send)
+
+
+class EndpointFrontGuard:
+    """The pod's endpoint front before one order's stand-in, for the fleet's pods (``MultiplexedRuntime``).
+
+    A replica's pod publishes only what its ``endpoint-front`` container forwards
+    (``activities.builders.endpoint_front``): ``GET /health`` and ``GET /metrics`` to anyone, and with
+    the token (401 ``{"error": "Unauthorized"}`` without it, whatever the path) only paths under
+    ``/v1``; any other path, or a dot segment, is 404. The same rules, from the same functions, on the
+    path below the order's prefix. The stand-in's own ``/admin/*`` test hooks pass: no pod has them,
+    they drive the stand-in. ``StandInRuntime`` (vLLM alone) has no guard.
+    """
+
+    def __init__(self, app: ASGIApp, token: str | None) -> None:
+        self.app = app
+        self._token = token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            path = str(scope["path"]).removeprefix(str(scope.get("root_path", ""))) or "/"
+            is_open = path.startswith("/admin/") or (path in OPEN_PATHS and scope["method"] in ("GET", "HEAD"))
+            if not is_open:
+                answer: Response | None = None
+                if not authorized(Headers(scope=scope).get("authorization"), self._token):
+                    answer = JSONResponse({"error": "Unauthorized"}, status_code=401)
+                elif not is_published(path, PUBLISHED_PREFIXES) or has_dot_segment(path):
+                    answer = JSONResponse({"detail": "Not Found"}, status_code=404)
+                if answer is not None:
+                    await answer(scope, receive, send)
+                    return
         await self.app(scope, receive, send)
 
 
@@ -761,10 +797,12 @@ class MultiplexedRuntime:
     # -------------------------------------------------------------------- orders
 
     def add(self, namespace: str, name: str, model: str, token: str | None = None) -> OrderRuntime:
-        """Serve an order (again: a new stand-in replaces the one it had)."""
+        """Serve an order (again: a new stand-in replaces the one it had), as its pods do: behind the
+        endpoint front (``EndpointFrontGuard``)."""
         config = RuntimeConfig(model=model, token=token, runtime_version=self.runtime_version)
         state = RuntimeState(model)
-        runtime = OrderRuntime(namespace, name, config, state, create_app(config, state), self)
+        app = EndpointFrontGuard(create_app(config, state), token)
+        runtime = OrderRuntime(namespace, name, config, state, app, self)
         with self._lock:
             self.orders[(namespace, name)] = runtime
         return runtime
