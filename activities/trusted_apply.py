@@ -39,6 +39,7 @@ from activities.builders.common import (
     MANAGED_BY,
     RUNTIME_CONTAINER,
 )
+from activities.builders.endpoint_front import FRONT_CONTAINER
 from inference_api.catalog_types import ModelFacts
 from inference_api.payloads import ModelResolution
 from inference_api.plan import LaunchPlan, OrderFacts, RecipeSource
@@ -227,10 +228,11 @@ def _env(container: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def workload_identity(statefulset: Mapping[str, Any]) -> tuple[Any, ...]:
-    """What a StatefulSet runs: both containers' images, commands and environments (the model, the recipe,
-    the Secrets it reads)."""
+    """What a StatefulSet runs: its containers' images, commands and environments (the model, the recipe,
+    the Secrets it reads, the endpoint front that checks the token)."""
     runtime = _container(statefulset, False, RUNTIME_CONTAINER)
     fetcher = _container(statefulset, True, FETCHER_CONTAINER)
+    front = _container(statefulset, False, FRONT_CONTAINER)
     return (
         runtime.get("image"),
         tuple(runtime.get("command") or ()),
@@ -238,6 +240,10 @@ def workload_identity(statefulset: Mapping[str, Any]) -> tuple[Any, ...]:
         fetcher.get("image"),
         tuple(fetcher.get("command") or ()),
         tuple(_env(fetcher)),
+        front.get("image"),
+        tuple(front.get("command") or ()),
+        tuple(front.get("args") or ()),
+        tuple(_env(front)),
     )
 
 

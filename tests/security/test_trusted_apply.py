@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from activities.builders.endpoint_front import FRONT_CONTAINER
 from activities.builders.statefulset import build_statefulset
 from activities.trusted_apply import (
     Ownership,
@@ -242,6 +243,17 @@ def test_runs_already_ignores_what_is_not_the_workloads_identity() -> None:
     scaled["status"] = {"readyReplicas": 3}
     scaled["spec"]["template"]["spec"]["containers"][0]["env"].reverse()
     assert runs_already(standing, scaled)
+
+
+def test_runs_already_sees_the_endpoint_front() -> None:
+    # The front holds the token check: a StatefulSet whose front runs another image or program is not
+    # the one the release builds, whatever its engine container says.
+    standing = sts(f.order())
+    for field, value in (("image", "docker.io/library/busybox:latest"), ("command", ["sh", "-c", "true"])):
+        forged = copy.deepcopy(standing)
+        front = next(c for c in forged["spec"]["template"]["spec"]["containers"] if c["name"] == FRONT_CONTAINER)
+        front[field] = value
+        assert not runs_already(standing, forged), field
 
 
 # ------------------------------------------------------------------------------------ the ceiling
