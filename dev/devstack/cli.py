@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import replace
+from enum import StrEnum
 from typing import Any
 
 import typer
@@ -13,6 +14,11 @@ from devstack.cluster.inventory import fleet_size
 from devstack.stack import DevStack, dev_state_dir
 
 dev_app = typer.Typer(no_args_is_help=True)
+
+
+class TemporalKind(StrEnum):
+    dev = "dev"
+    postgres = "postgres"
 
 
 def _say(line: str) -> None:
@@ -29,6 +35,11 @@ def up(
     cpu_nodes: int | None = CPU_OPTION,
     node_cpu: str | None = NODE_CPU_OPTION,
     node_memory: str | None = NODE_MEMORY_OPTION,
+    temporal: TemporalKind = typer.Option(
+        TemporalKind.dev,
+        help="dev: the embedded Temporal dev server (SQLite, Web UI). postgres: the Temporal server built from its "
+        "Go module on a PostgreSQL of its own, as in production (docs/production-temporal.md).",
+    ),
 ) -> None:
     """Start everything, apply the minimal order, wait until it is Ready.
 
@@ -48,7 +59,7 @@ def up(
         kept = fleet_size(stack.cluster().state_dir)
         size = replace(kept, **{k: v for k, v in given.items() if v is not None})
     try:
-        stack.up(_say, wait_ready=wait, timeout=timeout, fleet=size)
+        stack.up(_say, wait_ready=wait, timeout=timeout, fleet=size, temporal=temporal.value)
     except RuntimeError as err:
         _say(f"error: {err}")
         raise typer.Exit(1) from None
@@ -73,7 +84,7 @@ def status() -> None:
     """Which processes of the stack run, and where their logs are."""
     stack = DevStack(dev_state_dir())
     running = stack.running()
-    for name in ("temporal", "temporal-tls", "catalog", "planner", "worker", "watcher", "fleet"):
+    for name in ("temporal", "temporal-tls", "postgres", "catalog", "planner", "worker", "watcher", "fleet"):
         state = f"pid {running[name]}" if name in running else "stopped"
         typer.echo(f"{name:<12} {state:<12} {stack.logs / (name + '.log')}")
     typer.echo(f"ports: {stack.ports()}")

@@ -156,7 +156,9 @@ def _build(binaries: ServerBinaries, say: Progress) -> None:
     if result.returncode != 0:
         shutil.rmtree(gobin, ignore_errors=True)
         tail = "".join(log.read_text().splitlines(keepends=True)[-15:])
-        raise TemporalServerError(f"go install of the Temporal server failed (exit {result.returncode}); log {log}\n{tail}")
+        raise TemporalServerError(
+            f"go install of the Temporal server failed (exit {result.returncode}); log {log}\n{tail}"
+        )
     (binaries.root / "bin").mkdir(exist_ok=True)
     for name, package in PACKAGES.items():
         os.replace(gobin / package.rsplit("/", 1)[-1], binaries.root / "bin" / name)
@@ -383,7 +385,9 @@ class ProductionTemporal:
                 if err.status not in (RPCStatusCode.NOT_FOUND, RPCStatusCode.UNAVAILABLE):
                     raise
                 if time.monotonic() > deadline:
-                    raise TemporalServerError(f"namespace {self.namespace!r} is not usable after {timeout:.0f}s: {err}")
+                    raise TemporalServerError(
+                        f"namespace {self.namespace!r} is not usable after {timeout:.0f}s: {err}"
+                    ) from None
                 await asyncio.sleep(0.5)
 
     def _check_alive(self) -> None:

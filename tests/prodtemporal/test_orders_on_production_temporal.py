@@ -137,7 +137,7 @@ async def test_orders_are_created_edited_and_deleted_on_the_production_temporal(
     async def all_ready_listed() -> bool:
         return await workflow_ids(client, ready_query) == {h.id for h in handles.values()}
 
-    await until(all_ready_listed, timeout=60, interval=0.5, what=f"visibility lists the three Ready orders ({ready_query})")
+    await until(all_ready_listed, timeout=60, interval=0.5, what=f"visibility lists the Ready orders ({ready_query})")
 
     # An edit: a larger model replans the order, which serves again at generation 2.
     stand.custom.patch_namespaced_custom_object(
@@ -149,8 +149,9 @@ async def test_orders_are_created_edited_and_deleted_on_the_production_temporal(
         return status.get("observedGeneration") == 2 and status.get("phase") == "Ready"
 
     await stand.until(edited, timeout=240, what=lambda: f"prod-b edited and Ready ({stand.describe('prod-b')})")
-    assert stand.apps.read_namespaced_stateful_set("prod-b", stand.namespace).metadata.owner_references[0].uid == (
-        uids["prod-b"]
+    assert (
+        stand.apps.read_namespaced_stateful_set("prod-b", stand.namespace).metadata.owner_references[0].uid
+        == (uids["prod-b"])
     )
 
     # Deletes: every workflow tears its order down and ends "deleted"; the orders go.

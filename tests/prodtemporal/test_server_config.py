@@ -29,7 +29,7 @@ def test_the_pinned_server_is_the_release_the_dev_server_runs() -> None:
     out = subprocess.run([str(temporal_binary()), "--version"], capture_output=True, text=True, check=True).stdout
     match = re.search(r"Server (\d+\.\d+\.\d+)", out)
     assert match, out
-    assert temporal_server.VERSION == f"v{match.group(1)}"
+    assert f"v{match.group(1)}" == temporal_server.VERSION
 
 
 def test_the_cache_directory_is_named_after_the_release(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
