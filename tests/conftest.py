@@ -9,6 +9,7 @@ pytest_plugins = [
     "tests.fixtures.binaries",
     "tests.fixtures.cluster",
     "tests.fixtures.temporal",
+    "tests.fixtures.prodtemporal",
     "tests.fixtures.vllm",
     "tests.fixtures.engine",
     "tests.metrics.fixtures",

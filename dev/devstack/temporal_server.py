@@ -346,12 +346,6 @@ class ProductionTemporal:
 
     async def ready(self, timeout: float = 180, say: Progress | None = None) -> None:
         """Until the frontend answers over mTLS; then the namespace is registered (once) and usable."""
-        from temporalio.api.workflowservice.v1 import (
-            CountWorkflowExecutionsRequest,
-            RegisterNamespaceRequest,
-        )
-        from temporalio.service import RPCError, RPCStatusCode
-
         deadline = time.monotonic() + timeout
         client = None
         while client is None:
@@ -365,20 +359,30 @@ class ProductionTemporal:
                         f"{self.log_tail()}"
                     ) from None
                 await asyncio.sleep(0.5)
-        request = RegisterNamespaceRequest(namespace=self.namespace)
+        await self.register_namespace(client, self.namespace, timeout=max(1.0, deadline - time.monotonic()), say=say)
+
+    async def register_namespace(
+        self, client: Any, namespace: str, timeout: float = 60, say: Progress | None = None
+    ) -> None:
+        """Register ``namespace`` (retention :data:`NAMESPACE_RETENTION`) unless it exists, and wait
+        until the frontend serves it (a new namespace reaches its cache within the refresh interval)."""
+        from temporalio.api.workflowservice.v1 import CountWorkflowExecutionsRequest, RegisterNamespaceRequest
+        from temporalio.service import RPCError, RPCStatusCode
+
+        request = RegisterNamespaceRequest(namespace=namespace)
         request.workflow_execution_retention_period.FromTimedelta(NAMESPACE_RETENTION)
         try:
             await client.workflow_service.register_namespace(request)
             if say:
-                say(f"  namespace {self.namespace!r} registered (retention {NAMESPACE_RETENTION.days} days)")
+                say(f"  namespace {namespace!r} registered (retention {NAMESPACE_RETENTION.days} days)")
         except RPCError as err:
             if err.status != RPCStatusCode.ALREADY_EXISTS:
                 raise
-        # A new namespace reaches the frontend's namespace cache within its refresh interval (10 s).
+        deadline = time.monotonic() + timeout
         while True:
             try:
                 await client.workflow_service.count_workflow_executions(
-                    CountWorkflowExecutionsRequest(namespace=self.namespace)
+                    CountWorkflowExecutionsRequest(namespace=namespace)
                 )
                 return
             except RPCError as err:
@@ -386,7 +390,7 @@ class ProductionTemporal:
                     raise
                 if time.monotonic() > deadline:
                     raise TemporalServerError(
-                        f"namespace {self.namespace!r} is not usable after {timeout:.0f}s: {err}"
+                        f"namespace {namespace!r} is not usable after {timeout:.0f}s: {err}"
                     ) from None
                 await asyncio.sleep(0.5)
 
