@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
+import yaml
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 
 from devstack.cluster.launcher import LocalCluster
@@ -34,16 +36,26 @@ MOUNT = "/etc/ai-inference/temporal-tls"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+def guide_values() -> dict[str, Any]:
+    """The admin guide's values for a Temporal cluster of your own with mutual TLS (its yaml block
+    that names the client certificate's Secret)."""
+    guide = (REPO_ROOT / "docs" / "admin-guide.md").read_text()
+    (block,) = [b for b in re.findall(r"^```yaml\n(.*?)^```\n", guide, re.M | re.S) if "temporal-client-tls" in b]
+    values: dict[str, Any] = yaml.safe_load(block)
+    return values
+
+
 def external_values(server: ProductionTemporal, namespace: str) -> dict[str, Any]:
-    """The admin guide's values for an existing Temporal, TLS on, pointed at ``server``."""
-    return {
-        "aiInference.temporal.embedded.enabled": False,
-        "aiInference.temporal.address": server.address,
-        "aiInference.temporal.namespace": namespace,
-        "aiInference.temporal.tls.enabled": True,
-        "aiInference.temporal.tls.secretName": "temporal-client-tls",
-        "aiInference.temporal.tls.serverName": "localhost",
-    }
+    """The admin guide's values, pointed at ``server``: its address, a namespace, the name its
+    certificate carries. Everything else (TLS on, the Secret, the embedded server off) as the guide has it."""
+    values = guide_values()
+    temporal = values["aiInference"]["temporal"]
+    assert temporal["embedded"] == {"enabled": False}
+    assert temporal["tls"]["enabled"] is True
+    temporal["address"] = server.address
+    temporal["namespace"] = namespace
+    temporal["tls"]["serverName"] = "localhost"
+    return values
 
 
 def mounted(deployment: dict[str, Any], server: ProductionTemporal, root: Path) -> dict[str, str]:
@@ -114,8 +126,9 @@ async def test_the_chart_values_for_an_existing_temporal_with_tls_connect_the_wo
 
     # The same values with the Secret's CA only (certKey and keyKey empty: no client certificate):
     # the server is verified, but it requires a client certificate, and the worker cannot get in.
-    no_cert = {"aiInference.temporal.tls.certKey": "", "aiInference.temporal.tls.keyKey": ""}
-    docs = helm.render({**external_values(production_temporal, namespace), **no_cert})
+    values = external_values(production_temporal, namespace)
+    values["aiInference"]["temporal"]["tls"] |= {"certKey": "", "keyKey": ""}
+    docs = helm.render(values)
     env = mounted(find(docs, "Deployment", "ai-inference-worker"), production_temporal, tmp_path / "ca-only")
     assert "AI_INFERENCE_TEMPORAL__TLS__SERVERCAFILE" in env
     assert "AI_INFERENCE_TEMPORAL__TLS__CLIENTCERTFILE" not in env
