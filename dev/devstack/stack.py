@@ -236,10 +236,11 @@ class DevStack:
         as ``ports["temporal"]``, the port every client is given."""
         from devstack.postgres import PostgresServer, data_dir_for
         from devstack.temporal_server import PORT_NAMES, ProductionTemporal, ServerBinaries, server_root
+        from devstack.temporal_server import free_port as low_port  # its ports must be under 32768
 
         for name in ("temporal-postgres", *(f"temporal-{n}" for n in PORT_NAMES)):
             if name not in ports:
-                ports[name] = free_port()
+                ports[name] = low_port(ports.values())
         ports["temporal"] = ports["temporal-frontend"]
         postgres = PostgresServer(data_dir_for(self.state), port=ports["temporal-postgres"])
         server_ports = {name: ports[f"temporal-{name}"] for name in PORT_NAMES}

@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -36,7 +37,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -172,10 +173,25 @@ def _build(binaries: ServerBinaries, say: Progress) -> None:
 # ----------------------------------------------------------------------------------------- server
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+# Temporal stores each service's gRPC port in PostgreSQL as a smallint (cluster_membership.rpc_port):
+# a port of the kernel's ephemeral range (32768 and up) fails the server at start ("out of range for
+# type smallint"). Ports are picked below it.
+LOW_PORTS = range(20000, 32768)
+
+
+def free_port(taken: Collection[int] = ()) -> int:
+    """A free loopback port under 32768 (see ``LOW_PORTS``), not one of ``taken``."""
+    for _ in range(200):
+        port = random.choice(LOW_PORTS)
+        if port in taken:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise TemporalServerError(f"no free loopback port in {LOW_PORTS.start}-{LOW_PORTS.stop - 1}")
 
 
 def production_credentials(directory: Path) -> TemporalCredentials:
@@ -214,7 +230,8 @@ class ProductionTemporal:
 
     def __post_init__(self) -> None:
         for name in PORT_NAMES:
-            self.ports.setdefault(name, _free_port())
+            if name not in self.ports:
+                self.ports[name] = free_port(self.ports.values())
 
     # What a client is given -------------------------------------------------------------------
 
