@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import re
 import subprocess
@@ -25,7 +26,7 @@ from pathlib import Path
 
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from benchmarks.scale import CPU_WINDOW_SECONDS, Report, compile_bytecode, engine_tier, quiet_logs, tree_rss_mib
+from benchmarks.scale import CPU_WINDOW_SECONDS, Report, compile_bytecode, engine_tier, quiet_logs
 from devstack.postgres import ROLE, postgres_bin_dir
 from devstack.temporal_server import ProductionTemporal, production_temporal
 from worker.search_attribute_registration import ensure_search_attributes
@@ -77,8 +78,26 @@ def database_report(server: ProductionTemporal, orders: int, before: dict[str, i
         for name, rows, total in tables:
             report.add(f"  {name}", f"{int(rows)} rows, {int(total) / 2**20:.1f} MiB")
     if server.postgres.process is not None:
-        report.add("PostgreSQL RSS (all its processes)", f"{tree_rss_mib(server.postgres.process.pid):.0f} MiB")
+        report.add(
+            "PostgreSQL memory (PSS of all its processes)", f"{tree_pss_mib(server.postgres.process.pid):.0f} MiB"
+        )
     return report
+
+
+def tree_pss_mib(pid: int) -> float:
+    """Proportional set size of a process and its descendants: PostgreSQL's backends share its
+    buffers, which a sum of RSS would count once per backend."""
+    total = 0.0
+    pids = [pid]
+    while pids:
+        current = pids.pop()
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{current}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1]) / 1024
+            for task in Path(f"/proc/{current}/task").iterdir():
+                pids += [int(c) for c in (task / "children").read_text().split()]
+    return total
 
 
 def sizes(server: ProductionTemporal) -> dict[str, int]:
