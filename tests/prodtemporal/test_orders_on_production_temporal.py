@@ -45,19 +45,30 @@ def task_queue() -> str:
     return f"prod-{uuid.uuid4().hex[:6]}"
 
 
+@pytest_asyncio.fixture
+async def temporal_namespace(production_temporal: ProductionTemporal) -> str:
+    """A Temporal namespace of this test's own, registered as an administrator would (the module
+    does not create namespaces): none of the module's search attributes in it yet."""
+    name = f"orders-{uuid.uuid4().hex[:6]}"
+    await production_temporal.register_namespace(await production_temporal.connect("cli"), name)
+    return name
+
+
 @pytest.fixture
 def module_processes(
-    local_cluster: LocalCluster, production_temporal: ProductionTemporal, task_queue: str, tmp_path: Path
+    local_cluster: LocalCluster,
+    production_temporal: ProductionTemporal,
+    task_queue: str,
+    temporal_namespace: str,
+    tmp_path: Path,
 ) -> Iterator[dict[str, Processes]]:
-    """``ai-inference worker`` and ``ai-inference watch``, each with its own client certificate."""
+    """``ai-inference worker`` and ``ai-inference watch`` in the namespace, each with its own client certificate."""
     kubeconfig = local_cluster.kubeconfig("admin")
     credentials = production_temporal.credentials
-    out = {
-        role: Processes(
-            kubeconfig, process_env(production_temporal.address, task_queue, credentials.module_env(role)), tmp_path
-        )
-        for role in ("worker", "watcher")
-    }
+    out = {}
+    for role in ("worker", "watcher"):
+        env = process_env(production_temporal.address, task_queue, credentials.module_env(role))
+        out[role] = Processes(kubeconfig, {**env, "AI_INFERENCE_TEMPORAL__NAMESPACE": temporal_namespace}, tmp_path)
     try:
         yield out
     finally:
@@ -72,15 +83,19 @@ async def prod_stand(
     production_temporal: ProductionTemporal,
     module_processes: dict[str, Processes],
     task_queue: str,
+    temporal_namespace: str,
 ) -> AsyncIterator[Stand]:
-    client = await production_temporal.connect("cli", data_converter=pydantic_data_converter)
+    client = await production_temporal.connect(
+        "cli", namespace=temporal_namespace, data_converter=pydantic_data_converter
+    )
     namespace = local_cluster.create_namespace(f"prod-{uuid.uuid4().hex[:6]}", users=())
     with contextlib.suppress(ApiException):
         CustomObjectsApi(kube_admin).create_cluster_custom_object(
             GROUP, VERSION, "inferenceserviceclasses", DEFAULT_LLM
         )
     fleet = StandInFleet(kube_admin).start()
-    stand = Stand(kube_admin, client, fleet, namespace, e2e_settings(task_queue))
+    settings = e2e_settings(task_queue, {"temporal": {"namespace": temporal_namespace}})
+    stand = Stand(kube_admin, client, fleet, namespace, settings)
     try:
         yield stand
         # Orders go while the worker runs: their workflows remove the finalizers.
@@ -106,9 +121,9 @@ async def workflow_ids(client: Client, query: str) -> set[str]:
 
 
 async def test_orders_are_created_edited_and_deleted_on_the_production_temporal(
-    prod_stand: Stand, production_temporal: ProductionTemporal, module_processes: dict[str, Processes]
+    prod_stand: Stand, temporal_namespace: str, module_processes: dict[str, Processes]
 ) -> None:
-    stand, client, namespace = prod_stand, prod_stand.client, production_temporal.namespace
+    stand, client, namespace = prod_stand, prod_stand.client, temporal_namespace
     processes = module_processes["worker"]
 
     # A fresh namespace on SQL visibility: none of the module's attributes until the worker starts.
