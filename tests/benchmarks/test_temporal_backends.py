@@ -17,10 +17,8 @@ from devstack.temporal_server import ProductionTemporal
 async def test_both_backends_run_and_every_figure_is_compared(
     production_temporal: ProductionTemporal, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    args = parse(
-        ["--orders", "3", "--day-orders", "1", "--resync-seconds", "2", "--day-cycles", "1", "--repeats", "1"]
-        + ["--sample", "3", "--cpu-window", "1", "--probe-interval", "1"]
-    )
+    tiny = "--orders 3 --day-orders 1 --resync-seconds 2 --day-cycles 1 --repeats 1 --sample 3 --cpu-window 1"
+    args = parse([*tiny.split(), "--probe-interval", "1"])
     dev, prod = await compare(args, production_temporal)
     for label, name, pattern in FIGURES:
         for report in (dev, prod):
