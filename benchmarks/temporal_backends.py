@@ -26,7 +26,7 @@ from pathlib import Path
 
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from benchmarks.scale import CPU_WINDOW_SECONDS, Report, compile_bytecode, engine_tier, quiet_logs
+from benchmarks.scale import CPU_WINDOW_SECONDS, Report, compile_bytecode, engine_tier, quiet_logs, stoppable
 from devstack.postgres import ROLE, postgres_bin_dir
 from devstack.temporal_server import ProductionTemporal, production_temporal
 from devstack.temporal_tls import local_temporal
@@ -187,7 +187,14 @@ def main(argv: list[str] | None = None) -> int:
     quiet_logs()
     compile_bytecode()
     started = time.perf_counter()
-    asyncio.run(compare(args))
+
+    # SIGTERM or SIGINT cancels the runs at an await: their servers and processes are stopped.
+    async def both() -> Report:
+        return (await compare(args))[1]
+
+    if not asyncio.run(stoppable(both())):
+        print("  (stopped)", file=sys.stderr, flush=True)
+        return 143
     print(f"  (the runs took {time.perf_counter() - started:.0f} s; {os.cpu_count()} CPUs)", flush=True)
     return 0
 
