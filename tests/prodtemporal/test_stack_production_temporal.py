@@ -16,8 +16,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 
+from devstack.postgres import PostgresServer, data_dir_for
 from devstack.stack import DevStack
 from devstack.temporal_server import ensure_server_binaries
 
@@ -78,13 +79,15 @@ def test_the_stack_runs_the_production_temporal_and_finds_its_data_again(tmp_pat
         _stop_all(stack)
         _up(stack)
 
-        async def described() -> str:
+        async def described() -> WorkflowExecutionStatus | None:
             client = await _client(stack)
-            return str((await client.get_workflow_handle(workflow_id).describe()).status)
+            return (await client.get_workflow_handle(workflow_id).describe()).status
 
-        assert "RUNNING" in asyncio.run(described())
+        assert asyncio.run(described()) == WorkflowExecutionStatus.RUNNING
     finally:
         _stop_all(stack)
+        # As `dev down --purge`: the database too (outside the state directory when run as root).
+        PostgresServer(data_dir_for(stack.state), port=1).remove()
     assert not stack.running()
 
 
