@@ -136,8 +136,9 @@ async def test_the_chart_values_for_an_existing_temporal_with_tls_connect_the_wo
     code = await asyncio.to_thread(refused.wait, 120)
     said = (tmp_path / "refused.log").read_text()
     assert code == ExitCode.UNREACHABLE, said[-3000:]
-    # Refused in the TLS handshake: the server's "certificate required" alert, or the connection it
-    # closes before the client reads that alert. The same values with the client certificate connected
-    # above, so the certificate is the one difference.
+    # Refused at the transport (the TLS handshake), not by Temporal: the server's "certificate
+    # required" alert, or the connection it closes or resets before the client reads that alert (all
+    # seen). The same values with the client certificate connected above: the certificate is the one
+    # difference.
     assert "cannot reach Temporal" in said, said[-3000:]
-    assert "CertificateRequired" in said or "connection closed" in said, said[-3000:]
+    assert "transport" in said.lower(), said[-3000:]
