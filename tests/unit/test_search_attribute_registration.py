@@ -7,7 +7,7 @@ import pytest
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.service import RPCError, RPCStatusCode
 
-from worker.search_attribute_registration import SearchAttributeError, _refused, missing_keys
+from worker.search_attribute_registration import SearchAttributeError, _refused, _rejected, missing_keys
 from workflows.search_attributes import ALL_KEYS, ORDER_NAME, ORDER_PHASE
 
 KEYWORD = IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
@@ -42,3 +42,15 @@ def test_a_refusal_says_what_was_refused_and_how_to_register_them_instead(status
     assert all(key.name in message for key in ALL_KEYS)
     # The server's own text (which could echo a credential) is not repeated.
     assert "secret-value" not in message
+
+
+def test_a_namespace_without_room_says_so_and_what_to_do() -> None:
+    err = RPCError(
+        "Unable to create search attributes: cannot have more than 10 search attribute of type Keyword.",
+        RPCStatusCode.INVALID_ARGUMENT,
+        b"",
+    )
+    message = str(_rejected(err, "shared", list(ALL_KEYS)))
+    assert "Temporal rejected the search attributes OrderNamespace, OrderName" in message
+    assert "in namespace 'shared': Unable to create search attributes: cannot have more than 10" in message
+    assert "a namespace of its own (temporal.namespace)" in message
