@@ -15,11 +15,14 @@ cannot be pulled, as a kubelet would find).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
+from activities.builders.common import LABEL_ORDER
 from tests.e2e.stand import MakeStand, Stand
 
 pytestmark = [pytest.mark.cluster, pytest.mark.temporal]
@@ -80,3 +83,73 @@ async def test_an_image_that_cannot_be_pulled_is_named_with_the_kubelets_message
     assert 'Back-off pulling image "registry.invalid/ai/' in message
     ready: dict[str, Any] = stand.condition("unpulled", "Ready") or {}
     assert ready.get("reason") == "ImagePullFailed"
+
+
+def _node_body(node: dict[str, Any]) -> dict[str, Any]:
+    """The Node as the local stack made it (name, labels, annotations, capacity): to make it again."""
+    meta = node["metadata"]
+    status = node.get("status") or {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": meta["name"],
+            "labels": meta.get("labels") or {},
+            "annotations": meta.get("annotations") or {},
+        },
+        "spec": {},
+        "status": {"capacity": status.get("capacity") or {}, "allocatable": status.get("allocatable") or {}},
+    }
+
+
+def _pod_node(stand: Stand, name: str) -> str | None:
+    for pod in stand.core.list_namespaced_pod(stand.namespace, label_selector=f"{LABEL_ORDER}={name}").items:
+        if pod.metadata.deletion_timestamp is None and pod.spec.node_name:
+            return str(pod.spec.node_name)
+    return None
+
+
+async def test_a_node_deleted_with_the_orders_pod_is_named_and_the_order_moves(make_stand: MakeStand) -> None:
+    stand = await make_stand()
+    stand.create_order("moved", SMALL)
+    await stand.until_phase("moved", "Ready")
+    lost = _pod_node(stand, "moved")
+    assert lost is not None
+    saved = stand.api.sanitize_for_serialization(stand.core.read_node(lost))
+    started = time.monotonic()
+    stand.core.delete_node(lost)
+    try:
+        await stand.until(
+            lambda: (stand.condition("moved", "WorkloadReady") or {}).get("reason") == "NodeLost",
+            timeout=30,
+            what=lambda: f"NodeLost (now {stand.describe('moved')})",
+        )
+        named = time.monotonic() - started
+        message = (stand.condition("moved", "WorkloadReady") or {}).get("message", "")
+        assert f"the node {lost}" in message
+        assert "plans its placement again" in message
+
+        def moved_and_ready() -> bool:
+            node = _pod_node(stand, "moved")
+            return node is not None and node != lost and stand.phase("moved") == ("Ready", None)
+
+        await stand.until(
+            moved_and_ready,
+            timeout=180,
+            what=lambda: f"Ready on another node (now {stand.describe('moved')})\n  {stand.workload_report()}",
+        )
+        assert stand.status("moved")["resolved"]["replanCount"] >= 1
+        print(
+            f"\nnode {lost} deleted: NodeLost named in {named:.1f}s; Ready again on {_pod_node(stand, 'moved')} "
+            f"in {time.monotonic() - started:.1f}s"
+        )
+    finally:
+        with contextlib.suppress(ApiException):
+            stand.core.create_node(_node_body(saved))
+        await stand.until(
+            lambda: any(
+                c.type == "Ready" and c.status == "True" for c in stand.core.read_node(lost).status.conditions or []
+            ),
+            timeout=60,
+            what=f"node {lost} made again",
+        )
