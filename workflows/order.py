@@ -728,8 +728,10 @@ class OrderWorkflow(PreemptionMembership):
         elif state.everReady:
             self._set_health(False, result.detail)
             state.retryDelaySeconds = self._backoff()
-        elif state.trouble is not None and not result.workloadReady:
+        elif state.trouble is not None and (not result.workloadReady or state.trouble.action == TroubleAction.WAIT):
             # No replica got ready and the cluster said why: that is the answer, not a health check.
+            # A replica reported ready whose engine the cluster says still loads (a node agent that
+            # says Ready before the engine does) is loading, too: the order says so and looks again.
             self._show_trouble(state.trouble)
             if state.trouble.action == TroubleAction.WAIT:
                 state.retryDelaySeconds = self._backoff()

@@ -161,3 +161,30 @@ async def test_a_crash_loop_on_a_serving_order_is_named_beside_ready_and_an_edit
     harness.world.delete_order("crashy")
     await handle.signal(OrderWorkflow.delete)
     assert await handle.result() == "deleted"
+
+
+async def test_a_first_probe_that_fails_while_the_engine_loads_says_loading_not_health_check_failed(
+    harness: Harness,
+) -> None:
+    """A replica reported ready before its engine answers (kwok, or a readiness probe that lies): the
+    first probe fails, but the observer says the engine loads: ModelLoading, and the order looks
+    again on its backoff until the API answers."""
+    harness.world.healthy = False
+    handle = await harness.start(make_order("early"), FAST.model_copy(update={"probeTimeoutSeconds": 1.0}))
+    await harness.until(lambda: harness.world.applies_of("early"), what="applied")
+    loading = ReplicaTrouble(
+        reason=Reason.MODEL_LOADING,
+        message="pod support/early-0: the engine runs and loads the model",
+        action=TroubleAction.WAIT,
+        subject="support/early-0",
+    )
+    await handle.signal(REPLICA_TROUBLE, loading)
+    await harness.until(harness.phase_is(Phase.PENDING, Reason.MODEL_LOADING))
+    await asyncio.sleep(2)  # probes fail meanwhile: the status keeps saying it loads
+    assert harness.world.phase("early") == (Phase.PENDING, Reason.MODEL_LOADING)
+    harness.world.healthy = True
+    await handle.signal(REPLICA_TROUBLE, ReplicaTrouble())
+    await harness.until(harness.phase_is(Phase.READY))
+    harness.world.delete_order("early")
+    await handle.signal(OrderWorkflow.delete)
+    assert await handle.result() == "deleted"
