@@ -18,6 +18,10 @@ One pod is:
   variable from ``{order}-auth``: never ``--api-key`` on the command line, so it never appears
   in the object.
 
+Failures: both containers use ``terminationMessagePolicy: FallbackToLogsOnError``, so a crash leaves
+the tail of the container's log in ``lastState.terminated.message``, which the observer names on the
+order (an engine that refuses a flag, a repository that answers 404).
+
 Probes: the startup probe waits for ``/health`` with a budget that grows with the model volume
 (loading and compiling a large model takes many minutes, and killing it halfway would restart
 the load forever); readiness is the API itself, ``GET /v1/models``, so a replica takes traffic
@@ -260,6 +264,9 @@ def _runtime_container(inputs: WorkloadInputs) -> dict[str, Any]:
         "name": RUNTIME_CONTAINER,
         "image": inputs.settings.workload.image(plan.recipe.image),
         "imagePullPolicy": "IfNotPresent",
+        # A container that fails puts its log's tail in its terminated state's message: the engine's (or
+        # the fetcher's) own last words reach the order's status (the observer reads them there).
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "command": runtime_command(inputs),
         "ports": [{"name": HTTP_PORT_NAME, "containerPort": RUNTIME_PORT, "protocol": "TCP"}],
         "env": _runtime_env(inputs),
@@ -313,6 +320,9 @@ def _fetcher_container(inputs: WorkloadInputs) -> dict[str, Any]:
         # The runtime image carries huggingface_hub and its CLI: no second image to ship or pull.
         "image": inputs.settings.workload.image(inputs.plan.recipe.image),
         "imagePullPolicy": "IfNotPresent",
+        # A container that fails puts its log's tail in its terminated state's message: the engine's (or
+        # the fetcher's) own last words reach the order's status (the observer reads them there).
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "command": ["/bin/sh", "-c", FETCH_SCRIPT],
         "env": env,
         "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "4Gi"}},
