@@ -127,3 +127,18 @@ def test_the_observer_informs_on_nodes_and_failed_create_events_only() -> None:
     kinds = {r.kind: r for r in inf.resources(ApiClient(), catalog=False)}
     assert inf.NODE in kinds
     assert kinds[inf.EVENT].field_selector == "involvedObject.kind=StatefulSet,reason=FailedCreate"
+
+
+async def test_a_node_gone_before_the_nodes_are_listed_is_told_once_they_are(temporal_client: Client) -> None:
+    """After a restart the pods may be listed before the nodes: a node deleted meanwhile is found
+    missing from the nodes' first listing."""
+    obs = observer(temporal_client)
+    obs.handle(Listed(inf.ORDER, [order("chat", "u-chat", **SERVING)]))
+    obs.handle(Listed(inf.POD, [pod("chat-0", ready=True)]))
+    await settle()
+    assert troubles(obs) == []  # no nodes listed yet: no node verdict
+    obs.handle(Listed(inf.NODE, [node("gpu-2")]))
+    await settle()
+    [told] = troubles(obs)
+    assert told.reason == Reason.NODE_LOST
+    assert told.subject == "gpu-1"

@@ -213,6 +213,13 @@ class Observer:
             EVENTS_HANDLED.labels(inf.KIND_LABELS.get(delivery.kind, delivery.kind.lower()), change.type).inc()
         if delivery.kind == inf.ORDER and informer.synced and not self.orders_synced.is_set():
             self.orders_synced.set()
+        if delivery.kind == inf.NODE and isinstance(delivery, Listed):
+            # A listing says nothing of a node that is gone (deleted while this observer was away, or
+            # listed after the pods): every order with pods on a node looks at them again.
+            for key in sorted({k for keys in self.orders_on_node.values() for k in keys}):
+                order = self.orders.get(key)
+                if order is not None:
+                    self.mark_trouble(order)
 
     def dispatch(self, kind: str, change: Change) -> None:
         if kind == inf.ORDER:
