@@ -1003,7 +1003,22 @@ class OrderWorkflow(PreemptionMembership):
     def _refuse(self, type_: ConditionType, refusal: Refusal | None) -> None:
         state = self._require_state()
         assert refusal is not None
-        self._cond(type_, False, refusal.reason, refusal.message)
+        message = refusal.message
+        if (
+            state.everReady
+            and state.applied is not None
+            and type_
+            in (
+                ConditionType.CLASS_RESOLVED,
+                ConditionType.MODEL_RESOLVED,
+            )
+        ):
+            # Its class (or the class's policy) no longer admits a serving order: nothing is torn down.
+            message += (
+                "; the order keeps serving on the workload it runs, unchanged until this is resolved "
+                "(delete the order to stop it)"
+            )
+        self._cond(type_, False, refusal.reason, message)
         if refusal.reason in CAPACITY_REFUSALS and state.retryDelaySeconds is None:
             state.retryDelaySeconds = self._backoff()
         # Later steps wait; a standing workload stays untouched and keeps its own conditions.

@@ -69,12 +69,20 @@ def compute_phase(conditions: list[Condition]) -> tuple[Phase, str | None]:
 
     Ready: probed and serving. Degraded: serving but cannot grow (ScaleUpBlocked). Failed: was
     Ready, then sustained API errors (ServiceUnhealthy). Pending: everything else.
+
+    A serving order whose earlier step now says no (its class deleted or edited so that it would not
+    admit the order, a replica in trouble) stays Ready — its workload keeps serving — with that
+    step's reason, so the status never says Ready with no reason while something is wrong.
     """
     ready = get_condition(conditions, ConditionType.READY)
     if ready is not None and ready.status == ConditionStatus.TRUE:
         scaling = get_condition(conditions, ConditionType.SCALING_HEALTHY)
         if scaling is not None and scaling.status == ConditionStatus.FALSE:
             return Phase.DEGRADED, scaling.reason
+        for type_ in READINESS_ORDER[:-1]:
+            earlier = get_condition(conditions, type_)
+            if earlier is not None and earlier.status == ConditionStatus.FALSE:
+                return Phase.READY, earlier.reason
         planned = get_condition(conditions, ConditionType.PLANNED)
         if planned is not None and planned.reason == Reason.LAUNCH_PLAN_IN_FORCE:
             return Phase.READY, planned.reason
