@@ -17,6 +17,8 @@ class Reason(StrEnum):
     FORMAT_NOT_ALLOWED = "FormatNotAllowed"
     PARAMETER_COUNT_NOT_ALLOWED = "ParameterCountNotAllowed"
     CATALOG_DISABLED = "CatalogDisabled"
+    # The catalog model's source is not one the model fetcher downloads (not a Hugging Face repository).
+    UNSUPPORTED_MODEL_SOURCE = "UnsupportedModelSource"
     # Planner refusals.
     NO_CAPACITY = "NoCapacity"
     NO_ACCELERATOR_WITH_ENOUGH_MEMORY = "NoAcceleratorWithEnoughMemory"
