@@ -421,3 +421,16 @@ def test_a_very_long_error_keeps_the_head_and_the_end_of_the_error() -> None:
     assert found.message.startswith("pod support/chat-0, container runtime exited with code 1")
     assert found.message.endswith("the end")
     assert len(found.message) <= d.TROUBLE_MESSAGE_LIMIT
+
+
+def test_a_priority_class_that_does_not_exist_is_named_from_the_refusal() -> None:
+    """Day 2: a class naming a PriorityClass that does not exist: the API server refuses every pod,
+    the order says so at once instead of HealthCheckFailed after the serve wait."""
+    message = (
+        'create Pod chat-0 in StatefulSet chat failed error: pods "chat-0" is forbidden: '
+        "no PriorityClass with name inference-missing was found"
+    )
+    found = d.statefulset_trouble(statefulset(1, 0), [failed_create(message)])
+    assert found is not None
+    assert found.reason == Reason.POD_CREATION_REFUSED
+    assert "no PriorityClass with name inference-missing was found" in found.message
