@@ -46,6 +46,7 @@ from activities.builders.objects import (
     wanted_names,
 )
 from activities.builders.runtime import (
+    RuntimeVerdict,
     decide_runtime_hold,
     placement_changed,
     replica_runtime_versions,
@@ -406,7 +407,10 @@ class OrderActivities:
         )
         if verify:
             self._verify_workload(request, inputs, ours, held_model)
-        if ours is not None and volume_must_grow(ours, plan):
+        # Judged on the standing workload, before a volume rebuild deletes it (it said RuntimeUpToDate).
+        moved = placement_changed(ours, plan)
+        grown = ours is not None and volume_must_grow(ours, plan)
+        if ours is not None and grown:
             # Claim templates are immutable: a larger model volume means a new StatefulSet.
             self.applier.delete("apps/v1", "StatefulSet", name, ns, uid=ours["metadata"]["uid"])
             ours = None
@@ -449,7 +453,15 @@ class OrderActivities:
                         self.applier.delete(wanted.api_version, wanted.kind, wanted.name, ns, uid=uid)
                 self._apply_owned(request.ref, wanted)
             self._prune(request, wanted_names(desired, cls, inputs.names))
-        verdict = runtime_current(plan.recipe.runtimeVersion, versions, placement_changed(ours, plan))
+        verdict = runtime_current(plan.recipe.runtimeVersion, versions, moved)
+        if grown:
+            verdict = RuntimeVerdict(
+                ConditionStatus.FALSE,
+                Reason.WORKLOAD_REBUILDING,
+                f"The model needs a {plan.modelVolumeGiB} GiB volume, larger than the standing one, and a volume "
+                "cannot grow in place (claim templates are immutable): the workload is rebuilt and the model "
+                f"loaded again, on runtime release {plan.recipe.runtimeVersion}.",
+            )
         statefulset = self.applier.get("apps/v1", "StatefulSet", name, ns) or {}
         st_status = statefulset.get("status") or {}
         log.info("workload applied", order=request.ref.key, device_class=plan.deviceClass, share=plan.sharePercent)

@@ -722,6 +722,14 @@ class OrderWorkflow(PreemptionMembership):
             self._cond(ConditionType.WORKLOAD_READY, True, Reason.WORKLOAD_APPLIED, "a replica is ready")
         if result.ok:
             self._cond(ConditionType.READY, True, Reason.PROBE_SUCCEEDED, f"the API answers: {result.detail}")
+            if applied.runtimeReason == Reason.WORKLOAD_REBUILDING:
+                # Rebuilt and serving: the rebuild is over (it lingered until the next apply before).
+                self._cond(
+                    ConditionType.RUNTIME_CURRENT,
+                    True,
+                    Reason.RUNTIME_UP_TO_DATE,
+                    f"the rebuilt workload serves on runtime release {plan.recipe.runtimeVersion}",
+                )
             state.everReady = True
             state.healthy = True
             state.retryAttempt = 0

@@ -12,10 +12,10 @@ import asyncio
 
 import pytest
 
-from inference_api.payloads import PlanInput
+from inference_api.payloads import ApplyInput, ApplyResult, PlanInput
 from inference_api.plan import PlanOutcome
 from inference_api.reasons import Reason
-from inference_api.types import ConditionStatus, Phase
+from inference_api.types import ConditionStatus, ConstraintsStatus, EndpointStatus, ExposureType, Phase
 from tests.factories import make_order, make_plan
 from tests.workflows.world import FAST, Harness
 from workflows.order import OrderWorkflow
@@ -206,5 +206,43 @@ async def test_a_serving_orders_class_deleted_keeps_it_serving_and_says_so(harne
     await handle.signal(OrderWorkflow.class_changed, 5)
     await harness.until(harness.phase_is(Phase.READY, None))
     harness.world.delete_order("orphaned")
+    await handle.signal(OrderWorkflow.delete)
+    assert await handle.result() == "deleted"
+
+
+async def test_a_rebuild_says_so_while_it_loads_and_stops_saying_so_once_it_serves(harness: Harness) -> None:
+    """Day 2: an edit that rebuilds the workload (a larger model volume, a new placement) says
+    WorkloadRebuilding while the new replica loads, and RuntimeUpToDate once it serves — the
+    rebuild's reason no longer lingers on a Ready order until the next apply."""
+    world = harness.world
+    handle = await harness.start(make_order("rebuilt"))
+    await harness.until(harness.phase_is(Phase.READY))
+    rebuilding = True
+
+    async def apply(request: ApplyInput) -> ApplyResult:
+        world.applies.append(request)
+        return ApplyResult(
+            endpoint=EndpointStatus(url="https://rebuilt.example", type=ExposureType.EXTERNAL),
+            authSecretName="rebuilt-auth",
+            constraints=ConstraintsStatus(minReplicas=1, maxReplicas=2),
+            readyReplicas=0,
+            runtimeCurrent=not rebuilding,
+            runtimeReason=Reason.WORKLOAD_REBUILDING if rebuilding else Reason.RUNTIME_UP_TO_DATE,
+            runtimeMessage="the model needs a 80 GiB volume",
+        )
+
+    world.apply_override = apply
+    world.loading.add("support/rebuilt")
+    edited = world.orders["support/rebuilt"].model_copy(deep=True)
+    edited.metadata.generation = 2
+    world.orders["support/rebuilt"] = edited
+    await handle.signal(OrderWorkflow.spec_changed, 2)
+    await harness.until(harness.phase_is(Phase.PENDING, Reason.WORKLOAD_REBUILDING))
+    assert world.condition("rebuilt", "RuntimeCurrent") == (ConditionStatus.FALSE, Reason.WORKLOAD_REBUILDING)
+    await world.let_load("rebuilt")
+    await harness.until(harness.phase_is(Phase.READY, None))
+    assert world.condition("rebuilt", "RuntimeCurrent") == (ConditionStatus.TRUE, Reason.RUNTIME_UP_TO_DATE)
+    world.apply_override = None
+    world.delete_order("rebuilt")
     await handle.signal(OrderWorkflow.delete)
     assert await handle.result() == "deleted"
