@@ -434,3 +434,24 @@ def test_a_priority_class_that_does_not_exist_is_named_from_the_refusal() -> Non
     assert found is not None
     assert found.reason == Reason.POD_CREATION_REFUSED
     assert "no PriorityClass with name inference-missing was found" in found.message
+
+
+def test_a_trouble_a_previous_observer_told_is_cleared_at_the_first_look_once() -> None:
+    """After a restart this observer remembers nothing: an order whose status still shows a trouble
+    that is over is told so at its first look (and only then)."""
+    memory = d.TroubleMemory()
+    assert d.trouble_signal(None, memory, shown=True) == ReplicaTrouble()
+    assert d.trouble_signal(None, memory, shown=True) is None
+    fresh = d.TroubleMemory()
+    assert d.trouble_signal(None, fresh, shown=False) is None
+    assert d.trouble_signal(None, fresh, shown=True) is None  # not its first look
+
+
+def test_an_order_shows_a_trouble_when_workload_ready_names_one() -> None:
+    def order(reason: str) -> dict[str, object]:
+        return {"status": {"conditions": [{"type": "WorkloadReady", "status": "False", "reason": reason}]}}
+
+    assert d.shows_trouble(order("ImagePullFailed"))
+    assert d.shows_trouble(order("ModelLoading"))
+    assert not d.shows_trouble(order("WorkloadProgressing"))
+    assert not d.shows_trouble(None)

@@ -869,18 +869,29 @@ def order_trouble(
 
 @dataclass
 class TroubleMemory:
-    """The last trouble told to one order's workflow (by uid): told again only when it changes."""
+    """The last trouble told to one order's workflow (by uid): told again only when it changes.
+    ``looked``: this observer looked at the order's replicas once already (since it started)."""
 
     told: ReplicaTrouble | None = None
+    looked: bool = False
 
 
-def trouble_signal(found: ReplicaTrouble | None, memory: TroubleMemory) -> ReplicaTrouble | None:
+def shows_trouble(order: Obj | None) -> bool:
+    """The order's status names a replica trouble (WorkloadReady's reason is one)."""
+    workload = _condition(order, ConditionType.WORKLOAD_READY)
+    return workload is not None and workload.get("reason") in {r.value for r in TROUBLE_ACTIONS}
+
+
+def trouble_signal(found: ReplicaTrouble | None, memory: TroubleMemory, shown: bool = False) -> ReplicaTrouble | None:
     """What to tell the workflow now, or None: a new trouble (its reason, subject or message changed),
     or that the one told is over (a cleared ``ReplicaTrouble``). Nothing when nothing was told and
-    nothing is wrong."""
+    nothing is wrong — except at this observer's first look, when the order's status still ``shown``
+    a trouble that another observer (before a restart) told and that is over by now."""
+    first = not memory.looked
+    memory.looked = True
     if found is None:
         if memory.told is None:
-            return None
+            return ReplicaTrouble() if first and shown else None
         memory.told = None
         return ReplicaTrouble()
     if memory.told == found:

@@ -497,7 +497,8 @@ class Observer:
             self.outbox.put(signal_to(ref, OrderSignal.OBSERVED, [ObservedChange(what=what, kind=kind)]))
             log.info("order observed", order=ref.key, kind=kind, what=what)
         if troubled:
-            told = d.trouble_signal(self.trouble_of(order), self.troubles.setdefault(uid, d.TroubleMemory()))
+            memory = self.troubles.setdefault(uid, d.TroubleMemory())
+            told = d.trouble_signal(self.trouble_of(order), memory, d.shows_trouble(order))
             if told is not None:
                 self.outbox.put(signal_to(ref, REPLICA_TROUBLE, [told]))
                 log.info("replica trouble", order=ref.key, reason=told.reason or "cleared", subject=told.subject)
