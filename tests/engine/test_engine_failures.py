@@ -154,8 +154,16 @@ async def test_engine_failures_are_named_and_a_slow_load_is_waited_for(failures_
     slow = stand.fleet.engine(stand.namespace, SLOW)
     assert slow is not None
     assert slow.restarts == 0  # not killed by its own probes while it loaded
+    # ... and a kubelet would not have killed it either: its startup probe's budget (what the module
+    # built) outlasts the engine's own start to /health.
+    sts = stand.apps.read_namespaced_stateful_set(SLOW, stand.namespace)
+    runtime = next(c for c in sts.spec.template.spec.containers if c.name == "runtime")
+    startup = runtime.startup_probe
+    budget = startup.failure_threshold * startup.period_seconds
+    assert slow.healthy_seconds is not None
+    assert slow.healthy_seconds < budget, f"the startup probe ({budget} s) would kill an engine that takes longer"
     loading = next(t for t, _, reason in seen[SLOW] if reason == "ModelLoading")
     print(
         f"slow engine: ModelLoading from {loading:.1f}s, /health after {slow.healthy_seconds or 0:.1f}s of its own "
-        f"start, order Ready at {ready:.1f}s, restarts {slow.restarts}"
+        f"start (its startup probe allows {budget} s), order Ready at {ready:.1f}s, restarts {slow.restarts}"
     )
