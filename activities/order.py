@@ -29,8 +29,10 @@ from activities.builders.common import (
     ANNOTATION_PLACEMENT,
     FIELD_MANAGER,
     ObjectNames,
+    UnsupportedModelSourceError,
     WorkloadInputs,
     artifact_from_resolution,
+    parse_catalog_source,
     selector_labels,
 )
 from activities.builders.exposure import certificate_copy_allowed, custom_certificate_source, endpoint_status
@@ -44,6 +46,7 @@ from activities.builders.objects import (
     wanted_names,
 )
 from activities.builders.runtime import (
+    RuntimeVerdict,
     decide_runtime_hold,
     placement_changed,
     replica_runtime_versions,
@@ -117,6 +120,25 @@ FIRST_SERVE_LOOK_SECONDS = 0.5
 def _refused(message: str) -> ApplicationError:
     """An apply that must not write: WorkloadRefused (non-retryable), the workflow waits for a change."""
     return ApplicationError(message, type=str(Reason.WORKLOAD_REFUSED), non_retryable=True)
+
+
+def fetchable(resolution: ModelResolution, name: str) -> ModelResolution:
+    """A resolved catalog model whose source the model fetcher cannot download (not a Hugging Face
+    repository: ``s3://…``, ``ollama://…``) is refused here, in the model step, with the reason and
+    what to do — before, the apply raised on it and was retried with no status, for ever."""
+    if resolution.refusal is not None or resolution.source is None:
+        return resolution
+    try:
+        parse_catalog_source(resolution.source)
+    except UnsupportedModelSourceError as err:
+        return resolution.model_copy(
+            update={
+                "refusal": Reason.UNSUPPORTED_MODEL_SOURCE,
+                "message": f"catalog model {name!r}: {err}. Serve a catalog model whose source is a Hugging Face "
+                "repository (hf://org/repo), or order the repository directly (src: HuggingFace)",
+            }
+        )
+    return resolution
 
 
 def _ready_of(statefulset: dict[str, Any]) -> int:
@@ -242,7 +264,7 @@ class OrderActivities:
         namespace = order.metadata.namespace or ""
         if model.src == ModelSource.AI_MODELS:
             outcome = await lookup_model(model.ref, namespace, self.settings, self.catalog_reader)
-            return model_resolution(outcome, model.ref)
+            return fetchable(model_resolution(outcome, model.ref), model.ref.name)
         if model.authSecretRef is not None:
             problem = await asyncio.to_thread(
                 self._auth_secret_problem, namespace, model.authSecretRef.name, model.authSecretRef.key
@@ -385,7 +407,10 @@ class OrderActivities:
         )
         if verify:
             self._verify_workload(request, inputs, ours, held_model)
-        if ours is not None and volume_must_grow(ours, plan):
+        # Judged on the standing workload, before a volume rebuild deletes it (it said RuntimeUpToDate).
+        moved = placement_changed(ours, plan)
+        grown = ours is not None and volume_must_grow(ours, plan)
+        if ours is not None and grown:
             # Claim templates are immutable: a larger model volume means a new StatefulSet.
             self.applier.delete("apps/v1", "StatefulSet", name, ns, uid=ours["metadata"]["uid"])
             ours = None
@@ -428,7 +453,15 @@ class OrderActivities:
                         self.applier.delete(wanted.api_version, wanted.kind, wanted.name, ns, uid=uid)
                 self._apply_owned(request.ref, wanted)
             self._prune(request, wanted_names(desired, cls, inputs.names))
-        verdict = runtime_current(plan.recipe.runtimeVersion, versions, placement_changed(ours, plan))
+        verdict = runtime_current(plan.recipe.runtimeVersion, versions, moved)
+        if grown:
+            verdict = RuntimeVerdict(
+                ConditionStatus.FALSE,
+                Reason.WORKLOAD_REBUILDING,
+                f"The model needs a {plan.modelVolumeGiB} GiB volume, larger than the standing one, and a volume "
+                "cannot grow in place (claim templates are immutable): the workload is rebuilt and the model "
+                f"loaded again, on runtime release {plan.recipe.runtimeVersion}.",
+            )
         statefulset = self.applier.get("apps/v1", "StatefulSet", name, ns) or {}
         st_status = statefulset.get("status") or {}
         log.info("workload applied", order=request.ref.key, device_class=plan.deviceClass, share=plan.sharePercent)

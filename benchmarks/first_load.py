@@ -55,7 +55,8 @@ def refuse_more_pods(stand: Stand) -> None:
 
 def applied(stand: Stand, name: str) -> bool:
     """Planned and applied: its status has a WorkloadReady condition (progressing, or ready already)."""
-    return (stand.condition(name, "WorkloadReady") or {}).get("reason") in ("WorkloadProgressing", "WorkloadApplied")
+    reason = (stand.condition(name, "WorkloadReady") or {}).get("reason")
+    return reason in ("WorkloadProgressing", "WorkloadApplied", "QuotaExceeded")
 
 
 async def timed(check: Callable[[], bool], timeout: float) -> float | None:
@@ -136,7 +137,7 @@ async def measure(stand: Stand, orders: int, slots: int, timeout: float) -> None
         by_name = {o["metadata"]["name"]: o for o in listed["items"]}
         return all(
             any(
-                c.get("type") == "WorkloadReady" and c.get("reason") == "WorkloadProgressing"
+                c.get("type") == "WorkloadReady" and c.get("reason") in ("WorkloadProgressing", "QuotaExceeded")
                 for c in ((by_name.get(n) or {}).get("status") or {}).get("conditions") or []
             )
             for n in names

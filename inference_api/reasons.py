@@ -17,6 +17,8 @@ class Reason(StrEnum):
     FORMAT_NOT_ALLOWED = "FormatNotAllowed"
     PARAMETER_COUNT_NOT_ALLOWED = "ParameterCountNotAllowed"
     CATALOG_DISABLED = "CatalogDisabled"
+    # The catalog model's source is not one the model fetcher downloads (not a Hugging Face repository).
+    UNSUPPORTED_MODEL_SOURCE = "UnsupportedModelSource"
     # Planner refusals.
     NO_CAPACITY = "NoCapacity"
     NO_ACCELERATOR_WITH_ENOUGH_MEMORY = "NoAcceleratorWithEnoughMemory"
@@ -43,6 +45,23 @@ class Reason(StrEnum):
     WORKLOAD_REBUILDING = "WorkloadRebuilding"
     # The API server refused an object of the workload with an answer retrying cannot change (422, 403).
     WORKLOAD_REFUSED = "WorkloadRefused"
+    # Failures the cluster reports about the order's replicas (the observer reads them off the Pods, the
+    # StatefulSet's FailedCreate events and the Nodes; the message is the cluster's own, cut to fit).
+    # The order re-plans by itself where moving helps:
+    NODE_LOST = "NodeLost"
+    CLAIM_NOT_ALLOCATABLE = "ClaimNotAllocatable"
+    POD_UNSCHEDULABLE = "PodUnschedulable"
+    # ... and waits for an edit (of the order, its class, the quota, the image, the repository) where
+    # retrying cannot help:
+    QUOTA_EXCEEDED = "QuotaExceeded"
+    POD_CREATION_REFUSED = "PodCreationRefused"
+    IMAGE_PULL_FAILED = "ImagePullFailed"
+    MODEL_DOWNLOAD_FAILED = "ModelDownloadFailed"
+    RUNTIME_OOM_KILLED = "RuntimeOOMKilled"
+    RUNTIME_CRASH_LOOPING = "RuntimeCrashLooping"
+    RUNTIME_CANNOT_START = "RuntimeCannotStart"
+    # Progress: the engine runs and loads its model (its startup probe has not passed yet).
+    MODEL_LOADING = "ModelLoading"
     # Positive and progress reasons.
     CLASS_RESOLVED = "ClassResolved"
     MODEL_RESOLVED = "ModelResolved"

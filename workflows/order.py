@@ -53,9 +53,25 @@ with workflow.unsafe.imports_passed_through():
     from workflows import activity_names as act
     from workflows.order_details import details_markdown
     from workflows.order_membership import APPLY_TIMEOUT, K8S_RETRY, SHORT, PreemptionMembership
-    from workflows.order_state import OrderState, OrderTimings, ReplanOutcome, ScalingProfile
+    from workflows.order_state import (
+        REPLICA_TROUBLE,
+        OrderState,
+        OrderTimings,
+        ReplanOutcome,
+        ReplicaTrouble,
+        ScalingProfile,
+        TroubleAction,
+    )
     from workflows.search_attributes import order_search_attributes
-    from workflows.status import READINESS_ORDER, compute_phase, get_condition, is_true, set_condition
+    from workflows.status import (
+        READINESS_ORDER,
+        TROUBLE_REASONS,
+        compute_phase,
+        get_condition,
+        is_true,
+        set_condition,
+        trouble_advice,
+    )
     from workflows.validation import (
         Refusal,
         check_catalog_enabled,
@@ -109,6 +125,16 @@ REPLAN_BACKOFF_PATCH = "replan-backs-off"
 # more probe, and no two confirming probes start closer than that window: a flapping (or forged)
 # stream of signals costs one probe a window at most. Patched: runs recorded before believed the report.
 HEALTH_HINT_PATCH = "health-signal-is-a-hint"
+
+# What the cluster says is wrong with the order's replicas (the observer's ``replica_trouble``: a node
+# lost, a claim the scheduler cannot allocate, a quota refusing the pods, an image that cannot be
+# pulled, a download refused, an engine that crashes or is killed for memory) is named on the order at
+# once, with the cluster's own message. Where moving helps (Replan) the order plans again, away from
+# what failed, on its own backoff (now for a lost node; retryBaseSeconds doubling up to
+# replanBackoffMaxSeconds); where it cannot (WaitForEdit) it says who must change what and waits — the
+# cluster retries by itself, an edit reconciles. Before, the order waited for the serve wait to run out
+# and said HealthCheckFailed. Patched: runs recorded before never heard the signal.
+TROUBLE_PATCH = "replica-troubles-named"
 
 
 def _duration(seconds: float) -> str:
@@ -168,6 +194,13 @@ class OrderWorkflow(PreemptionMembership):
         """From the observer: a replica of the applied workload got ready while the order loads."""
         if ready_replicas >= 1:
             self._require_state().replicaReady = True
+
+    @workflow.signal(name=REPLICA_TROUBLE)
+    def replica_trouble(self, trouble: ReplicaTrouble) -> None:
+        """From the observer: what the cluster says is wrong with the replicas now (cleared: nothing)."""
+        state = self._require_state()
+        state.trouble = None if trouble.cleared else trouble
+        state.troublePending = True
 
     @workflow.signal(name=OrderSignal.SETTINGS_CHANGED)
     def settings_changed(self, release: str) -> None:
@@ -261,6 +294,11 @@ class OrderWorkflow(PreemptionMembership):
                     state.reconciles += 1
                     state.lastReconcileCompleted = number
                 continue
+            if state.troublePending and workflow.patched(TROUBLE_PATCH):
+                state.troublePending = False
+                if self._on_trouble():
+                    await self._publish()
+                continue
             if state.pendingHealth is not None:
                 if workflow.patched(HEALTH_HINT_PATCH):
                     if await self._confirm_health():
@@ -304,12 +342,16 @@ class OrderWorkflow(PreemptionMembership):
             or state.publishPending
             or state.pendingHealth is not None
             or state.pendingScaling is not None
+            or state.troublePending
         )
 
     async def _wait(self) -> None:
         """Until a signal the order acts on — or a timer: a retry's backoff, else the long resync."""
         state = self._require_state()
         retry = state.retryDelaySeconds
+        replan_in = self._trouble_replan_in()
+        if replan_in is not None:
+            retry = max(0.0, replan_in) if retry is None else min(retry, max(0.0, replan_in))
         seconds = retry if retry is not None else state.timings.resyncSeconds
         try:
             await workflow.wait_condition(
@@ -481,6 +523,11 @@ class OrderWorkflow(PreemptionMembership):
         key = self._plan_key(order, cls, resolution)
         requested = state.replanRequested
         state.replanRequested = False
+        if self._trouble_replan_due():
+            # The replicas cannot run where the plan put them (a node lost, a claim not allocatable):
+            # plan again, and again on a backoff while the trouble stands.
+            requested = True
+            self._schedule_trouble_replan()
         if state.plan is not None and key == state.planKey and not requested:
             return False  # stable: nothing the plan depends on changed
         held = self._replan_held(key, requested)
@@ -628,6 +675,8 @@ class OrderWorkflow(PreemptionMembership):
             message = f"the workload moves to its new placement; {resolution.servedName} loads again"
             self._cond(ConditionType.WORKLOAD_READY, False, Reason.WORKLOAD_REBUILDING, message)
             self._cond(ConditionType.READY, False, Reason.WORKLOAD_REBUILDING, message)
+        elif not serving and state.trouble is not None:
+            self._show_trouble(state.trouble)
         elif not serving:
             self._cond(
                 ConditionType.WORKLOAD_READY,
@@ -667,16 +716,33 @@ class OrderWorkflow(PreemptionMembership):
                 summary="wait for the first probe",
             )
         self._step_done("pods and probe")
-        if result.workloadReady:
+        if result.workloadReady and state.trouble is not None and state.trouble.action != TroubleAction.WAIT:
+            self._show_trouble(state.trouble)  # a replica serves; another is still in trouble
+        elif result.workloadReady:
             self._cond(ConditionType.WORKLOAD_READY, True, Reason.WORKLOAD_APPLIED, "a replica is ready")
         if result.ok:
             self._cond(ConditionType.READY, True, Reason.PROBE_SUCCEEDED, f"the API answers: {result.detail}")
+            if applied.runtimeReason == Reason.WORKLOAD_REBUILDING:
+                # Rebuilt and serving: the rebuild is over (it lingered until the next apply before).
+                self._cond(
+                    ConditionType.RUNTIME_CURRENT,
+                    True,
+                    Reason.RUNTIME_UP_TO_DATE,
+                    f"the rebuilt workload serves on runtime release {plan.recipe.runtimeVersion}",
+                )
             state.everReady = True
             state.healthy = True
             state.retryAttempt = 0
         elif state.everReady:
             self._set_health(False, result.detail)
             state.retryDelaySeconds = self._backoff()
+        elif state.trouble is not None and (not result.workloadReady or state.trouble.action == TroubleAction.WAIT):
+            # No replica got ready and the cluster said why: that is the answer, not a health check.
+            # A replica reported ready whose engine the cluster says still loads (a node agent that
+            # says Ready before the engine does) is loading, too: the order says so and looks again.
+            self._show_trouble(state.trouble)
+            if state.trouble.action == TroubleAction.WAIT:
+                state.retryDelaySeconds = self._backoff()
         else:
             self._cond(
                 ConditionType.READY,
@@ -695,18 +761,33 @@ class OrderWorkflow(PreemptionMembership):
         """
         state = self._require_state()
         if applied.readyReplicas < 1 and not state.replicaReady:
-            if self._interrupting:
-                raise asyncio.CancelledError("the order is being deleted")
-            try:
-                await workflow.wait_condition(
-                    lambda: state.replicaReady or state.dirty,
-                    timeout=timedelta(seconds=wait),
-                    timeout_summary="a replica loads the model",
-                )
-            except TimeoutError:
-                return ProbeResult(ok=False, workloadReady=False, detail=f"no replica got ready in {wait:.0f} s")
-            if not state.replicaReady:
-                return None
+            deadline = workflow.now().timestamp() + wait
+            timeout = wait
+            while True:
+                if self._interrupting:
+                    raise asyncio.CancelledError("the order is being deleted")
+                try:
+                    await workflow.wait_condition(
+                        lambda: state.replicaReady or state.dirty or state.troublePending,
+                        timeout=timedelta(seconds=timeout),
+                        timeout_summary="a replica loads the model",
+                    )
+                except TimeoutError:
+                    return ProbeResult(ok=False, workloadReady=False, detail=f"no replica got ready in {wait:.0f} s")
+                if state.replicaReady:
+                    break
+                trouble = state.trouble
+                if state.dirty or (trouble is not None and trouble.action != TroubleAction.WAIT):
+                    return None  # the next reconcile, or the trouble (the main loop), comes first
+                # The engine loads (said at once), or a trouble is over (its replica_ready comes next).
+                if workflow.patched(TROUBLE_PATCH):
+                    state.troublePending = False
+                    if trouble is not None:
+                        self._show_trouble(trouble)
+                        await self._publish()
+                timeout = deadline - workflow.now().timestamp()
+                if timeout <= 0:
+                    return ProbeResult(ok=False, workloadReady=False, detail=f"no replica got ready in {wait:.0f} s")
         # A ready replica answers at once; the window only covers the Service catching up with it.
         result = await self._probe_serving("probe the API")
         return result.model_copy(update={"workloadReady": True})
@@ -799,6 +880,68 @@ class OrderWorkflow(PreemptionMembership):
 
     # --------------------------------------------------------------- conditions
 
+    def _on_trouble(self) -> bool:
+        """A ``replica_trouble`` acted on (TROUBLE_PATCH). True when the status changed."""
+        state = self._require_state()
+        trouble = state.trouble
+        if state.applied is None or state.plan is None:
+            return False  # nothing applied yet: the trouble is not about this order's workload
+        if trouble is None:
+            state.troubleReplans, state.troubleReplanAt = 0, None
+            shown = get_condition(state.conditions, ConditionType.WORKLOAD_READY)
+            if shown is None or shown.reason not in TROUBLE_REASONS:
+                return False
+            if state.everReady and state.healthy:
+                self._cond(ConditionType.WORKLOAD_READY, True, Reason.WORKLOAD_APPLIED, "a replica is ready")
+                return True
+            # Not serving: the replicas are well again; the order looks at them (apply, probe) now.
+            state.dirty = True
+            return False
+        if trouble.action == TroubleAction.WAIT and state.everReady and state.healthy:
+            return False  # a replica loads beside the serving ones: no news for the order
+        if trouble.action != TroubleAction.REPLAN:
+            state.troubleReplanAt = None
+        if trouble.action == TroubleAction.REPLAN:
+            if state.troubleReplanAt is None:
+                first = 0.0 if trouble.reason == Reason.NODE_LOST else state.timings.retryBaseSeconds
+                state.troubleReplanAt = workflow.now().timestamp() + first
+        elif trouble.action == TroubleAction.WAIT_FOR_EDIT:
+            # Retrying cannot help: no backoff timer; an edit (or the trouble's end) wakes the order.
+            state.retryDelaySeconds = None
+        self._show_trouble(trouble)
+        return True
+
+    def _show_trouble(self, trouble: ReplicaTrouble) -> None:
+        """WorkloadReady (and Ready, before the order ever served) say the trouble and what happens next."""
+        state = self._require_state()
+        replan_in = self._trouble_replan_in()
+        advice = trouble_advice(trouble.reason, replan_in if trouble.action == TroubleAction.REPLAN else None)
+        message = f"{trouble.message}; {advice}"
+        self._cond(ConditionType.WORKLOAD_READY, False, trouble.reason, message)
+        if not state.everReady:
+            self._cond(ConditionType.READY, False, trouble.reason, message)
+
+    def _trouble_replan_in(self) -> float | None:
+        """Seconds until a trouble's replan is due (<= 0: due), None when none is planned."""
+        state = self._require_state()
+        trouble = state.trouble
+        if trouble is None or trouble.action != TroubleAction.REPLAN or state.troubleReplanAt is None:
+            return None
+        return state.troubleReplanAt - workflow.now().timestamp()
+
+    def _trouble_replan_due(self) -> bool:
+        left = self._trouble_replan_in()
+        return left is not None and left <= 0
+
+    def _schedule_trouble_replan(self) -> None:
+        """The next replan for the same trouble, should it stand: retryBaseSeconds doubling up to
+        replanBackoffMaxSeconds (a trouble that moving does not cure is no hot loop)."""
+        state = self._require_state()
+        timings = state.timings
+        delay = float(min(timings.retryBaseSeconds * (2**state.troubleReplans), timings.replanBackoffMaxSeconds))
+        state.troubleReplans += 1
+        state.troubleReplanAt = workflow.now().timestamp() + delay
+
     def _wait_for_planner(self, err: ActivityError) -> None:
         """Planned=False PlannerUnavailable with what failed (the activity's error text: the client never
         puts a token in one), and a plan tried again on a short backoff."""
@@ -868,7 +1011,22 @@ class OrderWorkflow(PreemptionMembership):
     def _refuse(self, type_: ConditionType, refusal: Refusal | None) -> None:
         state = self._require_state()
         assert refusal is not None
-        self._cond(type_, False, refusal.reason, refusal.message)
+        message = refusal.message
+        if (
+            state.everReady
+            and state.applied is not None
+            and type_
+            in (
+                ConditionType.CLASS_RESOLVED,
+                ConditionType.MODEL_RESOLVED,
+            )
+        ):
+            # Its class (or the class's policy) no longer admits a serving order: nothing is torn down.
+            message += (
+                "; the order keeps serving on the workload it runs, unchanged until this is resolved "
+                "(delete the order to stop it)"
+            )
+        self._cond(type_, False, refusal.reason, message)
         if refusal.reason in CAPACITY_REFUSALS and state.retryDelaySeconds is None:
             state.retryDelaySeconds = self._backoff()
         # Later steps wait; a standing workload stays untouched and keeps its own conditions.

@@ -16,7 +16,46 @@ from inference_api.plan import LaunchPlan
 from inference_api.preemption import MemberReport, ScalingObservation
 from inference_api.types import Condition, EndpointType, InferenceServiceSpec, Phase
 
-__all__ = ["OrderState", "OrderTimings", "ReplanOutcome", "ScalingProfile"]
+__all__ = [
+    "REPLICA_TROUBLE",
+    "OrderState",
+    "OrderTimings",
+    "ReplanOutcome",
+    "ReplicaTrouble",
+    "ScalingProfile",
+    "TroubleAction",
+]
+
+# The observer's signal of a failure the cluster reports about the order's replicas (arg: ReplicaTrouble).
+REPLICA_TROUBLE = "replica_trouble"
+
+
+class TroubleAction:
+    """What the order does about a ReplicaTrouble."""
+
+    # Moving helps (the node is lost, the claim cannot be allocated where the plan put it): plan again.
+    REPLAN = "Replan"
+    # Retrying cannot help until someone changes something (the order, its class, the quota, the
+    # image, the model's repository): the order says which and waits; the cluster retries by itself.
+    WAIT_FOR_EDIT = "WaitForEdit"
+    # Progress, not a failure (the engine loads its model): the order says so and waits.
+    WAIT = "Wait"
+
+
+class ReplicaTrouble(BaseModel):
+    """What the cluster says is wrong with the order's replicas, as the observer read it (its own
+    message, cut to fit, never a secret). ``reason`` empty: nothing is wrong any more."""
+
+    model_config = ConfigDict(extra="ignore")
+    reason: str = ""
+    message: str = ""
+    action: str = TroubleAction.WAIT
+    # The Pod, Node or StatefulSet the message is about (namespace/name or name).
+    subject: str = ""
+
+    @property
+    def cleared(self) -> bool:
+        return not self.reason
 
 
 class ScalingProfile(BaseModel):
@@ -96,6 +135,12 @@ class OrderState(BaseModel):
     # The observer saw a replica of the applied workload get ready (replica_ready) since the last apply:
     # the first load's wait (no activity, a timer) ends and the API is probed.
     replicaReady: bool = False
+    # The last ReplicaTrouble the observer told (None: none, or cleared); a new one waits to be acted on.
+    trouble: ReplicaTrouble | None = None
+    troublePending: bool = False
+    # Replans a trouble asked for in a row (its backoff), and not before this workflow time (seconds).
+    troubleReplans: int = 0
+    troubleReplanAt: float | None = None
 
 
 class ReplanOutcome(BaseModel):

@@ -69,12 +69,20 @@ def compute_phase(conditions: list[Condition]) -> tuple[Phase, str | None]:
 
     Ready: probed and serving. Degraded: serving but cannot grow (ScaleUpBlocked). Failed: was
     Ready, then sustained API errors (ServiceUnhealthy). Pending: everything else.
+
+    A serving order whose earlier step now says no (its class deleted or edited so that it would not
+    admit the order, a replica in trouble) stays Ready — its workload keeps serving — with that
+    step's reason, so the status never says Ready with no reason while something is wrong.
     """
     ready = get_condition(conditions, ConditionType.READY)
     if ready is not None and ready.status == ConditionStatus.TRUE:
         scaling = get_condition(conditions, ConditionType.SCALING_HEALTHY)
         if scaling is not None and scaling.status == ConditionStatus.FALSE:
             return Phase.DEGRADED, scaling.reason
+        for type_ in READINESS_ORDER[:-1]:
+            earlier = get_condition(conditions, type_)
+            if earlier is not None and earlier.status == ConditionStatus.FALSE:
+                return Phase.READY, earlier.reason
         planned = get_condition(conditions, ConditionType.PLANNED)
         if planned is not None and planned.reason == Reason.LAUNCH_PLAN_IN_FORCE:
             return Phase.READY, planned.reason
@@ -89,3 +97,50 @@ def compute_phase(conditions: list[Condition]) -> tuple[Phase, str | None]:
         if cond is not None and cond.status != ConditionStatus.TRUE:
             return Phase.PENDING, cond.reason
     return Phase.PENDING, None
+
+
+# Replica troubles (the observer's ``replica_trouble``): what the order does, and what it asks of whom.
+TROUBLE_REASONS: frozenset[str] = frozenset(
+    r.value
+    for r in (
+        Reason.NODE_LOST,
+        Reason.CLAIM_NOT_ALLOCATABLE,
+        Reason.POD_UNSCHEDULABLE,
+        Reason.QUOTA_EXCEEDED,
+        Reason.POD_CREATION_REFUSED,
+        Reason.IMAGE_PULL_FAILED,
+        Reason.MODEL_DOWNLOAD_FAILED,
+        Reason.RUNTIME_OOM_KILLED,
+        Reason.RUNTIME_CRASH_LOOPING,
+        Reason.RUNTIME_CANNOT_START,
+        Reason.MODEL_LOADING,
+    )
+)
+_ADVICE: dict[str, str] = {
+    Reason.QUOTA_EXCEEDED.value: "a ResourceQuota of the namespace refuses the order's pods: its administrator raises "
+    "it (or frees room in it), or the order asks for less; the cluster makes the pods by itself once it allows them",
+    Reason.POD_CREATION_REFUSED.value: "an admission policy of the cluster refuses the order's pods: its owner allows "
+    "them, or the class changes; the cluster makes the pods by itself once they are allowed",
+    Reason.IMAGE_PULL_FAILED.value: "the image cannot be pulled: the module administrator fixes the workload image "
+    "settings (registry, tag, pull secret) or the registry; the kubelet retries the pull by itself",
+    Reason.MODEL_DOWNLOAD_FAILED.value: "the model repository refused the download (not found, or not authorized): "
+    "edit spec.model of the order (the repository's name, or the token Secret it names); the download is tried "
+    "again by itself",
+    Reason.RUNTIME_OOM_KILLED.value: "the engine was killed for memory: the order needs a smaller model or a class "
+    "that gives it more memory (edit the order or its class); the kubelet restarts it until then",
+    Reason.RUNTIME_CRASH_LOOPING.value: "the engine exits (its last words above): fix what it refuses (the order's "
+    "model or the class's runtime settings) and edit the order or its class; the kubelet restarts it until then",
+    Reason.RUNTIME_CANNOT_START.value: "the engine's container cannot be created (see above): fix what it needs (a "
+    "Secret, a setting); the kubelet tries again by itself",
+    Reason.MODEL_LOADING.value: "the engine loads the model; the order serves once it answers",
+}
+
+
+def trouble_advice(reason: str, replan_in: float | None = None) -> str:
+    """What the order does about a replica trouble and what it asks of whom (for its condition message).
+
+    ``replan_in``: for a trouble the order moves away from, the seconds until it plans again (0: now)."""
+    if replan_in is not None:
+        when = "now" if replan_in <= 0 else f"in {replan_in:.0f} s"
+        return f"the order plans its placement again {when}, away from what failed"
+    return _ADVICE.get(reason, "the order waits for a change")

@@ -21,6 +21,10 @@ One pod is:
   the endpoint publishes to the engine on the pod's loopback, with the token checked
   (``endpoint_front``: vLLM's key leaves ``/invocations`` and more open).
 
+Failures: both containers use ``terminationMessagePolicy: FallbackToLogsOnError``, so a crash leaves
+the tail of the container's log in ``lastState.terminated.message``, which the observer names on the
+order (an engine that refuses a flag, a repository that answers 404).
+
 Probes: the startup probe waits for ``/health`` with a budget that grows with the model volume
 (loading and compiling a large model takes many minutes, and killing it halfway would restart
 the load forever); readiness is the API itself, ``GET /v1/models``, so a replica takes traffic
@@ -239,6 +243,9 @@ def _runtime_container(inputs: WorkloadInputs) -> dict[str, Any]:
         "name": RUNTIME_CONTAINER,
         "image": inputs.settings.workload.image(plan.recipe.image),
         "imagePullPolicy": "IfNotPresent",
+        # A container that fails puts its log's tail in its terminated state's message: the engine's (or
+        # the fetcher's) own last words reach the order's status (the observer reads them there).
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "command": runtime_command(inputs),
         "env": _runtime_env(inputs),
         "resources": {
@@ -279,6 +286,9 @@ def _fetcher_container(inputs: WorkloadInputs) -> dict[str, Any]:
         # The runtime image carries huggingface_hub and its CLI: no second image to ship or pull.
         "image": inputs.settings.workload.image(inputs.plan.recipe.image),
         "imagePullPolicy": "IfNotPresent",
+        # A container that fails puts its log's tail in its terminated state's message: the engine's (or
+        # the fetcher's) own last words reach the order's status (the observer reads them there).
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "command": ["/bin/sh", "-c", FETCH_SCRIPT],
         "env": env,
         "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "4Gi"}},

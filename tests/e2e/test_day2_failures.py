@@ -68,11 +68,12 @@ async def test_orders_that_never_load_leave_deletes_and_new_orders_unblocked(mak
 
     def all_loading() -> bool:
         return all(
-            (stand.condition(f"loading-{i}", "WorkloadReady") or {}).get("reason") == "WorkloadProgressing"
+            (stand.condition(f"loading-{i}", "WorkloadReady") or {}).get("reason") == "QuotaExceeded"
             for i in range(LOADING)
         )
 
-    await stand.until(all_loading, timeout=120, what="every loading order applied and waiting for a replica")
+    # Each says why (the quota, in the StatefulSet controller's words) instead of waiting silently.
+    await stand.until(all_loading, timeout=120, what="every loading order applied and refused its pods")
     # Their StatefulSets are refused pods: no replica will ever get ready.
     for i in range(LOADING):
         assert (stand.apps.read_namespaced_stateful_set(f"loading-{i}", stand.namespace).status.replicas or 0) == 0
@@ -84,7 +85,7 @@ async def test_orders_that_never_load_leave_deletes_and_new_orders_unblocked(mak
     await stand.until(lambda: stand.order("served") is None, timeout=30, what="the Ready order deleted")
     deleted = time.monotonic() - started
     await stand.until(
-        lambda: (stand.condition("newcomer", "WorkloadReady") or {}).get("reason") == "WorkloadProgressing",
+        lambda: (stand.condition("newcomer", "WorkloadReady") or {}).get("reason") == "QuotaExceeded",
         timeout=30,
         what=lambda: f"the new order planned and applied (now {stand.describe('newcomer')})",
     )
@@ -104,7 +105,7 @@ async def test_a_loading_order_is_ready_once_its_replica_is(make_stand: MakeStan
     refuse_more_pods(stand)
     stand.create_order("late", SMALL)
     await stand.until(
-        lambda: (stand.condition("late", "WorkloadReady") or {}).get("reason") == "WorkloadProgressing",
+        lambda: (stand.condition("late", "WorkloadReady") or {}).get("reason") == "QuotaExceeded",
         timeout=60,
         what="waiting for a replica",
     )

@@ -282,6 +282,8 @@ def test_every_informer_of_the_observer_lists_and_watches(kube_admin: ApiClient)
         inf.POD,
         inf.PRIORITY_CLASS,
         *inf.CATALOG_KINDS,
+        inf.NODE,
+        inf.EVENT,
     }
     for resource in resources:
         items, resource_version = list_all(resource, page=2)

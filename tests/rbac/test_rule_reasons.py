@@ -77,6 +77,12 @@ WATCHER: dict[Rule, str] = {
     **_informer(AI, "inferenceservices", "inferenceserviceclasses", what="orders and classes (worker/observer)"),
     (AI, "inferenceserviceclasses/status", "patch"): "the class's Validated and Ready (merge patch)",
     **_informer("", "pods", "services", what="what orders own (module labels)"),
+    **_informer("", "nodes", what="the nodes of the orders' pods: a node lost or NotReady is named and replanned"),
+    **_informer(
+        "",
+        "events",
+        what="the StatefulSets' FailedCreate Events only (field selector): a quota refusing the pods is named",
+    ),
     **_informer("", "secrets", what="Secrets with the module's labels, metadata only (PartialObjectMetadata)"),
     ("", "secrets", "get"): "the token of the auth Secret a Token order's status names, for its probes",
     **_informer("apps", "statefulsets", what="the orders' StatefulSets"),

@@ -33,6 +33,7 @@ from tests.factories import make_order
 from tests.workflows.world import FAST, Harness, Stand, World, delete_as_a_step_finishes
 from worker.worker import WORKFLOWS, workflow_runner
 from workflows.order import OrderWorkflow, ReplanOutcome
+from workflows.order_state import REPLICA_TROUBLE, ReplicaTrouble, TroubleAction
 
 HISTORIES = Path(__file__).parent / "histories"
 RECORD = os.environ.get("AI_INFERENCE_RECORD_HISTORIES") == "1"
@@ -173,6 +174,31 @@ async def test_order_workflow_history_of_health_flips_replays(harness: Harness) 
     await handle.signal(OrderWorkflow.delete)
     assert await handle.result() == "deleted"
     await replay(await record(handle, HEALTH_FLIPS_HISTORY))
+
+
+async def test_order_workflow_history_of_replica_troubles_replays(harness: Harness) -> None:
+    """The ``replica-troubles-named`` patch: loading, an image that cannot be pulled (named, no retry),
+    its end and the load (Ready), a node lost (replanned), its end, then deleted."""
+    harness.world.loading.add("support/troubled")
+    handle = await harness.start(make_order("troubled"), FAST.model_copy(update={"retryBaseSeconds": 60}))
+    await harness.until(lambda: harness.world.applies_of("troubled"), what="applied")
+    pull = ReplicaTrouble(
+        reason=Reason.IMAGE_PULL_FAILED, message="ImagePullBackOff", action=TroubleAction.WAIT_FOR_EDIT, subject="p"
+    )
+    await handle.signal(REPLICA_TROUBLE, pull)
+    await harness.until(harness.phase_is(Phase.PENDING, Reason.IMAGE_PULL_FAILED))
+    await handle.signal(REPLICA_TROUBLE, ReplicaTrouble())
+    await harness.world.let_load("troubled")
+    await harness.until(harness.phase_is(Phase.READY))
+    plans = len(harness.world.applies)
+    lost = ReplicaTrouble(reason=Reason.NODE_LOST, message="gone", action=TroubleAction.REPLAN, subject="gpu-1")
+    await handle.signal(REPLICA_TROUBLE, lost)
+    await harness.until(lambda: len(harness.world.applies) > plans, what="replanned and applied")
+    await handle.signal(REPLICA_TROUBLE, ReplicaTrouble())
+    harness.world.delete_order("troubled")
+    await handle.signal(OrderWorkflow.delete)
+    assert await handle.result() == "deleted"
+    await replay(await record(handle, "v2-order-replica-troubles"))
 
 
 async def test_preemption_workflow_history_replays(preemption_stand: Stand) -> None:

@@ -12,6 +12,7 @@ come back as signals.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -19,6 +20,7 @@ from typing import Any
 
 from activities.builders.common import (
     ANNOTATION_RUNTIME_IMAGE,
+    FETCHER_CONTAINER,
     FIELD_MANAGER,
     LABEL_ORDER,
     RUNTIME_CONTAINER,
@@ -27,6 +29,7 @@ from inference_api.observation import LEGACY_ORDER_WORKFLOW_TYPES, ORDER_WORKFLO
 from inference_api.payloads import OrderRef, order_workflow_id
 from inference_api.reasons import Reason
 from inference_api.types import ConditionType, ModelKind, ModelSource, Phase
+from workflows.order_state import ReplicaTrouble, TroubleAction
 
 Obj = Mapping[str, Any]
 
@@ -591,3 +594,307 @@ def running_order_query(task_queue: str) -> str:
     """Visibility query of every running order workflow (new and legacy types) of one task queue."""
     types = ", ".join(f"'{t}'" for t in (ORDER_WORKFLOW_TYPE, *LEGACY_ORDER_WORKFLOW_TYPES))
     return f"ExecutionStatus = 'Running' AND WorkflowType IN ({types}) AND TaskQueue = '{task_queue}'"
+
+
+# ------------------------------------------------------------------------ replica troubles
+
+# What a troubled replica's message may hold at most (the condition message holds the rest of it).
+TROUBLE_MESSAGE_LIMIT = 480
+# Waiting reasons of a container whose image cannot be had.
+_IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
+# Waiting reasons of a container the kubelet cannot even create (a Secret or ConfigMap it reads is
+# missing, a bad command path).
+_CANNOT_START_REASONS = frozenset({"CreateContainerConfigError", "CreateContainerError", "RunContainerError"})
+# Scheduler verdicts that are a moment of the cluster's own work, not a failure: the volume is bound
+# (and the pod retried) by the provisioner, the DRA claim made from its template by the controller.
+_TRANSIENT_UNSCHEDULABLE = ("unbound immediate PersistentVolumeClaims", "waiting for resource claim", "not found")
+# The DRA scheduler plugin's verdicts on a claim it cannot allocate.
+_CLAIM_VERDICTS = ("cannot allocate all claims", "resourceclaim", "resource claim")
+# Worse first: the trouble an order shows when its replicas have several.
+TROUBLE_SEVERITY: tuple[Reason, ...] = (
+    Reason.NODE_LOST,
+    Reason.CLAIM_NOT_ALLOCATABLE,
+    Reason.QUOTA_EXCEEDED,
+    Reason.POD_CREATION_REFUSED,
+    Reason.IMAGE_PULL_FAILED,
+    Reason.MODEL_DOWNLOAD_FAILED,
+    Reason.RUNTIME_OOM_KILLED,
+    Reason.RUNTIME_CRASH_LOOPING,
+    Reason.RUNTIME_CANNOT_START,
+    Reason.POD_UNSCHEDULABLE,
+    Reason.MODEL_LOADING,
+)
+# What the order does about each (workflows/order.py acts on it).
+TROUBLE_ACTIONS: Mapping[Reason, str] = {
+    Reason.NODE_LOST: TroubleAction.REPLAN,
+    Reason.CLAIM_NOT_ALLOCATABLE: TroubleAction.REPLAN,
+    Reason.POD_UNSCHEDULABLE: TroubleAction.REPLAN,
+    Reason.QUOTA_EXCEEDED: TroubleAction.WAIT_FOR_EDIT,
+    Reason.POD_CREATION_REFUSED: TroubleAction.WAIT_FOR_EDIT,
+    Reason.IMAGE_PULL_FAILED: TroubleAction.WAIT_FOR_EDIT,
+    Reason.MODEL_DOWNLOAD_FAILED: TroubleAction.WAIT_FOR_EDIT,
+    Reason.RUNTIME_OOM_KILLED: TroubleAction.WAIT_FOR_EDIT,
+    Reason.RUNTIME_CRASH_LOOPING: TroubleAction.WAIT_FOR_EDIT,
+    Reason.RUNTIME_CANNOT_START: TroubleAction.WAIT_FOR_EDIT,
+    Reason.MODEL_LOADING: TroubleAction.WAIT,
+}
+# Anything that reads like a credential in a message the cluster wrote (an engine's log tail can
+# print its arguments): replaced before the message leaves the observer.
+_SECRET_PATTERNS = (
+    re.compile(r"(?i)(bearer\s+)[^\s'\",]+"),
+    re.compile(r"(?i)((?:api[_-]?key|token|password|secret|authorization)['\"]?\s*[:=]\s*['\"]?)[^\s'\",}]+"),
+    re.compile(r"\bhf_[A-Za-z0-9]{8,}"),
+)
+
+
+def redact(text: str) -> str:
+    """``text`` with whatever reads like a credential replaced by ``***``."""
+    for pattern in _SECRET_PATTERNS:
+        text = pattern.sub(lambda m: (m.group(1) if m.groups() else "") + "***", text)
+    return text
+
+
+def cut(text: str, limit: int = TROUBLE_MESSAGE_LIMIT) -> str:
+    """A message cut to fit: its last lines (where an engine's error is), one line, at most ``limit``."""
+    lines = [line.strip() for line in str(text or "").splitlines() if line.strip()]
+    joined = " | ".join(lines)
+    if len(joined) <= limit:
+        return joined
+    return "…" + joined[-(limit - 1) :]
+
+
+_ERROR_LINE = re.compile(r"(?:Error|Exception)\b|\berror:|\bERROR\b")
+
+
+def last_words(text: str) -> str:
+    """What a container said last that matters: its log tail from the last line that reads like an
+    error (``ValueError: …``, ``api_server.py: error: unrecognized arguments …``) on; else its last
+    three lines. One line (`` | `` between them)."""
+    lines = [line.strip() for line in str(text or "").splitlines() if line.strip()]
+    errors = [i for i, line in enumerate(lines) if _ERROR_LINE.search(line)]
+    return " | ".join(lines[errors[-1] :] if errors else lines[-3:])
+
+
+def _with_words(head: str, said: str) -> str:
+    """``head`` kept whole, then the container's last words cut to what the message has left."""
+    words = last_words(said)
+    if not words:
+        return head
+    return f"{head}: {cut(words, max(80, TROUBLE_MESSAGE_LIMIT - len(head) - 2))}"
+
+
+def trouble(reason: Reason, message: str, subject: str) -> ReplicaTrouble:
+    return ReplicaTrouble(
+        reason=reason.value, message=redact(cut(message)), action=TROUBLE_ACTIONS[reason], subject=subject
+    )
+
+
+def node_ready(node: Obj | None) -> tuple[bool, str]:
+    """Whether a Node is Ready, and what its Ready condition says when it is not."""
+    for condition in ((node or {}).get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            if condition.get("status") == "True":
+                return True, ""
+            said = condition.get("message") or condition.get("reason") or f"Ready={condition.get('status')}"
+            return False, f"Ready={condition.get('status')}: {said}"
+    return False, "it reports no Ready condition"
+
+
+def pinned_node(pod: Obj) -> str | None:
+    """The node a pod's required node affinity names (``matchFields metadata.name In [node]``, as the
+    builder pins a one-replica order to its planned node)."""
+    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
+    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    for term in required.get("nodeSelectorTerms") or []:
+        for expression in term.get("matchFields") or []:
+            values = expression.get("values") or []
+            if expression.get("key") == "metadata.name" and expression.get("operator") == "In" and len(values) == 1:
+                return str(values[0])
+    return None
+
+
+def _node_trouble(node_name: str, nodes: Mapping[str, Obj], pod_key: str, pinned: bool) -> ReplicaTrouble | None:
+    node = nodes.get(node_name)
+    where = f"the node {node_name} that pod {pod_key} is {'pinned to' if pinned else 'on'}"
+    if node is None:
+        return trouble(Reason.NODE_LOST, f"{where} is gone (deleted from the cluster)", node_name)
+    ready, why = node_ready(node)
+    if not ready:
+        return trouble(Reason.NODE_LOST, f"{where} is not Ready ({why})", node_name)
+    return None
+
+
+def _container_trouble(pod_key: str, status: Obj, init: bool) -> ReplicaTrouble | None:
+    name = str(status.get("name") or "")
+    state = status.get("state") or {}
+    waiting = state.get("waiting") or {}
+    waiting_reason = str(waiting.get("reason") or "")
+    last = (status.get("lastState") or {}).get("terminated") or {}
+    terminated = state.get("terminated") or {}
+    what = f"pod {pod_key}, container {name}"
+    if waiting_reason in _IMAGE_PULL_REASONS:
+        return trouble(Reason.IMAGE_PULL_FAILED, f"{what}: {waiting_reason}: {waiting.get('message') or ''}", pod_key)
+    if waiting_reason in _CANNOT_START_REASONS:
+        return trouble(
+            Reason.RUNTIME_CANNOT_START, f"{what}: {waiting_reason}: {waiting.get('message') or ''}", pod_key
+        )
+    # A container that ended badly: now (an init container between attempts), in its back-off, or
+    # started again but not ready yet after it (the trouble holds until it is ready: no flapping).
+    ended = terminated if terminated and int(terminated.get("exitCode") or 0) != 0 else None
+    restarted = bool(last) and int(status.get("restartCount") or 0) > 0 and not status.get("ready")
+    if ended is None and restarted and (waiting_reason == "CrashLoopBackOff" or "running" in state or init):
+        ended = last
+    if ended is None:
+        return None
+    code = ended.get("exitCode")
+    said = ended.get("message") or ""
+    ended_reason = str(ended.get("reason") or "")
+    restarts = int(status.get("restartCount") or 0)
+    head = f"{what} exited with code {code}" + (f" ({ended_reason})" if ended_reason else "")
+    head += f", restarted {restarts} time(s)" if restarts else ""
+    if init and name == FETCHER_CONTAINER:
+        return trouble(Reason.MODEL_DOWNLOAD_FAILED, _with_words(head, said), pod_key)
+    if ended_reason == "OOMKilled":
+        return trouble(Reason.RUNTIME_OOM_KILLED, _with_words(f"{head}, killed for memory", said), pod_key)
+    return trouble(Reason.RUNTIME_CRASH_LOOPING, _with_words(head, said), pod_key)
+
+
+def _loading(pod_key: str, status: Obj) -> ReplicaTrouble | None:
+    """The runtime runs and has not passed its startup probe (or is not ready yet, never restarted)."""
+    state = status.get("state") or {}
+    if state.get("running") is None or status.get("ready"):
+        return None
+    since = (state.get("running") or {}).get("startedAt") or ""
+    return trouble(
+        Reason.MODEL_LOADING,
+        f"pod {pod_key}: the engine runs{' since ' + since if since else ''} and loads the model; "
+        "it serves once its probes pass",
+        pod_key,
+    )
+
+
+def pod_trouble(pod: Obj, nodes: Mapping[str, Obj] | None) -> ReplicaTrouble | None:
+    """What is wrong with one replica's Pod, as the cluster says it, or None.
+
+    ``nodes``: the Nodes by name (None while they are not listed yet: no node verdict then). Read in
+    this order: its node lost (deleted, or not Ready); its scheduling refused (a claim the scheduler
+    cannot allocate, a pinned node that is gone, anything else); its init containers (the model
+    fetcher) and its runtime failing (image, config, exits, OOM); its runtime loading.
+    """
+    if deleting(pod):
+        return None
+    key = object_key(pod)
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    node_name = spec.get("nodeName")
+    if node_name and nodes is not None:
+        lost = _node_trouble(str(node_name), nodes, key, pinned=False)
+        if lost is not None:
+            return lost
+    if not node_name:
+        for condition in status.get("conditions") or []:
+            if condition.get("type") != "PodScheduled" or condition.get("status") != "False":
+                continue
+            if condition.get("reason") != "Unschedulable":
+                return None
+            message = str(condition.get("message") or "")
+            if any(t in message for t in _TRANSIENT_UNSCHEDULABLE):
+                return None
+            pinned = pinned_node(pod)
+            if pinned is not None and nodes is not None:
+                lost = _node_trouble(pinned, nodes, key, pinned=True)
+                if lost is not None:
+                    return lost
+            if any(v in message.lower() for v in _CLAIM_VERDICTS):
+                return trouble(Reason.CLAIM_NOT_ALLOCATABLE, f"pod {key} cannot be scheduled: {message}", key)
+            return trouble(Reason.POD_UNSCHEDULABLE, f"pod {key} cannot be scheduled: {message}", key)
+        return None
+    for container in status.get("initContainerStatuses") or []:
+        found = _container_trouble(key, container, init=True)
+        if found is not None:
+            return found
+    runtime: Obj | None = None
+    for container in status.get("containerStatuses") or []:
+        found = _container_trouble(key, container, init=False)
+        if found is not None:
+            return found
+        if container.get("name") == RUNTIME_CONTAINER:
+            runtime = container
+    return _loading(key, runtime) if runtime is not None else None
+
+
+def _event_time(event: Obj) -> str:
+    return str(event.get("lastTimestamp") or event.get("eventTime") or meta(event).get("creationTimestamp") or "")
+
+
+def statefulset_trouble(statefulset: Obj | None, events: Iterable[Obj]) -> ReplicaTrouble | None:
+    """A StatefulSet that is refused its pods: it has fewer than it wants and the StatefulSet
+    controller's latest ``FailedCreate`` event says why (a ResourceQuota, an admission refusal).
+    The StatefulSet has no condition for it: the Event is the only place the cluster says it."""
+    if statefulset is None or deleting(statefulset):
+        return None
+    wanted = int(((statefulset.get("spec") or {}).get("replicas")) or 0)
+    made = int(((statefulset.get("status") or {}).get("replicas")) or 0)
+    if made >= wanted:
+        return None
+    name = str(meta(statefulset).get("name"))
+    refusals = [
+        e for e in events if e.get("reason") == "FailedCreate" and ((e.get("involvedObject") or {}).get("name")) == name
+    ]
+    if not refusals:
+        return None
+    latest = max(refusals, key=_event_time)
+    message = str(latest.get("message") or "")
+    key = object_key(statefulset)
+    said = f"StatefulSet {key} has {made} of {wanted} pods: {message}"
+    if "exceeded quota" in message:
+        return trouble(Reason.QUOTA_EXCEEDED, said, key)
+    return trouble(Reason.POD_CREATION_REFUSED, said, key)
+
+
+def order_trouble(
+    pods: Iterable[Obj], statefulset: Obj | None, events: Iterable[Obj], nodes: Mapping[str, Obj] | None
+) -> ReplicaTrouble | None:
+    """The trouble an order's replicas have, the worst first (``TROUBLE_SEVERITY``; of equals, the
+    lowest pod name), or None. A replica that is ready has none."""
+    found = [t for t in (pod_trouble(p, nodes) for p in sorted(pods, key=object_key)) if t is not None]
+    refused = statefulset_trouble(statefulset, events)
+    if refused is not None:
+        found.append(refused)
+    if not found:
+        return None
+    rank = {reason.value: i for i, reason in enumerate(TROUBLE_SEVERITY)}
+    return min(found, key=lambda t: rank.get(t.reason, len(rank)))
+
+
+@dataclass
+class TroubleMemory:
+    """The last trouble told to one order's workflow (by uid): told again only when it changes.
+    ``looked``: this observer looked at the order's replicas once already (since it started)."""
+
+    told: ReplicaTrouble | None = None
+    looked: bool = False
+
+
+def shows_trouble(order: Obj | None) -> bool:
+    """The order's status names a replica trouble (WorkloadReady's reason is one)."""
+    workload = _condition(order, ConditionType.WORKLOAD_READY)
+    return workload is not None and workload.get("reason") in {r.value for r in TROUBLE_ACTIONS}
+
+
+def trouble_signal(found: ReplicaTrouble | None, memory: TroubleMemory, shown: bool = False) -> ReplicaTrouble | None:
+    """What to tell the workflow now, or None: a new trouble (its reason, subject or message changed),
+    or that the one told is over (a cleared ``ReplicaTrouble``). Nothing when nothing was told and
+    nothing is wrong — except at this observer's first look, when the order's status still ``shown``
+    a trouble that another observer (before a restart) told and that is over by now."""
+    first = not memory.looked
+    memory.looked = True
+    if found is None:
+        if memory.told is None:
+            return ReplicaTrouble() if first and shown else None
+        memory.told = None
+        return ReplicaTrouble()
+    if memory.told == found:
+        return None
+    memory.told = found
+    return found

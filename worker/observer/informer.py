@@ -47,6 +47,8 @@ CLAIM_TEMPLATE = "ResourceClaimTemplate"
 PRIORITY_CLASS = "PriorityClass"
 MODEL = "Model"
 CLUSTER_MODEL = "ClusterModel"
+NODE = "Node"
+EVENT = "Event"
 
 # The ``kind`` label of the event metric (the watcher's names for orders and classes kept).
 KIND_LABELS = {
@@ -63,12 +65,17 @@ KIND_LABELS = {
     PRIORITY_CLASS: "priorityclass",
     MODEL: "model",
     CLUSTER_MODEL: "clustermodel",
+    NODE: "node",
+    EVENT: "event",
 }
 
 # Objects an order owns (or, for Pods, its StatefulSet does): every one carries the module's labels.
 OWNED_KINDS = (STATEFULSET, SERVICE, INGRESS, NETWORK_POLICY, SECRET, HPA, CLAIM_TEMPLATE)
 CATALOG_KINDS = (MODEL, CLUSTER_MODEL)
 MODULE_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+# The Events the observer reads: the StatefulSet controller's refusals to create a pod (a ResourceQuota,
+# an admission webhook). Events carry no labels: the field selector keeps the rest out.
+FAILED_CREATE_SELECTOR = "involvedObject.kind=StatefulSet,reason=FailedCreate"
 
 # The Accept headers of a metadata-only list and watch: the API server answers PartialObjectMetadataList
 # (a list) and PartialObjectMetadata (each watch event's object): metadata only, never ``data``, and
@@ -150,6 +157,8 @@ def resources(api: ApiClient, catalog: bool) -> list[Resource]:
             CLAIM_TEMPLATE, _custom(custom, resource_group, resource_version, "resourceclaimtemplates"), MODULE_SELECTOR
         ),
         Resource(PRIORITY_CLASS, _custom(custom, "scheduling.k8s.io", "v1", "priorityclasses")),
+        Resource(NODE, core.list_node),
+        Resource(EVENT, core.list_event_for_all_namespaces, field_selector=FAILED_CREATE_SELECTOR),
     ]
     if catalog:
         out += [

@@ -2,11 +2,15 @@
 
 Informers on orders, classes, what orders own (by the module's labels: StatefulSets and their Pods,
 Services, Ingresses, NetworkPolicies, Secrets — their metadata only —, HPAs, ResourceClaimTemplates),
-PriorityClasses and, with the catalog enabled, Model/ClusterModel. Each change goes through a pure
+PriorityClasses, Nodes, the StatefulSets' FailedCreate Events and, with the catalog enabled,
+Model/ClusterModel. Each change goes through a pure
 decision (``decisions``); what the
 workflow acts on is queued in the outbox (retried, never dropped), changes of one order within
 ``observer.debounceSeconds`` coalesced into one signal. Health is probed here (``prober``), and a
-periodic resync compares the listing with Temporal (``resync``). Stateless: what it remembers (the
+periodic resync compares the listing with Temporal (``resync``). What the cluster says is wrong with
+an order's replicas (a node lost, a pod unschedulable or refused by a quota, an image that cannot be
+pulled, a download or an engine that fails) is read off its Pods, Nodes, StatefulSet and Events
+(``decisions.order_trouble``) and told as ``replica_trouble`` when it changes. Stateless: what it remembers (the
 last generation sent, failures in a row) is rebuilt from a listing; two may run at once (signals are
 idempotent), and orders are split between shards by uid.
 """
@@ -43,6 +47,7 @@ from worker.observer.outbox import Outbox, signal_to
 from worker.observer.prober import Prober, ProbeSpec
 from worker.observer.resync import Resync
 from workflows.class_status import class_status_patch
+from workflows.order_state import REPLICA_TROUBLE
 
 log = structlog.get_logger(__name__)
 
@@ -98,7 +103,16 @@ class Observer:
         self.catalog = settings.catalog.mode == CatalogMode.ENABLED
         self.resources = resources if resources is not None else inf.resources(api, self.catalog)
         self.informers = {r.kind: Informer(r.kind) for r in self.resources}
-        for kind in (inf.ORDER, inf.CLASS, *inf.OWNED_KINDS, inf.POD, inf.PRIORITY_CLASS, *inf.CATALOG_KINDS):
+        for kind in (
+            inf.ORDER,
+            inf.CLASS,
+            *inf.OWNED_KINDS,
+            inf.POD,
+            inf.PRIORITY_CLASS,
+            *inf.CATALOG_KINDS,
+            inf.NODE,
+            inf.EVENT,
+        ):
             self.informers.setdefault(kind, Informer(kind))
         self.watch_timeout_seconds = watch_timeout_seconds
         self.fingerprint = fingerprint or release_fingerprint(settings)
@@ -131,6 +145,13 @@ class Observer:
         self.by_class: dict[str, set[str]] = {}
         self.by_model: dict[tuple[str, str, str], set[str]] = {}
         self.pods_of: dict[str, set[str]] = {}
+        # Replica troubles: what was told by order uid, the orders to look at again, the orders whose
+        # pods are on (or pinned to) each node, the node of each pod, FailedCreate Events by StatefulSet.
+        self.troubles: dict[str, d.TroubleMemory] = {}
+        self.trouble_dirty: set[str] = set()
+        self.orders_on_node: dict[str, set[str]] = {}
+        self.pod_node: dict[str, str] = {}
+        self.events_of: dict[str, set[str]] = {}
         self.orders_synced = asyncio.Event()
         self._watches: list[ListWatch] = []
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -194,6 +215,13 @@ class Observer:
             EVENTS_HANDLED.labels(inf.KIND_LABELS.get(delivery.kind, delivery.kind.lower()), change.type).inc()
         if delivery.kind == inf.ORDER and informer.synced and not self.orders_synced.is_set():
             self.orders_synced.set()
+        if delivery.kind == inf.NODE and isinstance(delivery, Listed):
+            # A listing says nothing of a node that is gone (deleted while this observer was away, or
+            # listed after the pods): every order with pods on a node looks at them again.
+            for key in sorted({k for keys in self.orders_on_node.values() for k in keys}):
+                order = self.orders.get(key)
+                if order is not None:
+                    self.mark_trouble(order)
 
     def dispatch(self, kind: str, change: Change) -> None:
         if kind == inf.ORDER:
@@ -208,6 +236,10 @@ class Observer:
             self.on_owned(kind, change)
         elif kind in inf.CATALOG_KINDS:
             self.on_model(kind, change)
+        elif kind == inf.NODE:
+            self.on_node(change)
+        elif kind == inf.EVENT:
+            self.on_event(change)
         elif kind == inf.PRIORITY_CLASS and change.type != d.SYNC:
             for order in list(self.orders.cache.values()):
                 self.mark_scaling(order)
@@ -240,6 +272,7 @@ class Observer:
                 self.mark_scaling(obj)
                 if change.type == d.SYNC:
                     self._tell_ready_replica(obj)
+                    self.mark_trouble(obj)
         ORDERS_KNOWN.set(len(self.my_orders))
 
     def _tell_ready_replica(self, order: d.Obj) -> None:
@@ -272,6 +305,8 @@ class Observer:
         self.pending.pop(uid, None)
         self.scaling_dirty.discard(uid)
         self.scaling_last.pop(uid, None)
+        self.troubles.pop(uid, None)
+        self.trouble_dirty.discard(uid)
         handle = self._flushes.pop(uid, None)
         if handle is not None:
             handle.cancel()
@@ -325,6 +360,8 @@ class Observer:
             self.observe(order, kind, what)
         if kind == inf.HPA:
             self.mark_scaling(order, force=True)
+        if kind == inf.STATEFULSET:
+            self.mark_trouble(order)
 
     def on_pod(self, change: Change) -> None:
         obj = change.obj
@@ -340,6 +377,7 @@ class Observer:
                 self.pods_of.pop(order_key, None)
         else:
             pods.add(d.object_key(obj))
+        self._index_pod_node(order_key, change)
         order = self.orders.get(order_key)
         if order is None or d.deleting(order) or not self.mine(str(d.meta(order).get("uid"))):
             return
@@ -347,6 +385,72 @@ class Observer:
         if what is not None:
             self.observe(order, inf.POD, what)
         self.mark_scaling(order)
+        self.mark_trouble(order)
+
+    def _index_pod_node(self, order_key: str, change: Change) -> None:
+        """Which orders have a pod on (or pinned to) which node: a node's change looks at those only."""
+        pod_key = d.object_key(change.obj)
+        before = self.pod_node.pop(pod_key, None)
+        if before is not None:
+            keys = self.orders_on_node.get(before, set())
+            keys.discard(order_key)
+            if not keys:
+                self.orders_on_node.pop(before, None)
+        if change.type == d.DELETED or change.new is None:
+            return
+        node = ((change.new.get("spec") or {}).get("nodeName")) or d.pinned_node(change.new)
+        if node:
+            self.pod_node[pod_key] = str(node)
+            self.orders_on_node.setdefault(str(node), set()).add(order_key)
+
+    def on_node(self, change: Change) -> None:
+        """A node deleted, or its readiness changed: the orders with pods on it look at them again."""
+        if change.type == d.SYNC:
+            return
+        if change.type == d.MODIFIED and d.node_ready(change.old) == d.node_ready(change.new):
+            return
+        name = str(d.meta(change.obj).get("name"))
+        for key in sorted(self.orders_on_node.get(name, set())):
+            order = self.orders.get(key)
+            if order is not None:
+                self.mark_trouble(order)
+
+    def on_event(self, change: Change) -> None:
+        """A StatefulSet's FailedCreate Event (the only informer's selector): its order looks again."""
+        involved = change.obj.get("involvedObject") or {}
+        namespace, name = involved.get("namespace"), involved.get("name")
+        if not namespace or not name:
+            return
+        sts_key = f"{namespace}/{name}"
+        event_key = d.object_key(change.obj)
+        events = self.events_of.setdefault(sts_key, set())
+        if change.type == d.DELETED:
+            events.discard(event_key)
+            if not events:
+                self.events_of.pop(sts_key, None)
+        else:
+            events.add(event_key)
+        statefulset = self.informers[inf.STATEFULSET].get(sts_key)
+        order = self.order_of(statefulset) if statefulset is not None else None
+        if order is not None:
+            self.mark_trouble(order)
+
+    def mark_trouble(self, order: d.Obj) -> None:
+        """Look at the order's replica troubles after the debounce window."""
+        uid = str(d.meta(order).get("uid"))
+        if d.deleting(order) or not self.mine(uid):
+            return
+        self.trouble_dirty.add(uid)
+        self._schedule_flush(uid)
+
+    def trouble_of(self, order: d.Obj) -> d.ReplicaTrouble | None:
+        key = d.object_key(order)
+        pods = [p for p in (self.informers[inf.POD].get(k) for k in sorted(self.pods_of.get(key, ()))) if p]
+        statefulset = self._owned(inf.STATEFULSET, order)
+        sts_key = d.object_key(statefulset) if statefulset is not None else key
+        events = [e for e in (self.informers[inf.EVENT].get(k) for k in self.events_of.get(sts_key, ())) if e]
+        nodes = self.informers[inf.NODE]
+        return d.order_trouble(pods, statefulset, events, nodes.cache if nodes.synced else None)
 
     def on_model(self, kind: str, change: Change) -> None:
         what = d.model_change(kind, change.type, change.old, change.new)
@@ -385,6 +489,8 @@ class Observer:
         coalesced = self.pending.pop(uid, None)
         dirty = uid in self.scaling_dirty
         self.scaling_dirty.discard(uid)
+        troubled = uid in self.trouble_dirty
+        self.trouble_dirty.discard(uid)
         if order is None or d.deleting(order):
             return
         ref = d.order_ref(order)
@@ -392,6 +498,12 @@ class Observer:
             kind, what = coalesced.summary()
             self.outbox.put(signal_to(ref, OrderSignal.OBSERVED, [ObservedChange(what=what, kind=kind)]))
             log.info("order observed", order=ref.key, kind=kind, what=what)
+        if troubled:
+            memory = self.troubles.setdefault(uid, d.TroubleMemory())
+            told = d.trouble_signal(self.trouble_of(order), memory, d.shows_trouble(order))
+            if told is not None:
+                self.outbox.put(signal_to(ref, REPLICA_TROUBLE, [told]))
+                log.info("replica trouble", order=ref.key, reason=told.reason or "cleared", subject=told.subject)
         if dirty:
             observation = self.scaling_of(order)
             if observation is None:

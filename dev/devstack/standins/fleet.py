@@ -16,6 +16,11 @@
   so the scheduler can place pods that carry a model volume.
 * A pod of an order the scheduler last refused for an unbound volume that is bound by now is
   made again (see ``_reschedule_stale_pods``).
+* An image whose registry host is under ``.invalid`` (RFC 2606: a name that never resolves) cannot
+  be pulled, as a kubelet would find: the order's pods report their containers
+  ``waiting: ImagePullBackOff`` with the kubelet's message, are not ready, and no runtime serves
+  them (``_refuse_unpullable_images``). The module's ``workload.imageRegistry`` pointed at such a
+  host is how a test makes an image that cannot be pulled.
 
 Like a kubelet, it acts on a change when it happens, whatever the number of orders: the order
 StatefulSets and the PersistentVolumeClaims come from informers (watches), and an event of either
@@ -71,6 +76,68 @@ def _get(obj: Obj, *path: str) -> Any:
             return None
         found = found.get(step)
     return found
+
+
+def unpullable(image: str) -> bool:
+    """An image no registry serves: its registry host is under ``.invalid`` (never resolves)."""
+    host, slash, _ = image.partition("/")
+    return bool(slash) and host.split(":", 1)[0].endswith(".invalid")
+
+
+def unpullable_images(statefulset: Obj) -> list[str]:
+    spec = _get(statefulset, "spec", "template", "spec") or {}
+    containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    return [str(c["image"]) for c in containers if c.get("image") and unpullable(str(c["image"]))]
+
+
+def image_pull_status_patch(pod: Obj, now: str) -> dict[str, Any] | None:
+    """The status a kubelet writes for a pod whose images cannot be pulled: each such container
+    ``waiting: ImagePullBackOff`` (the first init container that cannot be pulled keeps the rest
+    ``PodInitializing``), the pod not ready. None when it already says so."""
+    spec = pod.get("spec") or {}
+    statuses = {s.get("name"): s for s in _get(pod, "status", "containerStatuses") or []}
+    reported = [*(_get(pod, "status", "initContainerStatuses") or []), *statuses.values()]
+    if any(((s.get("state") or {}).get("waiting") or {}).get("reason") == "ImagePullBackOff" for s in reported):
+        return None
+
+    def waiting(container: Obj, reason: str, message: str | None) -> dict[str, Any]:
+        state: dict[str, Any] = {"reason": reason}
+        if message:
+            state["message"] = message
+        return {
+            "name": container["name"],
+            "image": container.get("image", ""),
+            "imageID": "",
+            "ready": False,
+            "started": False,
+            "restartCount": 0,
+            "state": {"waiting": state},
+        }
+
+    def pull(container: Obj) -> dict[str, Any]:
+        image = container.get("image", "")
+        return waiting(container, "ImagePullBackOff", f'Back-off pulling image "{image}"')
+
+    init = [c for c in spec.get("initContainers") or []]
+    blocked = next((c for c in init if unpullable(str(c.get("image") or ""))), None)
+    patch: dict[str, Any] = {}
+    if blocked is not None:
+        patch["initContainerStatuses"] = [
+            pull(c) if c is blocked else waiting(c, "PodInitializing", None) for c in init
+        ]
+        patch["containerStatuses"] = [waiting(c, "PodInitializing", None) for c in spec.get("containers") or []]
+    else:
+        patch["containerStatuses"] = [
+            pull(c) if unpullable(str(c.get("image") or "")) else statuses.get(c["name"]) or waiting(c, "Waiting", None)
+            for c in spec.get("containers") or []
+        ]
+    conditions = []
+    for condition in _get(pod, "status", "conditions") or []:
+        if condition.get("type") in ("Ready", "ContainersReady"):
+            condition = {**condition, "status": "False", "reason": "ContainersNotReady", "lastTransitionTime": now}
+        conditions.append(condition)
+    patch["conditions"] = conditions
+    return {"status": patch}
 
 
 def served_model(statefulset: Obj) -> str | None:
@@ -210,6 +277,7 @@ class StandInFleet:
             self._wake.clear()
             try:
                 self._bind_volumes()
+                self._refuse_unpullable_images()
                 self._serve_ready()
                 self._serve_engines()
             except Exception as err:  # keep serving the others whatever one object does
@@ -234,6 +302,7 @@ class StandInFleet:
                     self._informers[resource.kind].listed(items)
         self._bind_volumes()
         self._reschedule_stale_pods()
+        self._refuse_unpullable_images()
         self._serve_ready()
         self._serve_engines()
 
@@ -247,8 +316,8 @@ class StandInFleet:
             sets = list(sets_informer.cache.items())
         alive = set()
         for key, sts in sets:
-            if eng.runs_engine(sts):
-                continue  # its pods run the real engine (_serve_engines)
+            if eng.runs_engine(sts) or unpullable_images(sts):
+                continue  # its pods run the real engine (_serve_engines), or nothing (no image)
             alive.add(key)
             if (_get(sts, "status", "readyReplicas") or 0) < 1:
                 continue
@@ -298,6 +367,37 @@ class StandInFleet:
         except ApiException as err:
             log.warning("service not annotated", order=f"{namespace}/{name}", status=err.status)
         log.info("stand-in runtime serving", order=f"{namespace}/{name}", url=runtime.url, model=model)
+
+    def _refuse_unpullable_images(self) -> None:
+        """The pods of the order StatefulSets that name an image no registry serves report it as a
+        kubelet would (``image_pull_status_patch``); the pods are listed for those StatefulSets only."""
+        with self._lock:
+            if not self._informers[STATEFULSET].synced:
+                return
+            sets = [(k, s) for k, s in self._informers[STATEFULSET].cache.items() if unpullable_images(s)]
+        for key, _sts in sets:
+            namespace, name = key.split("/", 1)
+            selector = ",".join(f"{k}={v}" for k, v in selector_labels(name).items())
+            pods = self.api.sanitize_for_serialization(
+                self.core.list_namespaced_pod(namespace, label_selector=selector).items
+            )
+            for pod in pods:
+                meta = pod["metadata"]
+                if meta.get("deletionTimestamp") or _get(pod, "status", "phase") != "Running":
+                    continue  # kwok has not "started" it yet (it would overwrite the status), or it goes
+                patch = image_pull_status_patch(pod, eng._now())
+                if patch is None:
+                    continue
+                try:
+                    self.core.patch_namespaced_pod_status(meta["name"], namespace, patch)
+                except ApiException as err:
+                    if err.status != 404:
+                        raise
+                log.info(
+                    "image cannot be pulled",
+                    pod=f"{namespace}/{meta['name']}",
+                    images=sorted(set(unpullable_images(_sts))),
+                )
 
     # ---------------------------------------------------------------- real engines
 
