@@ -414,9 +414,21 @@ nodeSelector:
 tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with $v.affinity }}
+{{- if $v.affinity }}
 affinity:
-  {{- toYaml . | nindent 2 }}
+  {{- toYaml $v.affinity | nindent 2 }}
+{{- else }}
+{{- /* Replicas of one component (two workers, two observers) on different nodes where the cluster has
+     them: a lost node takes one replica, not both; preferred, so a one-node cluster still runs them. */}}
+affinity:
+  podAntiAffinity:
+    preferredDuringSchedulingIgnoredDuringExecution:
+      - weight: 100
+        podAffinityTerm:
+          topologyKey: kubernetes.io/hostname
+          labelSelector:
+            matchLabels:
+              {{- include "ai-inference.selectorLabels" (list $root $component) | nindent 14 }}
 {{- end }}
 {{- with $v.topologySpreadConstraints }}
 topologySpreadConstraints:
