@@ -418,8 +418,13 @@ class OrderWorkflow(PreemptionMembership):
     async def _reconcile(self) -> None:
         state = self._require_state()
         state.retryDelaySeconds = None
-        state.stepSeconds = {}
-        state.stepMark = workflow.now().timestamp()
+        if state.everReady or state.stepMark is None:
+            state.stepSeconds = {}
+            state.stepMark = workflow.now().timestamp()
+        else:
+            # Not Ready yet: the steps add up across reconciles, with the waits between them, to the
+            # order's time to Ready (the details panel's table).
+            self._step_done("waiting to retry")
         snapshot = await self._read()
         order = snapshot.order
         if order is None:
@@ -715,7 +720,7 @@ class OrderWorkflow(PreemptionMembership):
                 retry_policy=RetryPolicy(maximum_attempts=3),
                 summary="wait for the first probe",
             )
-        self._step_done("pods and probe")
+        self._step_done("probe" if "replica ready" in state.stepSeconds else "pods and probe")
         if result.workloadReady and state.trouble is not None and state.trouble.action != TroubleAction.WAIT:
             self._show_trouble(state.trouble)  # a replica serves; another is still in trouble
         elif result.workloadReady:
@@ -788,6 +793,7 @@ class OrderWorkflow(PreemptionMembership):
                 timeout = deadline - workflow.now().timestamp()
                 if timeout <= 0:
                     return ProbeResult(ok=False, workloadReady=False, detail=f"no replica got ready in {wait:.0f} s")
+        self._step_done("replica ready")
         # A ready replica answers at once; the window only covers the Service catching up with it.
         result = await self._probe_serving("probe the API")
         return result.model_copy(update={"workloadReady": True})
@@ -960,7 +966,7 @@ class OrderWorkflow(PreemptionMembership):
         state = self._require_state()
         now = workflow.now().timestamp()
         if state.stepMark is not None:
-            state.stepSeconds[step] = round(now - state.stepMark, 3)
+            state.stepSeconds[step] = round(state.stepSeconds.get(step, 0.0) + now - state.stepMark, 3)
         state.stepMark = now
 
     def _replan_held(self, key: str, requested: bool) -> float | None:
