@@ -24,7 +24,7 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ApplicationError, FailureError
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel, ConfigDict, Field
@@ -34,11 +34,19 @@ with workflow.unsafe.imports_passed_through():
     from inference_api.reasons import EventReason
     from planner.preemption import Decision, Ledger, decide, freed_units, held_replicas, member_from_report
     from workflows import activity_names as act
+    from workflows.retry_policies import UNTIL_IT_ANSWERS
     from workflows.search_attributes import preemption_search_attributes
 
 SET_REPLICA_CEILING = "set_replica_ceiling"
 SCALING_BLOCKED = "scaling_blocked"
 LOG_LENGTH = 20
+
+# The recipient's CapacityPreempted Event is tried until the API server takes it, and one refused for
+# good (an Event the server will not store) is dropped: the decision stands either way. Before, five
+# attempts over about 15 s and the exhausted retry failed the whole run — an API server away for a
+# quarter of a minute ended preemption on the device class, its holds with it. Patched: runs recorded
+# before tried five times.
+EVENT_OUTLASTS_OUTAGES_PATCH = "preemption-event-outlasts-outages"
 
 
 class PreemptionTimings(BaseModel):
@@ -213,18 +221,29 @@ class PreemptionWorkflow:
             for h in decision.taken
             if h.recipient == recipient
         )
-        await workflow.execute_activity(
-            act.RECORD_EVENT,
-            OrderEvent(
-                ref=report.ref,
-                reason=EventReason.CAPACITY_PREEMPTED,
-                message=f"capacity on device class {self.state.deviceClass} preempted for this order from "
-                f"lower-priority orders: {donors}",
-            ),
-            start_to_close_timeout=timedelta(seconds=self.state.timings.activityTimeoutSeconds),
-            retry_policy=RetryPolicy(maximum_attempts=5),
-            summary=f"event on {report.ref.key}",
+        event = OrderEvent(
+            ref=report.ref,
+            reason=EventReason.CAPACITY_PREEMPTED,
+            message=f"capacity on device class {self.state.deviceClass} preempted for this order from "
+            f"lower-priority orders: {donors}",
         )
+        timeout = timedelta(seconds=self.state.timings.activityTimeoutSeconds)
+        summary = f"event on {report.ref.key}"
+        if not workflow.patched(EVENT_OUTLASTS_OUTAGES_PATCH):
+            await workflow.execute_activity(
+                act.RECORD_EVENT,
+                event,
+                start_to_close_timeout=timeout,
+                retry_policy=RetryPolicy(maximum_attempts=5),
+                summary=summary,
+            )
+            return
+        try:
+            await workflow.execute_activity(
+                act.RECORD_EVENT, event, start_to_close_timeout=timeout, retry_policy=UNTIL_IT_ANSWERS, summary=summary
+            )
+        except ActivityError as err:
+            workflow.logger.warning("CapacityPreempted event on %s dropped: %s", report.ref.key, err.cause or err)
 
     def _metrics(self) -> PreemptionMetrics:
         """The series of this device class. Every member has a preemption counter, at 0 until its first
@@ -253,7 +272,7 @@ class PreemptionWorkflow:
             act.PUBLISH_PREEMPTION_METRICS,
             metrics,
             start_to_close_timeout=timedelta(seconds=state.timings.activityTimeoutSeconds),
-            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=30)),
+            retry_policy=UNTIL_IT_ANSWERS,
             summary="metrics",
         )
 
