@@ -14,11 +14,16 @@ every case must end with, and prints how long that took once the fault was over:
 * exactly one of each owned object per live order (no duplicate StatefulSet, Secret, ...);
 * no orphan workflow: the running order workflows of the task queue are exactly one per live order;
 * the auth token Secret of each order that had one before the fault unchanged (same uid, same token).
+
+Every case also holds, while its fault runs and after (``ServingWatch``, ``failed_workflows``): no
+order workflow of the stand ended Failed, and no order that was Ready before the fault lost its
+endpoint (status.endpoint kept, phase never Failed) — unless the case deleted it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -145,6 +150,63 @@ class FaultStand:
         )
 
 
+async def failed_workflows(fs: FaultStand) -> list[str]:
+    """The order workflows of the stand's task queue that ended Failed (any run)."""
+    query = f'TaskQueue = "{fs.task_queue}" AND ExecutionStatus = "Failed"'
+    return sorted({wf.id async for wf in fs.client.list_workflows(query)})
+
+
+@dataclass
+class ServingWatch:
+    """Orders serving before a fault, looked at once a second while it runs: each must keep its
+    endpoint (status.endpoint.url as it was) and never say phase Failed. Deleted orders drop out; a
+    look the API server does not answer (a restart, a freeze) is skipped."""
+
+    fs: FaultStand
+    endpoints: dict[str, str] = field(default_factory=dict)
+    lost: list[str] = field(default_factory=list)
+    looks: int = 0
+
+    def note(self, names: list[str]) -> None:
+        for name in names:
+            obj = self.fs.stand.order(name)
+            url = (((obj or {}).get("status") or {}).get("endpoint") or {}).get("url")
+            assert url, f"{name} serves without an endpoint: {self.fs.stand.describe(name)}"
+            self.endpoints[name] = url
+
+    def _look(self) -> None:
+        for name, url in self.endpoints.items():
+            if name in self.fs.deleted:
+                continue
+            try:
+                obj = self.fs.stand.order(name)
+            except Exception:  # the API server is away: nothing to read, nothing lost
+                return
+            if obj is None or obj["metadata"].get("deletionTimestamp"):
+                continue
+            status = obj.get("status") or {}
+            now = (status.get("endpoint") or {}).get("url")
+            if now != url or status.get("phase") == "Failed":
+                self.lost.append(f"{name}: endpoint {now!r} (was {url!r}), phase {status.get('phase')}")
+        self.looks += 1
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.to_thread(self._look)
+            await asyncio.sleep(1)
+
+    async def during(self, fault: Awaitable[Any]) -> None:
+        """``fault`` awaited while the watch looks; then what it saw is asserted."""
+        task = asyncio.create_task(self.run())
+        try:
+            await fault
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        assert not self.lost, f"serving orders lost their endpoint while the fault ran: {self.lost[:10]}"
+
+
 async def churn(fs: FaultStand, fault: Callable[[], Awaitable[None]], count: int = ORDER_COUNT) -> float:
     """The scenario around ``fault``; returns the seconds from the fault's end to convergence."""
     first = [f"early-{i}" for i in range(count // 2)]
@@ -171,13 +233,15 @@ async def churn(fs: FaultStand, fault: Callable[[], Awaitable[None]], count: int
         await asyncio.sleep(0.5)
         await asyncio.to_thread(fs.delete, "fleeting")
 
+    watch = ServingWatch(fs)
+    await asyncio.to_thread(watch.note, first)
     started = time.monotonic()
-    await asyncio.gather(orders_change(), fault())
+    await watch.during(asyncio.gather(orders_change(), fault()))
     faulted = time.monotonic() - started
     seconds = await converge(fs)
     print(
         f"\n{len(fs.live)} live / {len(fs.deleted)} deleted / {len(fs.edited)} edited orders; faults for "
-        f"{faulted:.0f} s; converged {seconds:.1f} s after the last fault"
+        f"{faulted:.0f} s; converged {seconds:.1f} s after the last fault ({watch.looks} looks at the serving)"
     )
     return seconds
 
@@ -216,6 +280,8 @@ async def converge(fs: FaultStand, timeout: float = CONVERGE_SECONDS) -> float:
             f"the auth Secret of {name} was replaced or its token rotated"
         )
     assert sorted(stand.order_names()) == sorted(fs.live)
+    failed = await failed_workflows(fs)
+    assert not failed, f"order workflows ended Failed: {failed}"
     return seconds
 
 

@@ -21,7 +21,7 @@ from temporalio import activity
 # How long each step is refused: past every bounded retry policy the workflows ever had (3 attempts
 # end after 1 + 2 s of backoff, 5 after 15 s). AI_INFERENCE_FAULT_OUTAGE_SECONDS=180 runs the cases
 # with minutes of outage, as the issue names them.
-OUTAGE_SECONDS = float(os.environ.get("AI_INFERENCE_FAULT_OUTAGE_SECONDS", "20"))
+OUTAGE_SECONDS = float(os.environ.get("AI_INFERENCE_FAULT_OUTAGE_SECONDS", "12"))
 
 
 @dataclass
