@@ -23,7 +23,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
@@ -41,16 +40,11 @@ SET_REPLICA_CEILING = "set_replica_ceiling"
 SCALING_BLOCKED = "scaling_blocked"
 LOG_LENGTH = 20
 
-# The recipient's CapacityPreempted Event is tried until the API server takes it, and one refused for
-# good (an Event the server will not store) is dropped: the decision stands either way. Before, five
-# attempts over about 15 s and the exhausted retry failed the whole run — an API server away for a
-# quarter of a minute ended preemption on the device class, its holds with it. Patched: runs recorded
-# before tried five times.
-EVENT_OUTLASTS_OUTAGES_PATCH = "preemption-event-outlasts-outages"
-
 
 class PreemptionTimings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Fields of a later release are dropped, not refused: a rollback reads what that release wrote
+    # (docs/upgrade.md).
+    model_config = ConfigDict(extra="ignore")
     # With no member and no hold, the run ends after this long (a new report starts it again).
     idleSeconds: float = 3600
     # While replicas are held, the metrics are set again this often (a restarted worker exports them).
@@ -60,7 +54,7 @@ class PreemptionTimings(BaseModel):
 
 
 class PreemptionState(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="ignore")
     deviceClass: str
     timings: PreemptionTimings = Field(default_factory=PreemptionTimings)
     # Last report of each order workflow (by workflow id); a leaving one stays as a tombstone until
@@ -227,20 +221,19 @@ class PreemptionWorkflow:
             message=f"capacity on device class {self.state.deviceClass} preempted for this order from "
             f"lower-priority orders: {donors}",
         )
-        timeout = timedelta(seconds=self.state.timings.activityTimeoutSeconds)
-        summary = f"event on {report.ref.key}"
-        if not workflow.patched(EVENT_OUTLASTS_OUTAGES_PATCH):
+        # Tried until the API server takes it; one refused for good is dropped: the decision stands
+        # either way. Before, five attempts over about 15 s and the exhausted retry failed the whole
+        # run — an API server away for a quarter of a minute ended preemption on the device class, its
+        # holds with it. Not patched: the command is the same activity (a retry policy is not part of
+        # what a replay compares), and a patch marker would make this release impossible to roll back
+        # over (docs/upgrade.md); only a run that already failed took the old path to its end.
+        try:
             await workflow.execute_activity(
                 act.RECORD_EVENT,
                 event,
-                start_to_close_timeout=timeout,
-                retry_policy=RetryPolicy(maximum_attempts=5),
-                summary=summary,
-            )
-            return
-        try:
-            await workflow.execute_activity(
-                act.RECORD_EVENT, event, start_to_close_timeout=timeout, retry_policy=UNTIL_IT_ANSWERS, summary=summary
+                start_to_close_timeout=timedelta(seconds=self.state.timings.activityTimeoutSeconds),
+                retry_policy=UNTIL_IT_ANSWERS,
+                summary=f"event on {report.ref.key}",
             )
         except ActivityError as err:
             workflow.logger.warning("CapacityPreempted event on %s dropped: %s", report.ref.key, err.cause or err)

@@ -61,9 +61,9 @@ ORDERS_PER_H100_NODE = 20
 
 
 def faults_fleet(orders: int = ORDER_COUNT) -> FleetSize:
-    """The fleet of the suite's control plane: H100 nodes enough for ``orders`` (one at least), one of
-    each other shape."""
-    return FleetSize(h100_nodes=max(1, math.ceil(orders / ORDERS_PER_H100_NODE)))
+    """The fleet of the suite's control plane: H100 nodes enough for ``orders`` (two at least: a case
+    loses one), one of each other shape."""
+    return FleetSize(h100_nodes=max(2, math.ceil(orders / ORDERS_PER_H100_NODE)))
 
 
 @pytest.fixture(scope="session")

@@ -190,7 +190,7 @@ async def test_preemption_outlasts_an_outage_of_its_event(temporal_client: Clien
         assert (await preemption.describe()).status == WorkflowExecutionStatus.RUNNING
         state = await preemption.query(PreemptionWorkflow.query_state)
         assert state.ledger.holds, "the hold was lost"
-        # Its history (the patch's marker, the retries outlasted) replays on this code; frozen once
+        # Its history (the retries outlasted) replays on this code; frozen once
         # (AI_INFERENCE_RECORD_HISTORIES=1) as histories/preemption-event-outlasts-outages.json.
         await replay_settled(preemption, temporal_client)
         await record(preemption, "preemption-event-outlasts-outages")
