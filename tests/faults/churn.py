@@ -301,14 +301,14 @@ async def _workflow_orphans(fs: FaultStand) -> tuple[list[str], list[str]]:
     orphans = []
     for wid in running:
         _, namespace, name, uid = wid.split("/", 3)
-        obj = await asyncio.to_thread(_order_in, stand, namespace, name)
+        obj = await asyncio.to_thread(order_in, stand, namespace, name)
         if obj is None or obj["metadata"]["uid"] != uid:
             orphans.append(wid)
     missing = sorted(name for wid, name in expected.items() if wid not in running)
     return sorted(orphans), missing
 
 
-def _order_in(stand: Stand, namespace: str, name: str) -> dict[str, Any] | None:
+def order_in(stand: Stand, namespace: str, name: str) -> dict[str, Any] | None:
     try:
         found: dict[str, Any] = stand.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, ORDERS, name)
     except ApiException as err:

@@ -17,17 +17,32 @@ import time
 from collections import Counter
 
 from kubernetes.client import ApiClient, CoreV1Api
+from kubernetes.client.exceptions import ApiException
+from temporalio.client import WorkflowExecutionStatus
 
 from devstack.cluster.inventory import fleet_inventory
 from devstack.cluster.kube import dynamic_client
 from devstack.cluster.launcher import LocalCluster, apply_inventory
-from tests.faults.churn import SMALL_ORDER_COUNT, FaultStand, churn
+from inference_api.payloads import order_workflow_id
+from inference_api.types import GROUP, VERSION
+from tests.faults.churn import (
+    FAULTS_CLASS_NAME,
+    SMALL_ORDER_COUNT,
+    FaultStand,
+    ServingWatch,
+    churn,
+    converge,
+    order_in,
+)
 from tests.faults.outage import OUTAGE_SECONDS
 
 # Short in CI; minutes with AI_INFERENCE_FAULT_OUTAGE_SECONDS.
 FREEZE_SECONDS = max(20.0, OUTAGE_SECONDS)
 QUOTA_SECONDS = max(20.0, OUTAGE_SECONDS)
 NODE_LOST_SECONDS = max(45.0, OUTAGE_SECONDS)
+PULL_SECONDS = max(20.0, OUTAGE_SECONDS)
+# The namespace whose pods' images the local stack's kwok cannot pull (deploy/controlplane/kwok-stages.yaml).
+UNPULLABLE = "faults-unpullable"
 
 
 def _reready(api: ApiClient, namespace: str) -> int:
@@ -186,3 +201,89 @@ async def test_a_node_lost_with_serving_pods(fault_stand: FaultStand, faults_clu
 
     await churn(fs, lose_a_node, count=SMALL_ORDER_COUNT)
     print(f"lost for {NODE_LOST_SECONDS:.0f} s: {lost}")
+
+
+async def test_images_that_cannot_be_pulled(fault_stand: FaultStand, faults_cluster: LocalCluster) -> None:
+    """Orders whose pods' images cannot be pulled (namespace faults-unpullable, where the local
+    stack's kwok reports ErrImagePull: deploy/controlplane/kwok-stages.yaml) next to orders that serve:
+    for PULL_SECONDS after every such pod reports it, no workflow fails and the serving keep their
+    endpoint; the failing orders are then deleted, and their deletes finish. (What their status says
+    about the pull is issue 23, item 5.)"""
+    fs = fault_stand
+    core = CoreV1Api(fs.stand.api)
+    serving = [f"early-{i}" for i in range(max(2, SMALL_ORDER_COUNT // 2))]
+    for name in serving:
+        await asyncio.to_thread(fs.create, name)
+    await fs.all_ready(serving, timeout=240)
+    watch = ServingWatch(fs)
+    await asyncio.to_thread(watch.note, serving)
+    with contextlib.suppress(ApiException):  # 404: no namespace left by an earlier run
+        await asyncio.to_thread(core.delete_namespace, UNPULLABLE)
+    await fs.stand.until(lambda: not _namespace_exists(core), timeout=120, what=f"{UNPULLABLE} gone")
+    await asyncio.to_thread(faults_cluster.create_namespace, UNPULLABLE, ())
+    pulling = [f"pull-{i}" for i in range(max(2, SMALL_ORDER_COUNT // 2))]
+    for name in pulling:
+        await asyncio.to_thread(_create_unpullable, fs, name)
+
+    def pull_failures() -> list[str]:
+        pods = core.list_namespaced_pod(UNPULLABLE).items
+        return [
+            p.metadata.name
+            for p in pods
+            if any(
+                (s.state.waiting and s.state.waiting.reason == "ErrImagePull")
+                for s in [*(p.status.init_container_statuses or []), *(p.status.container_statuses or [])]
+            )
+        ]
+
+    async def images_refused() -> None:
+        await fs.stand.until(
+            lambda: len(pull_failures()) >= len(pulling), timeout=240, what="every pulling order's pod: ErrImagePull"
+        )
+        await asyncio.sleep(PULL_SECONDS)
+        for name in pulling:
+            obj = await asyncio.to_thread(order_in, fs.stand, UNPULLABLE, name)
+            assert obj is not None
+            handle = fs.client.get_workflow_handle(order_workflow_id(UNPULLABLE, name, obj["metadata"]["uid"]))
+            status = (await handle.describe()).status
+            assert status == WorkflowExecutionStatus.RUNNING, f"{name}: its workflow is {status}"
+            phase = (obj.get("status") or {}).get("phase")
+            assert phase != "Failed", f"{name} says Failed: {obj.get('status')}"
+
+    await watch.during(images_refused())
+    print(f"\n{len(pulling)} orders with unpullable images for {PULL_SECONDS:.0f} s; pods: {pull_failures()}")
+    deleting = time.monotonic()
+    for name in pulling:
+        await asyncio.to_thread(
+            fs.stand.custom.delete_namespaced_custom_object, GROUP, VERSION, UNPULLABLE, "inferenceservices", name
+        )
+
+    def gone() -> bool:
+        left = fs.stand.custom.list_namespaced_custom_object(GROUP, VERSION, UNPULLABLE, "inferenceservices")
+        return not left["items"]
+
+    await fs.stand.until(gone, timeout=120, what="the deletes of the orders whose images cannot be pulled finished")
+    print(f"their deletes finished in {time.monotonic() - deleting:.1f} s")
+    await asyncio.to_thread(core.delete_namespace, UNPULLABLE)
+    seconds = await converge(fs)
+    print(f"the serving orders settled {seconds:.1f} s after")
+
+
+def _namespace_exists(core: CoreV1Api) -> bool:
+    try:
+        core.read_namespace(UNPULLABLE)
+    except ApiException as err:
+        if err.status == 404:
+            return False
+        raise
+    return True
+
+
+def _create_unpullable(fs: FaultStand, name: str) -> None:
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "InferenceService",
+        "metadata": {"name": name, "namespace": UNPULLABLE},
+        "spec": {"inferenceServiceClassName": FAULTS_CLASS_NAME, "model": fs.model},
+    }
+    fs.stand.custom.create_namespaced_custom_object(GROUP, VERSION, UNPULLABLE, "inferenceservices", body)
