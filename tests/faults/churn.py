@@ -36,6 +36,7 @@ from temporalio.client import Client
 from inference_api.payloads import order_workflow_id
 from inference_api.types import GROUP, VERSION
 from tests.e2e.stand import Processes, Stand, auth_token, owned
+from tests.faults.outage import OUTAGE_SECONDS
 from tests.faults.temporal_server import DevServer
 from tests.polling import wait_until
 from worker.observer.decisions import running_order_query
@@ -52,6 +53,9 @@ ORDER_COUNT = int(os.environ.get("AI_INFERENCE_FAULT_ORDERS", "10"))
 SMALL_ORDER_COUNT = ORDER_COUNT if "AI_INFERENCE_FAULT_ORDERS" in os.environ else 4
 # Bounds that grow with the orders (a case of 100 on a loaded 2-core machine takes minutes).
 CONVERGE_SECONDS = max(240, 4 * ORDER_COUNT)
+# How long a user's create, edit or delete is tried again while the API server is away (as kubectl is
+# run again): past the longest outage a case makes (a freeze of AI_INFERENCE_FAULT_OUTAGE_SECONDS).
+USER_RETRY_SECONDS = max(90.0, OUTAGE_SECONDS + 60)
 FAULTS_CLASS_NAME = "faults-llm"
 
 
@@ -105,7 +109,7 @@ class FaultStand:
                     raise
             return True
 
-        wait_until(create, timeout=90, what=f"create {name}", interval=1)
+        wait_until(create, timeout=USER_RETRY_SECONDS, what=f"create {name}", interval=1)
         self.live.add(name)
 
     def edit(self, name: str) -> None:
@@ -115,7 +119,7 @@ class FaultStand:
             self.stand.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, ORDERS, name, self.edit_patch)
             return True
 
-        wait_until(edit, timeout=90, what=f"edit {name}", interval=1)
+        wait_until(edit, timeout=USER_RETRY_SECONDS, what=f"edit {name}", interval=1)
         self.edited.add(name)
 
     def delete(self, name: str) -> None:
@@ -127,7 +131,7 @@ class FaultStand:
                     raise
             return True
 
-        wait_until(delete, timeout=90, what=f"delete {name}", interval=1)
+        wait_until(delete, timeout=USER_RETRY_SECONDS, what=f"delete {name}", interval=1)
         self.live.discard(name)
         self.deleted.add(name)
 
