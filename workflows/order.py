@@ -717,7 +717,7 @@ class OrderWorkflow(PreemptionMembership):
                 result_type=ProbeResult,
                 start_to_close_timeout=timedelta(seconds=wait + 60),
                 heartbeat_timeout=timedelta(seconds=60),
-                retry_policy=RetryPolicy(maximum_attempts=3),
+                retry_policy=K8S_RETRY,
                 summary="wait for the first probe",
             )
         self._step_done("probe" if "replica ready" in state.stepSeconds else "pods and probe")
@@ -808,7 +808,9 @@ class OrderWorkflow(PreemptionMembership):
             result_type=ProbeResult,
             start_to_close_timeout=timedelta(seconds=window + 60),
             heartbeat_timeout=timedelta(seconds=30),
-            retry_policy=RetryPolicy(maximum_attempts=3),
+            # Until it answers: it reads the order's Service and auth Secret, and an API server away for 3 s
+            # failed the whole run (a retry policy only: the commands stay, no patch; docs/upgrade.md).
+            retry_policy=K8S_RETRY,
             summary=summary,
         )
         return result

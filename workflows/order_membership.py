@@ -12,7 +12,6 @@ from abc import abstractmethod
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from inference_api.payloads import ApplyInput, ApplyResult, ModelResolution, OrderEvent, OrderRef, OrderSnapshot
@@ -29,12 +28,12 @@ with workflow.unsafe.imports_passed_through():
     from planner.scaling import scaling_health
     from workflows import activity_names as act
     from workflows.order_state import OrderState, applied_ceiling
+    from workflows.retry_policies import K8S_RETRY as K8S_RETRY  # the order workflow imports it from here
     from workflows.status import set_condition
 
 SHORT = timedelta(seconds=30)
 # Short: a worker killed mid-apply is noticed by this timeout, and the apply is idempotent.
 APPLY_TIMEOUT = timedelta(seconds=45)
-K8S_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
 
 # A ``set_replica_ceiling`` can be sent by hand: the apply honours only the ceiling the preemption
 # workflow's ledger holds (activities/trusted_apply.py), and the re-apply's event now says what the

@@ -61,7 +61,7 @@ class ReplicaTrouble(BaseModel):
 class ScalingProfile(BaseModel):
     """What the class says about scaling, kept from the last reconcile."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="ignore")
     autoscaled: bool = False
     minReplicas: int = 1
     maxReplicas: int = 1
@@ -69,7 +69,7 @@ class ScalingProfile(BaseModel):
 
 
 class OrderState(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="ignore")
     ref: OrderRef
     # Read at every reconcile (the settings and release in force then), never frozen at start.
     timings: OrderTimings = Field(default_factory=OrderTimings)
@@ -144,7 +144,7 @@ class OrderState(BaseModel):
 
 
 class ReplanOutcome(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="ignore")
     planned: bool
     reason: str
     message: str

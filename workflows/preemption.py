@@ -23,8 +23,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
-from temporalio.exceptions import ApplicationError, FailureError
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel, ConfigDict, Field
@@ -34,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
     from inference_api.reasons import EventReason
     from planner.preemption import Decision, Ledger, decide, freed_units, held_replicas, member_from_report
     from workflows import activity_names as act
+    from workflows.retry_policies import UNTIL_IT_ANSWERS
     from workflows.search_attributes import preemption_search_attributes
 
 SET_REPLICA_CEILING = "set_replica_ceiling"
@@ -42,7 +42,9 @@ LOG_LENGTH = 20
 
 
 class PreemptionTimings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Fields of a later release are dropped, not refused: a rollback reads what that release wrote
+    # (docs/upgrade.md).
+    model_config = ConfigDict(extra="ignore")
     # With no member and no hold, the run ends after this long (a new report starts it again).
     idleSeconds: float = 3600
     # While replicas are held, the metrics are set again this often (a restarted worker exports them).
@@ -52,7 +54,7 @@ class PreemptionTimings(BaseModel):
 
 
 class PreemptionState(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="ignore")
     deviceClass: str
     timings: PreemptionTimings = Field(default_factory=PreemptionTimings)
     # Last report of each order workflow (by workflow id); a leaving one stays as a tombstone until
@@ -213,18 +215,28 @@ class PreemptionWorkflow:
             for h in decision.taken
             if h.recipient == recipient
         )
-        await workflow.execute_activity(
-            act.RECORD_EVENT,
-            OrderEvent(
-                ref=report.ref,
-                reason=EventReason.CAPACITY_PREEMPTED,
-                message=f"capacity on device class {self.state.deviceClass} preempted for this order from "
-                f"lower-priority orders: {donors}",
-            ),
-            start_to_close_timeout=timedelta(seconds=self.state.timings.activityTimeoutSeconds),
-            retry_policy=RetryPolicy(maximum_attempts=5),
-            summary=f"event on {report.ref.key}",
+        event = OrderEvent(
+            ref=report.ref,
+            reason=EventReason.CAPACITY_PREEMPTED,
+            message=f"capacity on device class {self.state.deviceClass} preempted for this order from "
+            f"lower-priority orders: {donors}",
         )
+        # Tried until the API server takes it; one refused for good is dropped: the decision stands
+        # either way. Before, five attempts over about 15 s and the exhausted retry failed the whole
+        # run — an API server away for a quarter of a minute ended preemption on the device class, its
+        # holds with it. Not patched: the command is the same activity (a retry policy is not part of
+        # what a replay compares), and a patch marker would make this release impossible to roll back
+        # over (docs/upgrade.md); only a run that already failed took the old path to its end.
+        try:
+            await workflow.execute_activity(
+                act.RECORD_EVENT,
+                event,
+                start_to_close_timeout=timedelta(seconds=self.state.timings.activityTimeoutSeconds),
+                retry_policy=UNTIL_IT_ANSWERS,
+                summary=f"event on {report.ref.key}",
+            )
+        except ActivityError as err:
+            workflow.logger.warning("CapacityPreempted event on %s dropped: %s", report.ref.key, err.cause or err)
 
     def _metrics(self) -> PreemptionMetrics:
         """The series of this device class. Every member has a preemption counter, at 0 until its first
@@ -253,7 +265,7 @@ class PreemptionWorkflow:
             act.PUBLISH_PREEMPTION_METRICS,
             metrics,
             start_to_close_timeout=timedelta(seconds=state.timings.activityTimeoutSeconds),
-            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=30)),
+            retry_policy=UNTIL_IT_ANSWERS,
             summary="metrics",
         )
 

@@ -25,6 +25,7 @@ from devstack.standins.fleet import StandInFleet
 from inference_api.types import CLASSES, GROUP, VERSION
 from tests.e2e.stand import DEFAULT_LLM, Processes, Stand, e2e_settings, process_env
 from tests.faults.churn import FAULTS_CLASS_NAME, ORDER_COUNT, FaultStand
+from tests.faults.kube_proxy import KubeFaultProxy
 from tests.faults.temporal_server import DevServer
 from tests.fixtures.cluster import running_cluster
 
@@ -60,9 +61,9 @@ ORDERS_PER_H100_NODE = 20
 
 
 def faults_fleet(orders: int = ORDER_COUNT) -> FleetSize:
-    """The fleet of the suite's control plane: H100 nodes enough for ``orders`` (one at least), one of
-    each other shape."""
-    return FleetSize(h100_nodes=max(1, math.ceil(orders / ORDERS_PER_H100_NODE)))
+    """The fleet of the suite's control plane: H100 nodes enough for ``orders`` (two at least: a case
+    loses one), one of each other shape."""
+    return FleetSize(h100_nodes=max(2, math.ceil(orders / ORDERS_PER_H100_NODE)))
 
 
 @pytest.fixture(scope="session")
@@ -126,3 +127,17 @@ async def fault_stand(
         fleet.stop()
         with contextlib.suppress(ApiException):
             CoreV1Api(faults_admin).delete_namespace(namespace)
+
+
+@pytest_asyncio.fixture
+async def kube_proxy(faults_cluster: LocalCluster) -> AsyncIterator[KubeFaultProxy]:
+    """A fault proxy in front of the suite's API server (tests/faults/kube_proxy.py). Request it before
+    ``fault_stand``: set up before the stand, torn down after it (the stand's teardown deletes the
+    orders through the worker, which may talk through the proxy)."""
+    pki = faults_cluster.pki
+    proxy = KubeFaultProxy(faults_cluster.server, pki.ca_cert, pki.serving_cert, pki.serving_key, hold_seconds=40)
+    await proxy.open()
+    try:
+        yield proxy
+    finally:
+        await proxy.close()

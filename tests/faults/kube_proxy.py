@@ -9,7 +9,11 @@ request per connection, so every request is a separate decision) or answers a fa
 * ``429`` Too Many Requests (with ``Retry-After: 1``), ``500``, ``503``;
 * a timeout: the request is read and never answered (the connection is held open, then dropped);
 * a cut watch: a watch request is relayed, and its stream is cut after a second or two; when the
-  rates turn faulty, the watch streams open at that moment are cut.
+  rates turn faulty, the watch streams open at that moment are cut;
+* unreachable (``Block``): the requests matching a pattern get no answer at all — the connection is
+  dropped once the request is read, as a client sees a server that went away — for ``seconds`` from
+  the first of them; a block can wait for other requests to go through first (``after``), so it
+  meets one step of one order (its first probe, say) and nothing before it.
 
 The faults are HTTP answers after TLS termination — honest for what a client sees from an API server
 or a proxy in front of it (errors, stalls, dropped streams); TLS itself is not attacked. ``rates``
@@ -23,10 +27,12 @@ import asyncio
 import contextlib
 import json
 import random
+import re
 import socket
 import ssl
+import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -42,6 +48,43 @@ class Rates:
     error: float = 0.0
     timeout: float = 0.0
     cut_watch: float = 0.0
+
+
+@dataclass
+class Block:
+    """Requests whose ``METHOD path?query`` matches ``pattern`` dropped unanswered for ``seconds`` from
+    the first of them — once each pattern of ``after`` has matched a request (relayed), in order; or
+    from ``arm()``."""
+
+    pattern: str
+    seconds: float
+    after: list[str] = field(default_factory=list)
+    armed: bool = True
+    began: float | None = None
+    refused: int = 0
+
+    def arm(self) -> None:
+        self.after, self.armed, self.began = [], True, time.monotonic()
+
+    def refuses(self, request: str) -> bool:
+        if not self.armed:
+            return False
+        if self.after:
+            if re.search(self.after[0], request):
+                self.after.pop(0)
+            return False
+        if self.began is not None and time.monotonic() - self.began >= self.seconds:
+            return False
+        if not re.search(self.pattern, request):
+            return False
+        if self.began is None:
+            self.began = time.monotonic()
+        self.refused += 1
+        return True
+
+    @property
+    def over(self) -> bool:
+        return self.began is not None and time.monotonic() - self.began >= self.seconds
 
 
 STATUS_TEXT = {409: "Conflict", 429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable"}
@@ -88,6 +131,7 @@ class KubeFaultProxy:
         self.tasks: set[asyncio.Task[None]] = set()
         # The client sides of the watch streams being relayed now.
         self.watches: set[asyncio.WriteTransport] = set()
+        self.blocks: list[Block] = []
 
     @property
     def url(self) -> str:
@@ -105,6 +149,10 @@ class KubeFaultProxy:
 
     def off(self) -> None:
         self.rates = Rates()
+
+    def block(self, block: Block) -> Block:
+        self.blocks.append(block)
+        return block
 
     def kubeconfig(self, original: Path, path: Path) -> Path:
         """A copy of ``original`` (same CA, same token) whose server is this proxy."""
@@ -153,6 +201,10 @@ class KubeFaultProxy:
             kept.append(line)
         body = await reader.readexactly(length) if length else b""
         watch = b"watch=true" in target.lower() or b"watch=1" in target
+        request = f"{method.decode()} {target.decode(errors='replace')}"
+        if any([block.refuses(request) for block in self.blocks]):  # every block sees every request
+            self.counts["unreachable"] += 1
+            return  # dropped: no answer, the connection goes
         fault = self._pick(method, watch)
         if fault == "timeout":
             self.counts["timeout"] += 1

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-import pytest_asyncio
 from kubernetes.client import CoreV1Api
 
 from activities.kube import load_api_client
@@ -24,17 +22,6 @@ from tests.faults.churn import FaultStand, churn
 from tests.faults.kube_proxy import KubeFaultProxy, Rates
 
 FAULTY = Rates(conflict=0.08, throttle=0.05, error=0.08, timeout=0.02, cut_watch=0.3)
-
-
-@pytest_asyncio.fixture
-async def kube_proxy(faults_cluster: LocalCluster) -> AsyncIterator[KubeFaultProxy]:
-    pki = faults_cluster.pki
-    proxy = KubeFaultProxy(faults_cluster.server, pki.ca_cert, pki.serving_cert, pki.serving_key, hold_seconds=40)
-    await proxy.open()
-    try:
-        yield proxy
-    finally:
-        await proxy.close()
 
 
 async def test_an_api_call_never_answered_gives_up_instead_of_holding_its_thread(

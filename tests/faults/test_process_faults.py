@@ -10,7 +10,13 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.faults.churn import FaultStand, churn
+from tests.faults.churn import SMALL_ORDER_COUNT, FaultStand, churn
+from tests.faults.outage import OUTAGE_SECONDS
+from tests.tcp_proxy import Proxy
+
+# Past the SDK's gRPC keepalive (30 s interval, 15 s timeout) the worker gives its connections up and
+# dials again, into the partition; minutes with AI_INFERENCE_FAULT_OUTAGE_SECONDS.
+PARTITION_SECONDS = max(50.0, OUTAGE_SECONDS)
 
 
 async def test_the_worker_sigkilled_every_few_seconds(fault_stand: FaultStand) -> None:
@@ -63,3 +69,31 @@ async def test_the_temporal_database_thrown_away(fault_stand: FaultStand) -> Non
         await fs.server.start()
 
     await churn(fs, lose_the_database)
+
+
+async def test_a_network_partition_between_the_worker_and_temporal(fault_stand: FaultStand) -> None:
+    """Not a clean kill: the worker reaches Temporal through a relay that stops passing bytes either way
+    (tests/tcp_proxy.py ``partition``) — no connection is cut or refused, polls and activity results
+    hang — for PARTITION_SECONDS, then heals. The observer keeps its own connection."""
+    fs = fault_stand
+    relay = Proxy(fs.server.address)
+    await relay.open()
+    env = fs.processes.env
+    direct = env["AI_INFERENCE_TEMPORAL__ADDRESS"]
+    fs.kill_worker()
+    env["AI_INFERENCE_TEMPORAL__ADDRESS"] = relay.address
+    fs.start_worker()
+    env["AI_INFERENCE_TEMPORAL__ADDRESS"] = direct  # a worker started again (teardown) goes direct
+
+    async def partition() -> None:
+        await asyncio.sleep(3)
+        relay.partition()
+        await asyncio.sleep(PARTITION_SECONDS)
+        relay.heal()
+
+    try:
+        await churn(fs, partition, count=SMALL_ORDER_COUNT)
+    finally:
+        relay.heal()
+        fs.kill_worker()  # its connections go through the relay, closed now
+        await relay.close()
