@@ -104,7 +104,8 @@ async def test_a_workflow_started_again_with_a_forged_state_cannot_change_the_wo
         stand.namespace, {"metadata": {"name": "hf-token"}, "stringData": {"token": "another-orders-token"}}
     )
     before = workload(stand, "support-llm")
-    assert before["images"] == ["vllm/vllm-openai:v0.33.0"] * 2
+    # The model fetcher, the engine and the endpoint front: all three run the release's runtime image.
+    assert before["images"] == ["vllm/vllm-openai:v0.33.0"] * 3
     handle = stand.workflow("support-llm")
     true_state: OrderState = await handle.query(OrderWorkflow.query_state)
     assert true_state.plan is not None
