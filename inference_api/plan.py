@@ -91,6 +91,18 @@ class LaunchPlan(BaseModel):
         )
 
 
+class Toleration(BaseModel):
+    """A pod toleration (core/v1 Toleration): the module settings' workload.tolerations, which every
+    replica's pod carries."""
+
+    model_config = ConfigDict(extra="forbid")
+    key: str | None = None
+    operator: str = Field(default="Equal", description="Equal or Exists.")
+    value: str | None = None
+    effect: str | None = Field(default=None, description="Empty: every effect.")
+    tolerationSeconds: int | None = None
+
+
 class RuntimeFallbackFlag(BaseModel):
     """``runtimeFallback`` of F2-09: may the planner synthesize a generic recipe (phase 2.4.1)."""
 
@@ -121,6 +133,14 @@ class LaunchPlanRequest(BaseModel):
         default=None,
         description="The plan the order already holds. On the devices it names, one allocation of its share is "
         "the order's own and is not counted against it (for inventories that cannot tell holders apart).",
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=list,
+        description="What the replicas' pods tolerate (module settings workload.tolerations): a node with a "
+        "NoSchedule/NoExecute taint none of them tolerates is not planned on.",
+    )
+    nodeSelector: dict[str, str] = Field(
+        default_factory=dict, description="The replicas' pods' nodeSelector (module settings workload.nodeSelector)."
     )
 
 

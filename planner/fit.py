@@ -17,10 +17,10 @@ import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from inference_api.plan import LaunchPlanRequest, RecipeSource
+from inference_api.plan import LaunchPlanRequest, RecipeSource, Toleration
 from inference_api.types import PlacementType, SharingMode
 from planner.fragmentation import Workload
-from planner.inventory import AllocationId, Device, Occupancy, Toleration
+from planner.inventory import AllocationId, Device, Occupancy
 from planner.model_facts import estimate_cpu, estimate_memory_gib, weights_gib
 from planner.nodes import NodeProblem, PodDemand, free_cpu_milli, free_memory_mib, node_problem
 from planner.placement import Shape, Slot, class_sets
@@ -304,6 +304,9 @@ def _fragmentation_single(
             node_best = results.get(result_key, _UNJUDGED)
             if node_best is _UNJUDGED:
                 node_best = results[result_key] = _node_best(node, pairs, occupancies, share, need, pod, choice, judge)
+            elif node_best is None:
+                # Kept from an earlier plan: this plan's refusal must still learn why the node failed.
+                judge.node_problem(node, 1, choice)
             if node_best is not None:
                 assert not isinstance(node_best, _Unjudged)
                 delta, free, _, found = node_best

@@ -47,7 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from inference_api.plan import LaunchPlan, LaunchPlanRequest, PlanOutcome
 from planner.fit import Candidate, Judge, PodRequests, fit
 from planner.fragmentation import RecentDemand, workload_of
-from planner.inventory import Device, InventorySnapshot, Toleration
+from planner.inventory import Device, InventorySnapshot
 from planner.model_facts import estimate_cpu, estimate_memory_gib, estimate_model_volume_gib, weights_gib
 from planner.placement import place
 from planner.policy import effective_policy
@@ -73,8 +73,6 @@ class PlanningRequest(LaunchPlanRequest):
     orders that came recently (for the fragmentation-aware choice) and, rarely, an explicit demand."""
 
     inventory: InventorySnapshot = Field(default_factory=InventorySnapshot)
-    tolerations: list[Toleration] = Field(default_factory=list)
-    nodeSelector: dict[str, str] = Field(default_factory=dict, description="module settings workload.nodeSelector")
     recentDemands: list[RecentDemand] | None = Field(
         default=None, description="None or empty: best fit alone chooses among the places that fit."
     )
@@ -120,7 +118,8 @@ def plan_launch_traced(request: PlanningRequest, recipes: RecipeBook | None = No
         return PlanOutcome(plan=_launch_plan(best, judge)), trace
     if trace.nodeProblems:
         # Would a device have room if the nodes were not judged? Then the nodes are what is missing.
-        unjudged = Judge(index, (), judge.demand, None, judge.deviceCount, judge_nodes=False)
+        # The same choice (the shapes were built for it: no free-memory order with recent demands).
+        unjudged = Judge(index, (), judge.demand, judge.workload, judge.deviceCount, judge_nodes=False)
         found, _ = fit(request, policy, index, runnable, choices, Trace(), unjudged)
         if found:
             best = min(found, key=Candidate.rank)
