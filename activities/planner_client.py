@@ -35,10 +35,18 @@ from kubernetes.client import ApiClient
 
 from activities.inventory import read_inventory
 from inference_api.payloads import PlanInput
-from inference_api.plan import LaunchPlanRequest, OrderFacts, PlanOutcome, RuntimeFallbackFlag, Toleration
+from inference_api.plan import (
+    MAX_PLANNED_REPLICAS,
+    LaunchPlanRequest,
+    OrderFacts,
+    PlanOutcome,
+    RuntimeFallbackFlag,
+    Toleration,
+)
 from inference_api.settings import ModuleSettings, require_https
 from planner import PlanningRequest, plan_launch
 from planner.recipes import RecipeBook, load_recipe_book
+from planner.scaling import planned_replicas
 
 log = structlog.get_logger(__name__)
 
@@ -78,6 +86,7 @@ def launch_plan_request(request: PlanInput, settings: ModuleSettings) -> LaunchP
         className=request.cls.metadata.name,
         holder=holder_of(request),
         currentPlan=request.current,
+        replicas=min(planned_replicas(request.cls), MAX_PLANNED_REPLICAS),
         **scheduling(settings),
     )
 

@@ -38,6 +38,15 @@ def class_bounds(service_class: InferenceServiceClass) -> tuple[int, int]:
     return (policy.minReplicas, policy.maxReplicas) if policy is not None else (1, 1)
 
 
+def planned_replicas(service_class: InferenceServiceClass) -> int:
+    """How many replicas a plan places (and the workload pins): all of them when the class fixes the
+    count (minReplicas = maxReplicas, one without a scalingPolicy); one when the autoscaler chooses
+    between bounds — a replica that may never start cannot be given capacity of its own without
+    holding it from every other order, so such an order's replicas are left to the scheduler."""
+    low, high = class_bounds(service_class)
+    return high if low == high else 1
+
+
 def priority_class_name(service_class: InferenceServiceClass) -> str | None:
     """The first allowed priority class: the class admits it, the order cannot choose."""
     policy = service_class.spec.scalingPolicy

@@ -42,8 +42,12 @@ T4_OR_H100 = AcceleratorPolicy(
 )
 
 
-def plan(api: ApiClient, model: str, policy: AcceleratorPolicy, settings: ModuleSettings) -> PlanOutcome:
-    request = LaunchPlanRequest(facts=OrderFacts(modelName=model), acceleratorPolicy=policy, className="test")
+def plan(
+    api: ApiClient, model: str, policy: AcceleratorPolicy, settings: ModuleSettings, replicas: int = 1
+) -> PlanOutcome:
+    request = LaunchPlanRequest(
+        facts=OrderFacts(modelName=model), acceleratorPolicy=policy, className="test", replicas=replicas
+    )
     return plan_in_process(request, api, settings=settings)
 
 
@@ -95,6 +99,49 @@ def test_orders_land_on_the_planned_node_and_devices(
         assert (result["pool"], [result["device"]]) == (outcome.plan.nodeName, outcome.plan.deviceNames)
         agreed += 1
     assert agreed == len(models)
+
+
+def test_every_replica_of_a_fixed_size_order_lands_where_planned(
+    local_cluster: LocalCluster, kube_admin: ApiClient, namespace: str
+) -> None:
+    """Three replicas (the class fixes minReplicas = maxReplicas = 3) of one claim template: the plan
+    places each, the template selects the planned devices and the pods require the planned nodes; every
+    claim the scheduler allocates is a planned device, and the allocations are the planned ones."""
+    settings = ModuleSettings()
+    whole = AcceleratorPolicy(
+        allowedSharingModes=[SharingMode.DEDICATED], allowedPlacementTypes=[PlacementType.WHOLE_DEVICE]
+    )
+    outcome = plan(kube_admin, "acme/llm-13B", whole, settings, replicas=3)
+    assert outcome.plan is not None, outcome.refusal
+    placements = outcome.plan.replicaPlacements
+    assert len(placements) == 3
+    fixed = f.service_class(scalingPolicy={"minReplicas": 3, "maxReplicas": 3})
+    inputs = f.inputs(
+        the_order=f.order(name="trio", namespace=namespace), the_class=fixed, the_plan=outcome.plan, settings=settings
+    )
+    template = build_claim_template(inputs)
+    template["metadata"].pop("ownerReferences", None)
+    pod_spec = build_statefulset(inputs)["spec"]["template"]["spec"]
+    pods = []
+    for i in range(3):
+        pod = kwok_pod(f"trio-{i}", namespace, resourceClaims=copy.deepcopy(pod_spec["resourceClaims"]))
+        pod["spec"]["containers"][0]["resources"] = {"requests": pod_spec["containers"][0]["resources"]["requests"]}
+        for key in ("affinity", "tolerations", "nodeSelector"):
+            if key in pod_spec:
+                pod["spec"][key] = pod_spec[key]
+        pods.append(pod)
+    local_cluster.apply([template, *pods])
+    dyn = dynamic(kube_admin)
+    allocated = []
+    for i in range(3):
+        running = eventually(partial(pod_running, dyn, f"trio-{i}", namespace), timeout=90, what=f"trio-{i} Running")
+        claim_name = running["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+        claim = get(dyn, RESOURCE, "ResourceClaim", claim_name, namespace)
+        (result,) = claim["status"]["allocation"]["devices"]["results"]
+        assert result["pool"] == running["spec"]["nodeName"]
+        allocated.append((result["pool"], result["device"]))
+    planned = [(p.nodeName, p.deviceNames[0]) for p in placements]
+    assert sorted(allocated) == sorted(planned)
 
 
 def test_a_node_without_cpu_room_is_not_chosen(
