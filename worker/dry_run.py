@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict
 
 from activities.inventory import read_inventory
 from activities.order import OrderActivities
-from activities.planner_client import launch_plan_request, scheduling
+from activities.planner_client import launch_plan_request
 from activities.release import order_timings
 from inference_api.payloads import OrderRef, PlanInput
 from inference_api.plan import LaunchPlan, PlanOutcome, PlanRefusal
@@ -188,7 +188,7 @@ async def dry_run(
 
     def plan_with(policy: AcceleratorPolicy | None) -> PlanOutcome:
         body = request.model_copy(update={"acceleratorPolicy": policy})
-        return plan_launch(PlanningRequest(**dict(body), inventory=inventory, **scheduling(settings)), recipes)
+        return plan_launch(PlanningRequest(**dict(body), inventory=inventory), recipes)  # body: the settings too
 
     outcome = plan_with(cls.spec.acceleratorPolicy)
     for device_class in device_classes_of(cls, inventory):
