@@ -93,6 +93,8 @@ class Booking:
 
     def matches(self, claim: OrderClaim) -> bool:
         """Whether the claim is one a replica of this plan makes (class, device count, memory request)."""
+        if claim.reserved:
+            return claim.holder == self.holder
         return (
             claim.holder == self.holder
             and claim.deviceClass == self.deviceClass
@@ -112,6 +114,9 @@ class OrderClaim:
     # The claim's gpu.deckhouse.io/memory request, MiB; None: whole devices.
     memoryMiB: int | None = None
     allocated: bool = False
+    # A pinned order's planned placement that the snapshot already holds (its claim template reserves
+    # it): it settles one replica of the order's booking, whatever its shape.
+    reserved: bool = False
 
 
 @dataclass(frozen=True)

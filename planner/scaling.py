@@ -39,12 +39,11 @@ def class_bounds(service_class: InferenceServiceClass) -> tuple[int, int]:
 
 
 def planned_replicas(service_class: InferenceServiceClass) -> int:
-    """How many replicas a plan places (and the workload pins): all of them when the class fixes the
-    count (minReplicas = maxReplicas, one without a scalingPolicy); one when the autoscaler chooses
-    between bounds — a replica that may never start cannot be given capacity of its own without
-    holding it from every other order, so such an order's replicas are left to the scheduler."""
-    low, high = class_bounds(service_class)
-    return high if low == high else 1
+    """How many replicas a plan places (and the workload pins): every replica the order may run, the
+    class's maxReplicas. A replica the autoscaler starts later lands on its planned place, which the
+    order's claim template reserves meanwhile (``activities.inventory.planned_reservations``), so no
+    replica is left to the scheduler to put on capacity planned for another order."""
+    return class_bounds(service_class)[1]
 
 
 def priority_class_name(service_class: InferenceServiceClass) -> str | None:

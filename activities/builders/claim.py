@@ -62,7 +62,11 @@ def pinned(inputs: WorkloadInputs) -> bool:
     plan = inputs.plan
     if not plan.nodeName:
         return False
-    return len(plan.placements()) >= replica_bounds(inputs.service_class, inputs.replica_ceiling).max
+    return len(plan.placements()) >= _max_replicas(inputs)
+
+
+def _max_replicas(inputs: WorkloadInputs) -> int:
+    return replica_bounds(inputs.service_class, inputs.replica_ceiling).max
 
 
 def planned_nodes(plan: LaunchPlan) -> list[str]:
@@ -70,12 +74,12 @@ def planned_nodes(plan: LaunchPlan) -> list[str]:
     return list(dict.fromkeys(p.nodeName for p in plan.placements()))
 
 
-def planned_placements(plan: LaunchPlan) -> str:
-    """The plan's placements as the claim template's annotation records them (JSON: a list of
-    ``{"node", "devices"}``), so what was planned can be read back beside what was allocated."""
-    return json.dumps(
-        [{"node": p.nodeName, "devices": p.deviceNames} for p in plan.placements()], separators=(",", ":")
-    )
+def planned_placements(plan: LaunchPlan, replicas: int) -> str:
+    """The plan's placements of the first ``replicas`` replicas (a preemption ceiling gives the rest
+    back) as the claim template's annotation records them (JSON: a list of ``{"node", "devices"}``):
+    what the inventory reserves for the order, and what was planned, read back beside what was allocated."""
+    placed = plan.placements()[:replicas]
+    return json.dumps([{"node": p.nodeName, "devices": p.deviceNames} for p in placed], separators=(",", ":"))
 
 
 def build_claim_template(inputs: WorkloadInputs) -> dict[str, Any]:
@@ -97,7 +101,9 @@ def build_claim_template(inputs: WorkloadInputs) -> dict[str, Any]:
             inputs,
             inputs.names.claim_template,
             "accelerator",
-            {ANNOTATION_PLANNED_PLACEMENTS: planned_placements(plan)} if pinned(inputs) else None,
+            {ANNOTATION_PLANNED_PLACEMENTS: planned_placements(plan, _max_replicas(inputs))}
+            if pinned(inputs)
+            else None,
         ),
         "spec": {
             # The claims made from the template carry the order's labels, so `kubectl get

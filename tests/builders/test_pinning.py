@@ -60,8 +60,12 @@ def test_every_planned_replica_is_pinned_to_the_planned_nodes_and_devices() -> N
     assert terms == [
         {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-h100-0", "gpu-h100-1"]}]}
     ]
-    # A preemption ceiling lowers the replicas: the planned set still covers them.
-    assert pinned(f.inputs(the_class=fixed, the_plan=three.plan, replica_ceiling=2))
+    # A preemption ceiling lowers the replicas: the planned set still covers them, and the places
+    # beyond the ceiling are given back (not reserved).
+    lowered = f.inputs(the_class=fixed, the_plan=three.plan, replica_ceiling=2)
+    assert pinned(lowered)
+    kept = json.loads(build_claim_template(lowered)["metadata"]["annotations"][ANNOTATION_PLANNED_PLACEMENTS])
+    assert kept == recorded[:2]
     # Fewer placements than replicas: the unplanned replica would have nowhere to go.
     short = f.inputs(the_class=fixed, the_plan=_plan(replicaPlacements=placements[:2], deviceSelector=union))
     assert not pinned(short)

@@ -17,6 +17,7 @@ from kubernetes.client import ApiClient, CoreV1Api
 
 from activities.builders.claim import build_claim_template
 from activities.builders.statefulset import build_statefulset
+from activities.inventory import read_inventory
 from activities.planner_client import plan_in_process
 from devstack.cluster.launcher import LocalCluster
 from inference_api.plan import LaunchPlan, LaunchPlanRequest, OrderFacts, PlanOutcome
@@ -142,6 +143,43 @@ def test_every_replica_of_a_fixed_size_order_lands_where_planned(
         allocated.append((result["pool"], result["device"]))
     planned = [(p.nodeName, p.deviceNames[0]) for p in placements]
     assert sorted(allocated) == sorted(planned)
+
+
+def test_a_pinned_orders_unstarted_replicas_keep_their_planned_place(
+    local_cluster: LocalCluster, kube_admin: ApiClient, namespace: str
+) -> None:
+    """An autoscaled order runs its minReplicas; its template reserves every planned placement, so the
+    planner reads the unstarted replica's place as taken (by the order) and plans no one else there."""
+    settings = ModuleSettings()
+    t4_whole = AcceleratorPolicy(
+        allowedDeviceClasses=["nvidia-t4-mps-physical"], allowedSharingModes=[SharingMode.DEDICATED]
+    )
+    outcome = plan(kube_admin, "acme/llm-1B", t4_whole, settings, replicas=2)
+    assert outcome.plan is not None, outcome.refusal
+    placements = outcome.plan.replicaPlacements
+    assert len(placements) == 2
+    scaled = f.service_class(scalingPolicy={"minReplicas": 1, "maxReplicas": 2})
+    inputs = f.inputs(
+        the_order=f.order(name="elastic", namespace=namespace),
+        the_class=scaled,
+        the_plan=outcome.plan,
+        settings=settings,
+    )
+    template = build_claim_template(inputs)
+    template["metadata"].pop("ownerReferences", None)
+    local_cluster.apply([template])  # no replica runs yet
+
+    def reserved() -> list[str] | None:
+        snapshot = read_inventory(kube_admin)
+        held = [d.key for d in snapshot.devices for a in d.allocations if a.holder == f"{namespace}/elastic"]
+        return held if len(held) == 2 else None
+
+    held = eventually(reserved, timeout=30, what="the planned placements reserved")
+    assert sorted(held) == sorted(f"{p.nodeName}/{p.deviceNames[0]}" for p in placements)
+    # Another order of the same class is not planned on them.
+    other = plan(kube_admin, "acme/llm-1B", t4_whole, settings)
+    if other.plan is not None:
+        assert f"{other.plan.nodeName}/{other.plan.deviceNames[0]}" not in held
 
 
 def test_a_node_without_cpu_room_is_not_chosen(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from activities.builders.common import LABEL_ORDER
@@ -262,3 +263,62 @@ def test_a_slim_pod_keeps_what_the_nodes_are_judged_by() -> None:
     assert slim_pod({**pod, "metadata": {**pod["metadata"], "labels": {LABEL_ORDER: "o"}}})["metadata"]["labels"] == {
         LABEL_ORDER: "o"
     }
+
+
+def _template(placements: list[dict[str, Any]], memory: str | None = "4Gi", order: str = "llm") -> dict[str, Any]:
+    exactly: dict[str, Any] = {"deviceClassName": "h100", "count": 1}
+    if memory is not None:
+        exactly["capacity"] = {"requests": {"gpu.deckhouse.io/memory": memory}}
+    return {
+        "metadata": {
+            "name": f"{order}-claim",
+            "namespace": "ns",
+            "labels": {LABEL_ORDER: order},
+            "annotations": {"ai.deckhouse.io/planned-placements": json.dumps(placements)},
+        },
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}},
+    }
+
+
+def test_a_pinned_orders_template_reserves_the_placements_no_claim_holds_yet() -> None:
+    from activities.inventory import planned_reservations
+    from planner.inventory import Device
+
+    shared = [Device(name=f"gpu-{i}", node="n", memoryMiB=81920, allowMultipleAllocations=True) for i in range(2)]
+    whole = Device(name="gpu-2", node="n", memoryMiB=81920)
+    placements = [{"node": "n", "devices": ["gpu-0"]}, {"node": "n", "devices": ["gpu-1"]}]
+    found = planned_reservations([_template(placements)], [*shared, whole])
+    assert [(r.key, r.allocation) for r in found] == [
+        ("n/gpu-0", DeviceAllocation(holder="ns/llm", sharePercent=0, memoryMiB=4096)),
+        ("n/gpu-1", DeviceAllocation(holder="ns/llm", sharePercent=0, memoryMiB=4096)),
+    ]
+    # One replica allocated where planned: the other placement alone is reserved.
+    held = shared[0].model_copy(
+        update={"allocations": [DeviceAllocation(holder="ns/llm", sharePercent=0, memoryMiB=4096)]}
+    )
+    assert [r.key for r in planned_reservations([_template(placements)], [held, shared[1]])] == ["n/gpu-1"]
+    # Both replicas stacked on gpu-0 (the allocator may): nothing more is reserved.
+    stacked = held.model_copy(update={"allocations": held.allocations * 2})
+    assert planned_reservations([_template(placements)], [stacked, shared[1]]) == []
+    # A whole device is held whole; a template without the annotation reserves nothing.
+    (one,) = planned_reservations([_template([{"node": "n", "devices": ["gpu-2"]}], memory=None)], [whole])
+    assert one.allocation == DeviceAllocation(holder="ns/llm")
+    bare = _template(placements)
+    bare["metadata"]["annotations"] = {}
+    assert planned_reservations([bare], shared) == []
+
+
+def test_the_snapshot_holds_what_a_pinned_template_reserves() -> None:
+    from planner.bookings import Booking, OrderClaim, outstanding
+    from worker.observer.inventory import with_reservations
+
+    placements = [{"node": "n", "devices": ["gpu-0"]}, {"node": "n", "devices": ["gpu-0"]}]
+    pending = OrderClaim(holder="ns/llm", name="llm-0-gpu", deviceClass="h100", memoryMiB=4096)
+    other = OrderClaim(holder="ns/other", name="other-0-gpu", deviceClass="h100", memoryMiB=4096)
+    counted = with_reservations([pending, other], [_template(placements)])
+    # The order's pending claim is the reservation's already; the other order's is still pending.
+    assert [c for c in counted if not c.allocated] == [other]
+    booking = Booking(
+        holder="ns/llm", deviceClass="h100", deviceCount=1, sharePercent=5, memoryMiB=4096, replicas=2, bookedAt=0
+    )
+    assert outstanding(booking, counted) == 0  # settled: the snapshot holds both placements

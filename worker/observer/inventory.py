@@ -24,6 +24,7 @@ Ready (the service's ``/readyz``) once every kind has been listed once; before t
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, cast
@@ -32,7 +33,7 @@ import structlog
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
-from activities.builders.claim import MEMORY_CAPACITY
+from activities.builders.claim import ANNOTATION_PLANNED_PLACEMENTS, MEMORY_CAPACITY
 from activities.builders.common import LABEL_ORDER
 from activities.inventory import RESOURCE_GROUP, RESOURCE_VERSION, Obj, build_nodes, build_snapshot
 from inference_api.gpu_types import GPU_GROUP, GPU_PLURAL, GPU_VERSION
@@ -50,6 +51,7 @@ RESOURCE_CLAIM = "ResourceClaim"
 PHYSICAL_GPU = "PhysicalGPU"
 ORDER_POD = "Pod"
 NODE = "Node"
+CLAIM_TEMPLATE = "ResourceClaimTemplate"
 
 
 class InventoryNotSyncedError(RuntimeError):
@@ -75,6 +77,10 @@ def inventory_resources(api: ApiClient, physical_gpus: bool = True, judge_nodes:
         Resource(DEVICE_CLASS, _custom(custom, RESOURCE_GROUP, RESOURCE_VERSION, "deviceclasses")),
         Resource(RESOURCE_SLICE, _custom(custom, RESOURCE_GROUP, RESOURCE_VERSION, "resourceslices")),
         Resource(RESOURCE_CLAIM, _custom(custom, RESOURCE_GROUP, RESOURCE_VERSION, "resourceclaims")),
+        # A pinned order's template reserves its planned placements (activities.inventory.planned_reservations).
+        Resource(
+            CLAIM_TEMPLATE, _custom(custom, RESOURCE_GROUP, RESOURCE_VERSION, "resourceclaimtemplates"), LABEL_ORDER
+        ),
         Resource(ORDER_POD, core.list_pod_for_all_namespaces, None if judge_nodes else LABEL_ORDER),
     ]
     if judge_nodes:
@@ -150,6 +156,35 @@ def order_claims(claims: Iterable[Obj], order_pods: Mapping[tuple[str, str], str
     return [found for claim in claims if (found := order_claim(claim, order_pods)) is not None]
 
 
+def with_reservations(claims: list[OrderClaim], templates: Iterable[Obj]) -> list[OrderClaim]:
+    """The order claims as the bookings count them when pinned orders' templates reserve their planned
+    placements on the snapshot (``activities.inventory.planned_reservations``): each planned placement
+    counts as a settled replica (the snapshot holds it, allocated or reserved), and an unallocated claim
+    of such an order is not reserved a second time."""
+    reserved: dict[str, int] = {}
+    for template in templates:
+        meta = template.get("metadata") or {}
+        order = (meta.get("labels") or {}).get(LABEL_ORDER)
+        raw = (meta.get("annotations") or {}).get(ANNOTATION_PLANNED_PLACEMENTS)
+        if not order or raw is None or meta.get("deletionTimestamp"):
+            continue
+        try:
+            count = sum(len(p["devices"]) > 0 for p in json.loads(raw))
+        except (ValueError, KeyError, TypeError):
+            continue
+        holder = f"{meta.get('namespace', '')}/{order}"
+        reserved[holder] = reserved.get(holder, 0) + count
+    if not reserved:
+        return claims
+    kept = [c for c in claims if c.allocated or c.holder not in reserved]
+    for holder, count in sorted(reserved.items()):
+        kept += [
+            OrderClaim(holder=holder, name=f"planned#{i}", deviceClass="", allocated=True, reserved=True)
+            for i in range(count)
+        ]
+    return kept
+
+
 # What the planner reads of a Pod and a Node; the cache keeps only this (every pod of the cluster is
 # watched when nodes are judged), and a delivery that changes none of it changes no snapshot.
 _KEPT_POD_SPEC = ("nodeName", "overhead")
@@ -217,7 +252,7 @@ class InventoryInformers:
         self.drivers = tuple(drivers)
         self.informers = {r.kind: Informer(r.kind) for r in resources}
         self.judge_nodes = any(r.kind == NODE for r in resources)
-        for kind in (DEVICE_CLASS, RESOURCE_SLICE, RESOURCE_CLAIM, PHYSICAL_GPU, ORDER_POD, NODE):
+        for kind in (DEVICE_CLASS, RESOURCE_SLICE, RESOURCE_CLAIM, PHYSICAL_GPU, ORDER_POD, NODE, CLAIM_TEMPLATE):
             if kind not in self.informers:
                 # A kind not watched (no PhysicalGPU CRD here) is empty, and synced as such.
                 self.informers[kind] = Informer(kind)
@@ -302,6 +337,7 @@ class InventoryInformers:
             gpus = cast(list[Obj], list(self.informers[PHYSICAL_GPU].cache.values()))
             pods = cast(list[Obj], list(self.informers[ORDER_POD].cache.values()))
             nodes = cast(list[Obj], list(self.informers[NODE].cache.values())) if self.judge_nodes else None
+            templates = cast(list[Obj], list(self.informers[CLAIM_TEMPLATE].cache.values()))
         order_pods: dict[tuple[str, str], str] = {}
         for pod in pods:
             meta = pod.get("metadata") or {}
@@ -316,8 +352,9 @@ class InventoryInformers:
             order_pods,
             drivers=self.drivers,
             nodes=build_nodes(nodes, pods) if nodes is not None else None,
+            claim_templates=templates,
         )
-        claimed = order_claims(claims, order_pods)
+        claimed = with_reservations(order_claims(claims, order_pods), templates)
         with self._lock:
             if self._built is None or self._built[0] < version:
                 self._built = (version, snapshot, claimed)
