@@ -70,3 +70,23 @@ def test_the_order_s_own_allocation_is_not_moved() -> None:
     found = room_by_moving(request(snapshot({"a": [own], "b": [half("ns/y")]})))
     assert found.possible is None
     assert found.node == "a"
+
+
+def test_ai_inference_plan_prints_whether_moving_others_makes_room() -> None:
+    from inference_api.reasons import Reason
+    from worker.dry_run import DryRun, DryRunRefusal, MovingVerdict, render_text
+
+    found = room_by_moving(request(snapshot({"a": [half("ns/x")], "b": [half("ns/y")]})))
+    assert found.possible is True
+    run = DryRun(
+        className="t4-only",
+        namespace="ns",
+        model="acme/llm-1B",
+        source="HuggingFace",
+        planned=False,
+        refusal=DryRunRefusal(condition="Planned", reason=Reason.NO_CAPACITY, message="No room right now"),
+        moving=MovingVerdict(possible=True, message=found.message, node=found.node),
+    )
+    text = render_text(run)
+    assert "would moving other orders make room? yes: moving 1 allocation(s) off a" in text
+    assert "ns/x from a/gpu-0 to b/gpu-0" in text
