@@ -8,14 +8,14 @@ control plane with kube-scheduler's DRA allocator and kwok nodes, the Temporal d
 planner service with its informers, one worker, one observer, the stand-in fleet). N orders of the
 scale benchmark's small model are created at once, spread over three classes made from the bundled
 ``default-llm``: ``one`` (one replica), ``pair`` (minReplicas = maxReplicas = 2) and the bundled
-class itself (autoscaled 1..2: both replicas placed and reserved, one runs).
+class itself (autoscaled 1..2: one replica placed, not pinned; counted for contrast).
 
 Once every order is Ready, each pinned order's claim template says where the plan put each replica
 (the annotation ``ai.deckhouse.io/planned-placements``) and each of its ResourceClaims what the
 scheduler allocated (``status.allocation.devices.results``: pool = node, device). Figures, per class:
 replicas whose allocation is a planned device of a planned node (pinning's guarantee), orders whose
-allocations are exactly the planned placements (as a multiset; for the autoscaled class, the
-allocations are a sub-multiset of the planned ones: its unstarted replica's place stays reserved).
+allocations are exactly planned ones (each allocated replica matched by a planned placement of its
+own); the autoscaled class's templates carry no plan, so its replicas are only counted.
 The planner service's ``ai_inference_planner_plan_seconds`` histogram gives the plans' latency (mean,
 p50, p95, p99 from the buckets) and ``ai_inference_planner_plans_total`` the outcomes.
 It prints figures; it asserts nothing.
@@ -48,7 +48,7 @@ from activities.builders.common import LABEL_ORDER
 CLASSES = ("one", "pair", "default-llm")
 SERVING = ("Ready", "Degraded")
 # Replicas each order's plan places and reserves (maxReplicas).
-PLANNED_REPLICAS = {"one": 1, "pair": 2, "default-llm": 2}
+PLANNED_REPLICAS = {"one": 1, "pair": 2, "default-llm": 1}
 
 
 # ----------------------------------------------------------------------------- pure figures
@@ -251,15 +251,15 @@ async def run(orders: int, h100_nodes: int | None, state_dir: Path | None, keep:
         agree(planned, allocated_places(claims.get(name, [])), figures[cls], name)
     print(f"  fleet: {fleet.describe()} nodes; {len(ready)} of {orders} orders serving in {batch:.1f} s")
     for cls in CLASSES:
-        kind = {"one": "1 replica", "pair": "2 replicas", "default-llm": "autoscaled 1..2, 2 placed"}[cls]
+        kind = {"one": "1 replica", "pair": "2 replicas", "default-llm": "autoscaled 1..2, not pinned"}[cls]
         print(f"  {cls} ({kind}): {figures[cls].line()}")
         for miss in figures[cls].misses[:5]:
             print(f"    {miss}")
     total = Agreement()
-    for cls in CLASSES:
+    for cls in ("one", "pair"):
         for attr in ("orders", "pinned", "replicas", "on_planned", "exact_orders"):
             setattr(total, attr, getattr(total, attr) + getattr(figures[cls], attr))
-    print(f"  all orders: {total.line()}   (target: 100 %)")
+    print(f"  all pinned orders: {total.line()}   (target: 100 %)")
     buckets, seconds, count = difference(
         histogram(after_page, "ai_inference_planner_plan_seconds"),
         histogram(before_page, "ai_inference_planner_plan_seconds"),

@@ -39,11 +39,15 @@ def class_bounds(service_class: InferenceServiceClass) -> tuple[int, int]:
 
 
 def planned_replicas(service_class: InferenceServiceClass) -> int:
-    """How many replicas a plan places (and the workload pins): every replica the order may run, the
-    class's maxReplicas. A replica the autoscaler starts later lands on its planned place, which the
-    order's claim template reserves meanwhile (``activities.inventory.planned_reservations``), so no
-    replica is left to the scheduler to put on capacity planned for another order."""
-    return class_bounds(service_class)[1]
+    """How many replicas a plan places (and the workload pins and reserves): all of them when the class
+    fixes the count (minReplicas = maxReplicas; one without a scalingPolicy); one when the autoscaler
+    chooses between bounds. Reserving an autoscaled order's maxReplicas would hold capacity its idle
+    replicas never use and that preemption counts on lending (a lower-priority order's replicas above
+    its minimum give way to a higher one's): measured, a 1..4 order reserved all four devices of its
+    class and a higher-priority order could not even be planned. So such an order's replicas are
+    left to the scheduler within the plan's device class."""
+    low, high = class_bounds(service_class)
+    return high if low == high else 1
 
 
 def priority_class_name(service_class: InferenceServiceClass) -> str | None:

@@ -148,8 +148,9 @@ def test_every_replica_of_a_fixed_size_order_lands_where_planned(
 def test_a_pinned_orders_unstarted_replicas_keep_their_planned_place(
     local_cluster: LocalCluster, kube_admin: ApiClient, namespace: str
 ) -> None:
-    """An autoscaled order runs its minReplicas; its template reserves every planned placement, so the
-    planner reads the unstarted replica's place as taken (by the order) and plans no one else there."""
+    """A pinned order's template reserves every planned placement until its claims are allocated there
+    (the replicas not started yet, or their claims not allocated): the planner reads the places as
+    taken by the order and plans no one else there."""
     settings = ModuleSettings()
     t4_whole = AcceleratorPolicy(
         allowedDeviceClasses=["nvidia-t4-mps-physical"], allowedSharingModes=[SharingMode.DEDICATED]
@@ -158,7 +159,7 @@ def test_a_pinned_orders_unstarted_replicas_keep_their_planned_place(
     assert outcome.plan is not None, outcome.refusal
     placements = outcome.plan.replicaPlacements
     assert len(placements) == 2
-    scaled = f.service_class(scalingPolicy={"minReplicas": 1, "maxReplicas": 2})
+    scaled = f.service_class(scalingPolicy={"minReplicas": 2, "maxReplicas": 2})
     inputs = f.inputs(
         the_order=f.order(name="elastic", namespace=namespace),
         the_class=scaled,

@@ -107,7 +107,7 @@ def _class(low: int | None, high: int | None) -> InferenceServiceClass:
     return f.service_class(scalingPolicy={"minReplicas": low, "maxReplicas": high})
 
 
-def test_every_replica_the_order_may_run_is_planned() -> None:
+def test_a_fixed_replica_count_is_planned_whole_an_autoscaled_one_replica_at_a_time() -> None:
     assert planned_replicas(_class(None, None)) == 1
     assert planned_replicas(_class(3, 3)) == 3
-    assert planned_replicas(_class(1, 3)) == 3
+    assert planned_replicas(_class(1, 3)) == 1
