@@ -66,6 +66,8 @@ class Agreement:
     replicas: int = 0
     on_planned: int = 0
     exact_orders: int = 0
+    # Planned replicas of pinned orders with no allocation (their pods wait: Pending).
+    waiting: int = 0
     misses: list[str] = field(default_factory=list)
 
     def line(self) -> str:
@@ -76,7 +78,7 @@ class Agreement:
         return (
             f"{self.orders} orders ({self.pinned} pinned), {self.replicas} replicas allocated: "
             f"{self.on_planned} on a planned device ({share:.1f} %); {self.exact_orders} of {self.pinned} pinned "
-            f"orders allocated exactly as planned ({exact:.1f} %)"
+            f"orders allocated exactly as planned ({exact:.1f} %); {self.waiting} planned replica(s) not allocated"
         )
 
 
@@ -107,6 +109,7 @@ def agree(planned: Sequence[Place] | None, allocated: Sequence[Place], into: Agr
     if planned is None:
         return
     into.pinned += 1
+    into.waiting += max(0, len(planned) - len(allocated))
     allowed = set(planned)
     into.on_planned += sum(1 for place in allocated if place in allowed)
     if not Counter(allocated) - Counter(planned):
@@ -257,7 +260,7 @@ async def run(orders: int, h100_nodes: int | None, state_dir: Path | None, keep:
             print(f"    {miss}")
     total = Agreement()
     for cls in ("one", "pair"):
-        for attr in ("orders", "pinned", "replicas", "on_planned", "exact_orders"):
+        for attr in ("orders", "pinned", "replicas", "on_planned", "exact_orders", "waiting"):
             setattr(total, attr, getattr(total, attr) + getattr(figures[cls], attr))
     print(f"  all pinned orders: {total.line()}   (target: 100 %)")
     buckets, seconds, count = difference(

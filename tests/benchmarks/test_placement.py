@@ -40,6 +40,7 @@ def test_agreement_counts_planned_devices_and_exact_orders() -> None:
     agree(None, [("b", "g9")], figures, "unpinned")
     assert (figures.orders, figures.pinned, figures.replicas, figures.on_planned) == (5, 4, 7, 5)
     assert figures.exact_orders == 2
+    assert figures.waiting == 1  # one-running's second planned replica
     assert [m.split(":")[0] for m in figures.misses] == ["stacked", "elsewhere"]
 
 
