@@ -287,7 +287,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--h100-nodes", type=int, default=None, help="H100 nodes (default: ~40 replicas a node)")
     parser.add_argument("--state-dir", type=Path, default=None)
     parser.add_argument("--keep", action="store_true", help="leave the stack running")
-    parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument(
+        "--timeout", type=float, default=900, help="seconds to wait for every order to serve; then the figures"
+    )
     args = parser.parse_args(argv)
     from benchmarks.scale import quiet_logs
 
