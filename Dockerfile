@@ -9,6 +9,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY inference_api/ inference_api/
 COPY planner/ planner/
+COPY recipes/ recipes/
 COPY workflows/ workflows/
 COPY activities/ activities/
 COPY worker/ worker/

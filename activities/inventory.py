@@ -33,6 +33,7 @@ import structlog
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
+from activities.builders.claim import ANNOTATION_PLANNED_PLACEMENTS, MEMORY_CAPACITY
 from activities.builders.common import LABEL_ORDER
 from inference_api.gpu_types import GPU_GROUP, GPU_PLURAL, GPU_VERSION
 from inference_api.types import PlacementType
@@ -130,7 +131,10 @@ def read_inventory(
     if any(_needs_pods(c, drivers) for c in claims):
         pods = _order_pods(api, timeout)
     nodes = _read_nodes(api, timeout) if judge_nodes else None
-    return build_snapshot(classes, slices, claims, gpus, pods or {}, drivers=drivers, nodes=nodes)
+    templates = list(_list_cluster(custom, RESOURCE_GROUP, RESOURCE_VERSION, "resourceclaimtemplates", timeout))
+    return build_snapshot(
+        classes, slices, claims, gpus, pods or {}, drivers=drivers, nodes=nodes, claim_templates=templates
+    )
 
 
 def _read_nodes(api: ApiClient, timeout: float | None) -> list[Node] | None:
@@ -167,9 +171,11 @@ def build_snapshot(
     *,
     drivers: Collection[str] = (GPU_DRIVER,),
     nodes: list[Node] | None = None,
+    claim_templates: Collection[Obj] = (),
 ) -> InventorySnapshot:
     """The snapshot from the objects as the API server returns them (plain dicts). Pure. ``nodes``
-    (``build_nodes``): None, nodes are not judged."""
+    (``build_nodes``): None, nodes are not judged. ``claim_templates``: a pinned order's template
+    reserves each planned placement no claim of the order is allocated on yet (``planned_reservations``)."""
     classes = [_device_class(obj) for obj in sorted(device_classes, key=lambda o: o["metadata"]["name"])]
     raw_devices = list(_slice_devices(resource_slices, drivers))
     gpus = _index_gpus(physical_gpus)
@@ -193,7 +199,70 @@ def build_snapshot(
             continue  # allocated on a device no current slice publishes (a pool being replaced)
         device = devices[index]
         devices[index] = device.model_copy(update={"allocations": [_allocation(device, h) for h in held]})
+    by_key = {d.key: i for i, d in enumerate(devices)}
+    for reserved in planned_reservations(claim_templates, devices):
+        i = by_key[reserved.key]
+        devices[i] = devices[i].model_copy(update={"allocations": [*devices[i].allocations, reserved.allocation]})
     return InventorySnapshot(devices=devices, deviceClasses=classes, nodes=nodes)
+
+
+class Reserved:
+    """A planned placement of a pinned order that no claim of the order is allocated on yet."""
+
+    __slots__ = ("allocation", "deviceClass", "key")
+
+    def __init__(self, key: str, allocation: DeviceAllocation, device_class: str) -> None:
+        self.key = key
+        self.allocation = allocation
+        self.deviceClass = device_class
+
+
+def planned_reservations(templates: Collection[Obj], devices: list[Device]) -> list[Reserved]:
+    """What pinned orders' planned placements hold before their claims are allocated. Pure.
+
+    A pinned order's ResourceClaimTemplate names each replica's planned node and devices (the
+    annotation ``ai.deckhouse.io/planned-placements``) and selects only them, so the capacity is its
+    own whether the replica runs yet or not (a replica the autoscaler starts later lands there): each
+    planned device that does not already hold as many of the order's allocations as the plan put
+    there holds one more, as a claim from the template would (its memory request on a shareable
+    device, else the whole device), with the order as holder (a replan counts it as its own)."""
+    by_key = {d.key: d for d in devices}
+    out: list[Reserved] = []
+    for template in sorted(templates, key=lambda t: (t["metadata"].get("namespace", ""), t["metadata"]["name"])):
+        meta = template.get("metadata") or {}
+        raw = (meta.get("annotations") or {}).get(ANNOTATION_PLANNED_PLACEMENTS)
+        order = (meta.get("labels") or {}).get(LABEL_ORDER)
+        if raw is None or not order or meta.get("deletionTimestamp"):
+            continue
+        try:
+            planned = [(str(p["node"]), str(name)) for p in json.loads(raw) for name in p["devices"]]
+        except (ValueError, KeyError, TypeError):
+            continue
+        requests = (((template.get("spec") or {}).get("spec") or {}).get("devices") or {}).get("requests") or []
+        exactly = (requests[0].get("exactly") or {}) if len(requests) == 1 else {}
+        memory_raw = ((exactly.get("capacity") or {}).get("requests") or {}).get(MEMORY_CAPACITY)
+        memory = _mib(str(memory_raw)) if memory_raw is not None else None
+        holder = f"{meta.get('namespace', '')}/{order}"
+        wanted: dict[str, int] = {}
+        for node, name in planned:
+            wanted[f"{node}/{name}"] = wanted.get(f"{node}/{name}", 0) + 1
+        have = {key: sum(1 for a in by_key[key].allocations if a.holder == holder) for key in wanted if key in by_key}
+        # Replicas not allocated yet; each on a planned device with fewer of them than planned (the
+        # allocator may have stacked two replicas where the plan spread them: no more are counted).
+        remaining = max(0, len(planned) - sum(have.values()))
+        for key, count in wanted.items():
+            device = by_key.get(key)
+            if device is None:
+                continue
+            for _ in range(min(remaining, count - have[key])):
+                remaining -= 1
+                allocation = (
+                    DeviceAllocation(holder=holder, sharePercent=0, memoryMiB=memory)
+                    if memory is not None and device.allowMultipleAllocations
+                    else DeviceAllocation(holder=holder)
+                )
+                out.append(Reserved(key, allocation, str(exactly.get("deviceClassName", ""))))
+    return out
 
 
 def build_nodes(nodes: list[Obj], pods: list[Obj]) -> list[Node]:

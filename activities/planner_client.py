@@ -35,10 +35,18 @@ from kubernetes.client import ApiClient
 
 from activities.inventory import read_inventory
 from inference_api.payloads import PlanInput
-from inference_api.plan import LaunchPlanRequest, OrderFacts, PlanOutcome, RuntimeFallbackFlag
+from inference_api.plan import (
+    MAX_PLANNED_REPLICAS,
+    LaunchPlanRequest,
+    OrderFacts,
+    PlanOutcome,
+    RuntimeFallbackFlag,
+    Toleration,
+)
 from inference_api.settings import ModuleSettings, require_https
 from planner import PlanningRequest, plan_launch
 from planner.recipes import RecipeBook, load_recipe_book
+from planner.scaling import planned_replicas
 
 log = structlog.get_logger(__name__)
 
@@ -78,6 +86,8 @@ def launch_plan_request(request: PlanInput, settings: ModuleSettings) -> LaunchP
         className=request.cls.metadata.name,
         holder=holder_of(request),
         currentPlan=request.current,
+        replicas=min(planned_replicas(request.cls), MAX_PLANNED_REPLICAS),
+        **scheduling(settings),
     )
 
 
@@ -92,14 +102,17 @@ def plan_in_process(
     """What the planner service does for a request, here: read the inventory, plan on it (with the
     settings' workload tolerations and nodeSelector, which the replicas' pods carry)."""
     inventory = read_inventory(api, timeout=timeout)
-    return plan_launch(PlanningRequest(**dict(request), inventory=inventory, **scheduling(settings)), recipes)
+    return plan_launch(PlanningRequest(**{**dict(request), **scheduling(settings)}, inventory=inventory), recipes)
 
 
 def scheduling(settings: ModuleSettings | None) -> dict[str, Any]:
     """The PlanningRequest fields the module settings give: what the replicas' pods tolerate and select."""
     if settings is None:
         return {}
-    return {"tolerations": settings.workload.tolerations, "nodeSelector": settings.workload.nodeSelector}
+    return {
+        "tolerations": [Toleration.model_validate(t) for t in settings.workload.tolerations],
+        "nodeSelector": dict(settings.workload.nodeSelector),
+    }
 
 
 # ----------------------------------------------------------------- audience-bound tokens

@@ -50,6 +50,17 @@ class OrderFacts(BaseModel):
     endpointType: EndpointType = EndpointType.CHAT
 
 
+class ReplicaPlacement(BaseModel):
+    """Where the plan put one replica: its node and its devices."""
+
+    model_config = ConfigDict(extra="forbid")
+    nodeName: str
+    deviceNames: list[str]
+
+
+MAX_PLANNED_REPLICAS = 64
+
+
 class LaunchPlan(BaseModel):
     model_config = ConfigDict(extra="forbid")
     deviceClass: str
@@ -74,10 +85,21 @@ class LaunchPlan(BaseModel):
     )
     deviceSelector: str | None = Field(
         default=None,
-        description="A DRA CEL selector that selects exactly the planned devices, by the unique attribute their "
-        "driver publishes for each (uuid); absent when a device publishes none. The claim carries it, and the "
-        "pod a node affinity to nodeName, so that the cluster allocates what the plan chose.",
+        description="A DRA CEL selector that selects exactly the planned devices (every replica's), by the unique "
+        "attribute their driver publishes for each (uuid); absent when a device publishes none. The claim carries "
+        "it, and the pod a node affinity to the planned nodes, so that the cluster allocates what the plan chose.",
     )
+    replicaPlacements: list[ReplicaPlacement] = Field(
+        default_factory=list,
+        description="Where each replica goes, when the request asked for several (the first is nodeName and "
+        "deviceNames); empty: one replica was planned.",
+    )
+
+    def placements(self) -> list[ReplicaPlacement]:
+        """Every replica's placement the plan made (one when it made none per replica)."""
+        if self.replicaPlacements:
+            return list(self.replicaPlacements)
+        return [ReplicaPlacement(nodeName=self.nodeName, deviceNames=self.deviceNames)] if self.nodeName else []
 
     def resolved(self, replan_count: int) -> ResolvedStatus:
         return ResolvedStatus(
@@ -89,6 +111,18 @@ class LaunchPlan(BaseModel):
             sharePercent=self.sharePercent,
             replanCount=replan_count,
         )
+
+
+class Toleration(BaseModel):
+    """A pod toleration (core/v1 Toleration): the module settings' workload.tolerations, which every
+    replica's pod carries."""
+
+    model_config = ConfigDict(extra="forbid")
+    key: str | None = None
+    operator: str = Field(default="Equal", description="Equal or Exists.")
+    value: str | None = None
+    effect: str | None = Field(default=None, description="Empty: every effect.")
+    tolerationSeconds: int | None = None
 
 
 class RuntimeFallbackFlag(BaseModel):
@@ -121,6 +155,21 @@ class LaunchPlanRequest(BaseModel):
         default=None,
         description="The plan the order already holds. On the devices it names, one allocation of its share is "
         "the order's own and is not counted against it (for inventories that cannot tell holders apart).",
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=list,
+        description="What the replicas' pods tolerate (module settings workload.tolerations): a node with a "
+        "NoSchedule/NoExecute taint none of them tolerates is not planned on.",
+    )
+    nodeSelector: dict[str, str] = Field(
+        default_factory=dict, description="The replicas' pods' nodeSelector (module settings workload.nodeSelector)."
+    )
+    replicas: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_PLANNED_REPLICAS,
+        description="How many replicas to place, each on capacity of its own (an order whose replica count is "
+        "fixed: all of them); they share the first's device class, share and recipe.",
     )
 
 

@@ -55,10 +55,13 @@ class Booking:
     # What each replica's pod requests of its node (the plan's cpu and memory): held on the node too.
     podCpuMilli: int = 0
     podMemoryMiB: int = 0
+    # Where the plan put each replica beyond the first (node, devices), when it placed several.
+    more: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @classmethod
-    def of_plan(cls, holder: str, plan: LaunchPlan, now: float, replicas: int = 1) -> Booking:
-        """The booking of an answered plan; its memory is what the order's claim template will ask."""
+    def of_plan(cls, holder: str, plan: LaunchPlan, now: float, replicas: int | None = None) -> Booking:
+        """The booking of an answered plan; its memory is what the order's claim template will ask.
+        ``replicas``: the plan's placements (one when it made none per replica)."""
         share = plan.sharePercent
         memory = None
         if share < 100:
@@ -71,16 +74,27 @@ class Booking:
             deviceCount=plan.deviceCount,
             sharePercent=share,
             memoryMiB=memory,
-            replicas=replicas,
+            replicas=replicas if replicas is not None else max(1, len(plan.replicaPlacements)),
             bookedAt=now,
             node=plan.nodeName,
             devices=tuple(plan.deviceNames),
             podCpuMilli=math.ceil(Quantity.of(plan.cpu).value * 1000),
             podMemoryMiB=math.ceil(Quantity.of(plan.memory).value / (1024 * 1024)),
+            more=tuple((p.nodeName, tuple(p.deviceNames)) for p in plan.replicaPlacements[1:]),
         )
+
+    def placement(self, i: int) -> tuple[str | None, tuple[str, ...]]:
+        """Where the plan put replica ``i`` (None, (): it named no place for it)."""
+        if i == 0:
+            return self.node, self.devices
+        if i - 1 < len(self.more):
+            return self.more[i - 1]
+        return None, ()
 
     def matches(self, claim: OrderClaim) -> bool:
         """Whether the claim is one a replica of this plan makes (class, device count, memory request)."""
+        if claim.reserved:
+            return claim.holder == self.holder
         return (
             claim.holder == self.holder
             and claim.deviceClass == self.deviceClass
@@ -100,6 +114,9 @@ class OrderClaim:
     # The claim's gpu.deckhouse.io/memory request, MiB; None: whole devices.
     memoryMiB: int | None = None
     allocated: bool = False
+    # A pinned order's planned placement that the snapshot already holds (its claim template reserves
+    # it): it settles one replica of the order's booking, whatever its shape.
+    reserved: bool = False
 
 
 @dataclass(frozen=True)
@@ -164,6 +181,8 @@ def needs(bookings: Iterable[Booking], claims: Sequence[OrderClaim]) -> list[Nee
     for booking in sorted(bookings, key=lambda b: (b.bookedAt, b.holder)):
         count = outstanding(booking, claims)
         for i in range(count):
+            # Where the plan put the replica (each placement it made, in order); else where it fits best.
+            node, devices = booking.placement(i)
             out.append(
                 Need(
                     booking.holder,
@@ -171,9 +190,8 @@ def needs(bookings: Iterable[Booking], claims: Sequence[OrderClaim]) -> list[Nee
                     booking.deviceCount,
                     booking.sharePercent,
                     booking.memoryMiB,
-                    # The plan named the devices of one replica; the others go where they fit best.
-                    booking.node if i == 0 else None,
-                    booking.devices if i == 0 else (),
+                    node,
+                    devices,
                 )
             )
         mine = [c for c in pending if booking.matches(c)]

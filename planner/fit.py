@@ -17,10 +17,10 @@ import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from inference_api.plan import LaunchPlanRequest, RecipeSource
+from inference_api.plan import LaunchPlanRequest, RecipeSource, Toleration
 from inference_api.types import PlacementType, SharingMode
 from planner.fragmentation import Workload
-from planner.inventory import AllocationId, Device, Occupancy, Toleration
+from planner.inventory import AllocationId, Device, Occupancy
 from planner.model_facts import estimate_cpu, estimate_memory_gib, weights_gib
 from planner.nodes import NodeProblem, PodDemand, free_cpu_milli, free_memory_mib, node_problem
 from planner.placement import Shape, Slot, class_sets
@@ -289,57 +289,42 @@ def _fragmentation_single(
     then node and name."""
     need = choice.needMiB
     pod = judge.pod(1, choice)
-    best: tuple[int, float, float, str, str, Slot] | None = None
+    best: _NodeBest | None = None
     # A node's best is a function of its content and of the shape's parameters: kept on the snapshot
-    # by the node's fingerprint, it is judged again only when the node changed.
-    results: dict[tuple[object, ...], tuple[float, float, str, Slot] | _Unjudged | None] | None = None
+    # by the node's fingerprint, it is judged again only when the node changed. Not for an order that
+    # holds allocations itself (its own devices rank first, which no other plan shares).
+    results: dict[tuple[object, ...], _NodeBest | _Unjudged | None] | None = None
     if not own:
         results = judge.index.cached("nodeBest", dict)
         if len(results) > 400_000:
             results.clear()
         params = (id(shape.byNode), share.percent, need, pod, judge.context)
     for node, pairs in shape.byNode.items():
-        if results is not None:
+        if results is None:
+            node_best = _node_best(node, pairs, occupancies, share, need, pod, choice, judge, own)
+        else:
             result_key = (node, _fingerprint(judge.index, node), params)
-            node_best = results.get(result_key, _UNJUDGED)
-            if node_best is _UNJUDGED:
-                node_best = results[result_key] = _node_best(node, pairs, occupancies, share, need, pod, choice, judge)
-            if node_best is not None:
-                assert not isinstance(node_best, _Unjudged)
-                delta, free, _, found = node_best
-                rank = (1, delta, free, node, found.device.name)
-                if best is None or rank < best[:5]:
-                    best = (*rank, found)
-            continue
-        if judge.node_problem(node, 1, choice) is not None:
-            continue
-        state: _NodeState | None = None
-        levels: dict[int, float] = {}
-        for key, slot in pairs:
-            d = slot.device
-            occ = occupancies[key]
-            if not _has_room(d, occ, share, need):
-                continue
-            if state is None:
-                state = judge.state(node, occupancies)
-            level = free_percent(d, occ)
-            known = levels.get(level)
-            delta = known if known is not None else round(judge.delta(state, (key,), share.percent, pod), 6)
-            levels[level] = delta
-            held = 0 if own and _is_held(d, own) else 1
-            if best is not None and (held, delta) > best[:2]:
-                continue
-            rank = (held, delta, free_mib(d, occ), node, d.name)
-            if best is None or rank < best[:5]:
-                best = (*rank, slot)
+            found = results.get(result_key, _UNJUDGED)
+            if isinstance(found, _Unjudged):
+                found = results[result_key] = _node_best(node, pairs, occupancies, share, need, pod, choice, judge, own)
+            elif found is None:
+                # Kept from an earlier plan: this plan's refusal must still learn why the node failed.
+                judge.node_problem(node, 1, choice)
+            node_best = found
+        if node_best is not None and (best is None or node_best[:5] < best[:5]):
+            best = node_best
     if best is None:
         return None
-    slot = best[5]
+    held, delta, free, _, _, slot = best
     d = slot.device
     return Candidate(
         slot.deviceClass, slot.classOrder, (d,), slot.mode, share, choice, need,
-        _is_held(d, own), best[2], _waste(d, share, need), best[1],
+        held == 0, free, _waste(d, share, need), delta,
     )  # fmt: skip
+
+
+# (0 when the order holds the device else 1, fragmentation growth, free memory, node, device name, slot)
+_NodeBest = tuple[int, float, float, str, str, Slot]
 
 
 class _Unjudged:
@@ -367,13 +352,15 @@ def _node_best(
     pod: PodDemand,
     choice: RecipeChoice,
     judge: Judge,
-) -> tuple[float, float, str, Slot] | None:
-    """(fragmentation growth, free memory, node, slot) of the node's best device for the shape."""
+    own: frozenset[AllocationId] = frozenset(),
+) -> _NodeBest | None:
+    """The node's best device for the shape, ranked as ``_fragmentation_single`` ranks every device:
+    held, fragmentation growth, free memory, node, name. None: no device of the node can take it."""
     if judge.node_problem(node, 1, choice) is not None:
         return None
     state: _NodeState | None = None
     levels: dict[int, float] = {}
-    best: tuple[float, float, str, str, Slot] | None = None
+    best: _NodeBest | None = None
     for key, slot in pairs:
         d = slot.device
         occ = occupancies[key]
@@ -381,14 +368,16 @@ def _node_best(
             continue
         if state is None:
             state = judge.state(node, occupancies)
+        # The growth depends on the device's free share only: judged once per level.
         level = free_percent(d, occ)
         delta = levels.get(level)
         if delta is None:
             delta = levels[level] = round(judge.delta(state, (key,), share.percent, pod), 6)
-        rank = (delta, free_mib(d, occ), node, d.name)
-        if best is None or rank < best[:4]:
-            best = (*rank, slot)
-    return None if best is None else (best[0], best[1], best[2], best[4])
+        held = 0 if own and _is_held(d, own) else 1
+        rank = (held, delta, free_mib(d, occ), node, d.name, slot)
+        if best is None or rank[:5] < best[:5]:
+            best = rank
+    return best
 
 
 def _has_room(device: Device, occ: Occupancy, share: ShareDecision, need_mib: int) -> bool:

@@ -123,16 +123,6 @@ class Taint(_Model):
     effect: str = Field(description="NoSchedule, PreferNoSchedule or NoExecute.")
 
 
-class Toleration(_Model):
-    """A pod toleration (core/v1 Toleration): the module settings' workload.tolerations."""
-
-    key: str | None = None
-    operator: str = Field(default="Equal", description="Equal or Exists.")
-    value: str | None = None
-    effect: str | None = Field(default=None, description="Empty: every effect.")
-    tolerationSeconds: int | None = None
-
-
 class Node(_Model):
     """What the scheduler judges of a node before it binds a pod there: allocatable CPU, memory and
     pods minus what the pods bound there request, taints, and whether it is cordoned."""

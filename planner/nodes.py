@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from planner.inventory import Node, Taint, Toleration
+from inference_api.plan import Toleration
+from planner.inventory import Node, Taint
 
 BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 

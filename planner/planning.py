@@ -44,10 +44,12 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from inference_api.plan import LaunchPlan, LaunchPlanRequest, PlanOutcome
+from inference_api.plan import LaunchPlan, LaunchPlanRequest, PlanOutcome, ReplicaPlacement
+from inference_api.types import AcceleratorPolicy, PlacementType, SharingMode
+from planner.bookings import Booking
 from planner.fit import Candidate, Judge, PodRequests, fit
 from planner.fragmentation import RecentDemand, workload_of
-from planner.inventory import Device, InventorySnapshot, Toleration
+from planner.inventory import Device, DeviceAllocation, InventorySnapshot
 from planner.model_facts import estimate_cpu, estimate_memory_gib, estimate_model_volume_gib, weights_gib
 from planner.placement import place
 from planner.policy import effective_policy
@@ -73,8 +75,6 @@ class PlanningRequest(LaunchPlanRequest):
     orders that came recently (for the fragmentation-aware choice) and, rarely, an explicit demand."""
 
     inventory: InventorySnapshot = Field(default_factory=InventorySnapshot)
-    tolerations: list[Toleration] = Field(default_factory=list)
-    nodeSelector: dict[str, str] = Field(default_factory=dict, description="module settings workload.nodeSelector")
     recentDemands: list[RecentDemand] | None = Field(
         default=None, description="None or empty: best fit alone chooses among the places that fit."
     )
@@ -87,8 +87,91 @@ def plan_launch(request: PlanningRequest, recipes: RecipeBook | None = None) -> 
 
 
 def plan_launch_traced(request: PlanningRequest, recipes: RecipeBook | None = None) -> tuple[PlanOutcome, Trace]:
-    """``plan_launch`` with what each stage saw, and why the chosen place won (``Trace.choice``)."""
+    """``plan_launch`` with what each stage saw, and why the chosen place won (``Trace.choice``).
+
+    Several replicas (``request.replicas``): the first is planned as one order is; each next one on
+    the snapshot with the earlier ones held on their devices and their pods on their nodes (as the
+    service's bookings hold them), within the first's device class, and kept only when it gets the
+    same device class, device count, share and memory request (the replicas share one claim template).
+    The plan names every placement (``replicaPlacements``) and its ``deviceSelector`` selects all their
+    devices; when fewer than asked fit, it names those that did (the workload is then not pinned:
+    ``activities.builders.claim.pinned``) and the trace says so."""
     book = recipes or load_recipe_book()
+    outcome, trace = _plan_one(request, book)
+    if outcome.plan is None or request.replicas <= 1 or outcome.plan.nodeName is None:
+        return outcome, trace
+    first = outcome.plan
+    placements = [ReplicaPlacement(nodeName=first.nodeName, deviceNames=first.deviceNames)]
+    snapshot = request.inventory
+    policy = (request.acceleratorPolicy or _DEFAULT_POLICY).model_copy(
+        update={"allowedDeviceClasses": [first.deviceClass]}
+    )
+    previous = first
+    for i in range(1, request.replicas):
+        snapshot = _held(snapshot, previous, f"{request.holder or ''}#replica-{i}")
+        one = request.model_copy(update={"inventory": snapshot, "replicas": 1, "acceleratorPolicy": policy})
+        found, _ = _plan_one(one, book)
+        nxt = found.plan
+        if nxt is None or nxt.nodeName is None or _shape(nxt) != _shape(first):
+            break
+        placements.append(ReplicaPlacement(nodeName=nxt.nodeName, deviceNames=nxt.deviceNames))
+        previous = nxt
+    by_key = {d.key: d for d in request.inventory.devices}
+    devices = list({f"{p.nodeName}/{n}": None for p in placements for n in p.deviceNames})
+    selector = device_selector([by_key[k] for k in devices]) if all(k in by_key for k in devices) else None
+    where = "; ".join(f"{p.nodeName}/{','.join(p.deviceNames)}" for p in placements)
+    placed = f"{len(placements)} of {request.replicas} replicas placed ({where})"
+    if len(placements) < request.replicas:
+        placed += ": not every replica has room, so the workload is not pinned"
+    trace.choice = f"{trace.choice}; {placed}" if trace.choice else placed
+    plan = first.model_copy(update={"replicaPlacements": placements, "deviceSelector": selector})
+    return PlanOutcome(plan=plan), trace
+
+
+_DEFAULT_POLICY = AcceleratorPolicy(
+    allowedSharingModes=[SharingMode.DEDICATED], allowedPlacementTypes=[PlacementType.WHOLE_DEVICE]
+)
+
+
+def _shape(plan: LaunchPlan) -> tuple[object, ...]:
+    """What every replica of one claim template must share."""
+    return (plan.deviceClass, plan.deviceCount, plan.sharePercent, plan.memoryRequestMiB, plan.cpu, plan.memory)
+
+
+def _held(snapshot: InventorySnapshot, plan: LaunchPlan, holder: str) -> InventorySnapshot:
+    """The snapshot with the plan's replica held on its devices (as a booking holds it: its share and
+    memory on a shareable device, the whole device otherwise) and its pod's requests on its node."""
+    booking = Booking.of_plan(holder, plan, 0.0)
+    names = set(plan.deviceNames)
+    devices = []
+    for d in snapshot.devices:
+        if d.node == plan.nodeName and d.name in names:
+            part = (
+                DeviceAllocation(holder=holder)
+                if booking.memoryMiB is None or not d.allowMultipleAllocations
+                else DeviceAllocation(holder=holder, sharePercent=booking.sharePercent, memoryMiB=booking.memoryMiB)
+            )
+            d = d.model_copy(update={"allocations": [*d.allocations, part]})
+        devices.append(d)
+    nodes = snapshot.nodes
+    if nodes is not None:
+        nodes = [
+            n.model_copy(
+                update={
+                    "requestedCpuMilli": n.requestedCpuMilli + booking.podCpuMilli,
+                    "requestedMemoryMiB": n.requestedMemoryMiB + booking.podMemoryMiB,
+                    "podCount": n.podCount + 1,
+                }
+            )
+            if n.name == plan.nodeName
+            else n
+            for n in nodes
+        ]
+    return snapshot.model_copy(update={"devices": devices, "nodes": nodes})
+
+
+def _plan_one(request: PlanningRequest, book: RecipeBook) -> tuple[PlanOutcome, Trace]:
+    """One replica's plan."""
     policy = effective_policy(request.acceleratorPolicy)
     trace = Trace()
     index = SnapshotIndex(request.inventory)
@@ -120,7 +203,8 @@ def plan_launch_traced(request: PlanningRequest, recipes: RecipeBook | None = No
         return PlanOutcome(plan=_launch_plan(best, judge)), trace
     if trace.nodeProblems:
         # Would a device have room if the nodes were not judged? Then the nodes are what is missing.
-        unjudged = Judge(index, (), judge.demand, None, judge.deviceCount, judge_nodes=False)
+        # The same choice (the shapes were built for it: no free-memory order with recent demands).
+        unjudged = Judge(index, (), judge.demand, judge.workload, judge.deviceCount, judge_nodes=False)
         found, _ = fit(request, policy, index, runnable, choices, Trace(), unjudged)
         if found:
             best = min(found, key=Candidate.rank)

@@ -45,9 +45,9 @@ from planner.model_facts import (
     resolve_parameter_count,
 )
 
-# The shipped tables are package data (``planner/data/``), read through importlib.resources so an
-# installed wheel plans exactly as the source tree does.
-RECIPES_PACKAGE = "planner.data"
+# The shipped tables are package data of the top-level ``recipes`` package (``recipes/``), read through
+# importlib.resources so an installed wheel plans exactly as the source tree does.
+RECIPES_PACKAGE = "recipes"
 COMPILED_FILE = "runtime-recipes.compiled.yaml"
 TAXONOMY_FILE = "recipe-taxonomy.yaml"
 FAMILIES_FILE = "platform-hardware-families.yaml"

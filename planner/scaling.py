@@ -38,6 +38,18 @@ def class_bounds(service_class: InferenceServiceClass) -> tuple[int, int]:
     return (policy.minReplicas, policy.maxReplicas) if policy is not None else (1, 1)
 
 
+def planned_replicas(service_class: InferenceServiceClass) -> int:
+    """How many replicas a plan places (and the workload pins and reserves): all of them when the class
+    fixes the count (minReplicas = maxReplicas; one without a scalingPolicy); one when the autoscaler
+    chooses between bounds. Reserving an autoscaled order's maxReplicas would hold capacity its idle
+    replicas never use and that preemption counts on lending (a lower-priority order's replicas above
+    its minimum give way to a higher one's): measured, a 1..4 order reserved all four devices of its
+    class and a higher-priority order could not even be planned. So such an order's replicas are
+    left to the scheduler within the plan's device class."""
+    low, high = class_bounds(service_class)
+    return high if low == high else 1
+
+
 def priority_class_name(service_class: InferenceServiceClass) -> str | None:
     """The first allowed priority class: the class admits it, the order cannot choose."""
     policy = service_class.spec.scalingPolicy

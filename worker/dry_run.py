@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict
 
 from activities.inventory import read_inventory
 from activities.order import OrderActivities
-from activities.planner_client import launch_plan_request, scheduling
+from activities.planner_client import launch_plan_request
 from activities.release import order_timings
 from inference_api.payloads import OrderRef, PlanInput
 from inference_api.plan import LaunchPlan, PlanOutcome, PlanRefusal
@@ -45,6 +45,7 @@ from inference_api.types import (
 )
 from planner import PlanningRequest, plan_launch
 from planner.inventory import InventorySnapshot
+from planner.moves import room_by_moving
 from planner.recipes import load_recipe_book
 from workflows.validation import check_catalog_enabled, check_class, check_model_policy, pick_endpoint_type
 
@@ -70,6 +71,20 @@ class DeviceClassVerdict(BaseModel):
     refusal: PlanRefusal | None = None
 
 
+class MovingVerdict(BaseModel):
+    """Would moving other orders make room for it (``planner.moves.room_by_moving``)?"""
+
+    model_config = ConfigDict(extra="forbid")
+    possible: bool
+    message: str
+    node: str | None = None
+    moves: list[dict[str, str]] = []
+
+
+# Refusals about room (not about the model or the class): the ones moving other orders may answer.
+ROOM_REASONS = frozenset({Reason.NO_CAPACITY, Reason.RESOURCE_CLAIM_EXHAUSTED, Reason.NO_SCHEDULABLE_NODE})
+
+
 class DryRun(BaseModel):
     """What ``ai-inference plan`` reports (``-o json`` prints it as is)."""
 
@@ -87,6 +102,8 @@ class DryRun(BaseModel):
     # Per device class the class allows (every one of the cluster when it names none); empty when a
     # step before planning refused.
     deviceClasses: list[DeviceClassVerdict] = []
+    # For an order refused for room: whether moving other orders would make room (planner.moves).
+    moving: MovingVerdict | None = None
 
 
 def order_for(class_name: str, namespace: str, model: str, source: ModelSource, kind: str | None) -> InferenceService:
@@ -188,13 +205,20 @@ async def dry_run(
 
     def plan_with(policy: AcceleratorPolicy | None) -> PlanOutcome:
         body = request.model_copy(update={"acceleratorPolicy": policy})
-        return plan_launch(PlanningRequest(**dict(body), inventory=inventory, **scheduling(settings)), recipes)
+        return plan_launch(PlanningRequest(**dict(body), inventory=inventory), recipes)  # body: the settings too
 
     outcome = plan_with(cls.spec.acceleratorPolicy)
     for device_class in device_classes_of(cls, inventory):
         one = plan_with(narrowed(cls.spec.acceleratorPolicy, device_class))
         result.deviceClasses.append(DeviceClassVerdict(deviceClass=device_class, plan=one.plan, refusal=one.refusal))
     if outcome.refusal is not None:
+        if outcome.refusal.reason in ROOM_REASONS:
+            found = room_by_moving(PlanningRequest(**dict(request), inventory=inventory), recipes)
+            if found.possible is not None:
+                moves = [{"holder": m.holder, "from": m.source, "to": m.target} for m in found.moves]
+                result.moving = MovingVerdict(
+                    possible=found.possible, message=found.message, node=found.node, moves=moves
+                )
         return refused(ConditionType.PLANNED, outcome.refusal.reason, outcome.refusal.message)
     result.plan = outcome.plan
     result.planned = True
@@ -215,6 +239,8 @@ def render_text(run: DryRun) -> str:
     if run.refusal is not None:
         lines.append(f"  the order would wait: {run.refusal.condition}=False, reason {run.refusal.reason}")
         lines.append(f"  {run.refusal.message}")
+    if run.moving is not None:
+        lines.append(f"  would moving other orders make room? {run.moving.message}")
     if run.deviceClasses:
         lines.append("per device class:")
         for verdict in run.deviceClasses:

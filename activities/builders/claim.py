@@ -7,14 +7,16 @@ number of devices and the share; a share of 1..99 percent becomes a consumable-c
 the model needs, so the scheduler packs several orders onto one physical device. A whole
 device (share 100) carries no capacity request: the device class alone selects it.
 
-The plan is what the cluster does: for an order of one replica, the claim also carries the plan's
-``deviceSelector`` (a CEL selector on the unique ``uuid`` attribute the GPU driver publishes for each
-device) and the pod template a node affinity to the plan's node (``pinned``), so the DRA allocator
-can only allocate the planned devices on the planned node.
+The plan is what the cluster does: when the plan placed every replica the order may run (``pinned``),
+the claim also carries the plan's ``deviceSelector`` (a CEL selector on the unique ``uuid`` attribute
+the GPU driver publishes for each device, over every replica's devices) and the pod template a node
+affinity to the planned nodes, so the DRA allocator can only allocate planned devices on planned
+nodes; the template's annotation ``ai.deckhouse.io/planned-placements`` records each replica's.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from activities.builders.autoscaling import replica_bounds
@@ -22,6 +24,8 @@ from activities.builders.common import DEVICE_REQUEST, WorkloadInputs, labels, o
 from inference_api.plan import LaunchPlan
 
 RESOURCE_API_VERSION = "resource.k8s.io/v1"
+# On the claim template: where the plan put each replica (``planned_placements``).
+ANNOTATION_PLANNED_PLACEMENTS = "ai.deckhouse.io/planned-placements"
 # The capacity the gpu module publishes on shareable devices (allowMultipleAllocations).
 MEMORY_CAPACITY = "gpu.deckhouse.io/memory"
 
@@ -48,12 +52,34 @@ def memory_request_mib(plan: LaunchPlan) -> int | None:
 
 
 def pinned(inputs: WorkloadInputs) -> bool:
-    """Does the workload pin the plan's node and devices? When the order runs one replica at most: the
-    one claim the template makes selects exactly the planned devices and the pod is bound to the
-    planned node, so the allocation is the plan. Several replicas share one pod template and one claim
-    template, and a plan places one replica: pinning them all to its devices would stack them there,
-    so they are left to the scheduler (the planner's bookings count them, not where they land)."""
-    return bool(inputs.plan.nodeName) and replica_bounds(inputs.service_class, inputs.replica_ceiling).max == 1
+    """Does the workload pin the plan's nodes and devices? When the plan placed every replica the order
+    may run (the class's maxReplicas, or its lowered ceiling; one for an order of one replica): the
+    claim template selects exactly the planned devices (``deviceSelector``, all the replicas') and the
+    pod template requires the planned nodes, so every replica's claim is allocated on planned devices.
+    Otherwise (an autoscaled order: the planner places one replica, ``planner.scaling.planned_replicas``;
+    or not every replica had room) pinning would leave the unplanned replicas nowhere to go, so they are
+    left to the scheduler (the planner's bookings count them, not where they land)."""
+    plan = inputs.plan
+    if not plan.nodeName:
+        return False
+    return len(plan.placements()) >= _max_replicas(inputs)
+
+
+def _max_replicas(inputs: WorkloadInputs) -> int:
+    return replica_bounds(inputs.service_class, inputs.replica_ceiling).max
+
+
+def planned_nodes(plan: LaunchPlan) -> list[str]:
+    """The nodes the plan placed its replicas on, each once, in order."""
+    return list(dict.fromkeys(p.nodeName for p in plan.placements()))
+
+
+def planned_placements(plan: LaunchPlan, replicas: int) -> str:
+    """The plan's placements of the first ``replicas`` replicas (a preemption ceiling gives the rest
+    back) as the claim template's annotation records them (JSON: a list of ``{"node", "devices"}``):
+    what the inventory reserves for the order, and what was planned, read back beside what was allocated."""
+    placed = plan.placements()[:replicas]
+    return json.dumps([{"node": p.nodeName, "devices": p.deviceNames} for p in placed], separators=(",", ":"))
 
 
 def build_claim_template(inputs: WorkloadInputs) -> dict[str, Any]:
@@ -71,7 +97,14 @@ def build_claim_template(inputs: WorkloadInputs) -> dict[str, Any]:
     return {
         "apiVersion": RESOURCE_API_VERSION,
         "kind": "ResourceClaimTemplate",
-        "metadata": object_meta(inputs, inputs.names.claim_template, "accelerator"),
+        "metadata": object_meta(
+            inputs,
+            inputs.names.claim_template,
+            "accelerator",
+            {ANNOTATION_PLANNED_PLACEMENTS: planned_placements(plan, _max_replicas(inputs))}
+            if pinned(inputs)
+            else None,
+        ),
         "spec": {
             # The claims made from the template carry the order's labels, so `kubectl get
             # resourceclaims -l ai.deckhouse.io/inference-service=<order>` finds them.

@@ -9,7 +9,7 @@ is installed once into the cache and reused::
     <cache>/vllm-<version>/.lock           concurrent callers wait instead of installing twice
 
 ``<cache>`` is ``$AI_INFERENCE_CACHE`` or ``~/.cache/ai-inference``. The version is the one the
-shipped recipe table names (``planner/data/runtime-recipes.compiled.yaml``), so moving the recipes
+shipped recipe table names (``recipes/runtime-recipes.compiled.yaml``), so moving the recipes
 to a new release moves the checked environment with them. An install interrupted halfway leaves
 no marker: the next call removes the venv and installs again. A cold install downloads torch and
 the CUDA libraries (about 3 minutes and 9.4 GB here); no GPU is needed to install it or to build

@@ -1,12 +1,19 @@
-"""The plan is what the cluster does: an order of one replica is pinned to the planned node and devices."""
+"""The plan is what the cluster does: an order whose every replica the plan placed is pinned to the
+planned nodes and devices."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from activities.builders.claim import build_claim_template, claim_template_spec_differs, pinned
+from activities.builders.claim import (
+    ANNOTATION_PLANNED_PLACEMENTS,
+    build_claim_template,
+    claim_template_spec_differs,
+    pinned,
+)
 from activities.builders.statefulset import build_statefulset
-from inference_api.plan import LaunchPlan
+from inference_api.plan import LaunchPlan, ReplicaPlacement
 from planner.inventory import Device
 from planner.planning import device_selector
 from tests import factories as f
@@ -32,6 +39,39 @@ def test_one_replica_is_pinned_to_the_planned_node_and_devices() -> None:
     affinity = build_statefulset(one)["spec"]["template"]["spec"]["affinity"]
     terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-h100-0"]}]}]
+
+
+def test_every_planned_replica_is_pinned_to_the_planned_nodes_and_devices() -> None:
+    placements = [
+        ReplicaPlacement(nodeName="gpu-h100-0", deviceNames=["gpu-1"]),
+        ReplicaPlacement(nodeName="gpu-h100-1", deviceNames=["gpu-0"]),
+        ReplicaPlacement(nodeName="gpu-h100-0", deviceNames=["gpu-1"]),
+    ]
+    union = 'device.attributes["gpu.deckhouse.io"].uuid in ["GPU-1", "GPU-2"]'
+    fixed = f.service_class(scalingPolicy={"minReplicas": 3, "maxReplicas": 3})
+    three = f.inputs(the_class=fixed, the_plan=_plan(replicaPlacements=placements, deviceSelector=union))
+    assert pinned(three)
+    template = build_claim_template(three)
+    assert _exactly(template)["selectors"] == [{"cel": {"expression": union}}]
+    recorded = json.loads(template["metadata"]["annotations"][ANNOTATION_PLANNED_PLACEMENTS])
+    assert recorded == [{"node": p.nodeName, "devices": p.deviceNames} for p in placements]
+    affinity = build_statefulset(three)["spec"]["template"]["spec"]["affinity"]
+    terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-h100-0", "gpu-h100-1"]}]}
+    ]
+    # A preemption ceiling lowers the replicas: the planned set still covers them, and the places
+    # beyond the ceiling are given back (not reserved).
+    lowered = f.inputs(the_class=fixed, the_plan=three.plan, replica_ceiling=2)
+    assert pinned(lowered)
+    kept = json.loads(build_claim_template(lowered)["metadata"]["annotations"][ANNOTATION_PLANNED_PLACEMENTS])
+    assert kept == recorded[:2]
+    # Fewer placements than replicas: the unplanned replica would have nowhere to go.
+    short = f.inputs(the_class=fixed, the_plan=_plan(replicaPlacements=placements[:2], deviceSelector=union))
+    assert not pinned(short)
+    assert "selectors" not in _exactly(build_claim_template(short))
+    assert "affinity" not in build_statefulset(short)["spec"]["template"]["spec"]
+    assert "annotations" not in build_claim_template(short)["metadata"]
 
 
 def test_several_replicas_share_one_template_and_are_left_to_the_scheduler() -> None:

@@ -17,6 +17,7 @@ from kubernetes.client import ApiClient, CoreV1Api
 
 from activities.builders.claim import build_claim_template
 from activities.builders.statefulset import build_statefulset
+from activities.inventory import read_inventory
 from activities.planner_client import plan_in_process
 from devstack.cluster.launcher import LocalCluster
 from inference_api.plan import LaunchPlan, LaunchPlanRequest, OrderFacts, PlanOutcome
@@ -42,8 +43,12 @@ T4_OR_H100 = AcceleratorPolicy(
 )
 
 
-def plan(api: ApiClient, model: str, policy: AcceleratorPolicy, settings: ModuleSettings) -> PlanOutcome:
-    request = LaunchPlanRequest(facts=OrderFacts(modelName=model), acceleratorPolicy=policy, className="test")
+def plan(
+    api: ApiClient, model: str, policy: AcceleratorPolicy, settings: ModuleSettings, replicas: int = 1
+) -> PlanOutcome:
+    request = LaunchPlanRequest(
+        facts=OrderFacts(modelName=model), acceleratorPolicy=policy, className="test", replicas=replicas
+    )
     return plan_in_process(request, api, settings=settings)
 
 
@@ -95,6 +100,87 @@ def test_orders_land_on_the_planned_node_and_devices(
         assert (result["pool"], [result["device"]]) == (outcome.plan.nodeName, outcome.plan.deviceNames)
         agreed += 1
     assert agreed == len(models)
+
+
+def test_every_replica_of_a_fixed_size_order_lands_where_planned(
+    local_cluster: LocalCluster, kube_admin: ApiClient, namespace: str
+) -> None:
+    """Three replicas (the class fixes minReplicas = maxReplicas = 3) of one claim template: the plan
+    places each, the template selects the planned devices and the pods require the planned nodes; every
+    claim the scheduler allocates is a planned device, and the allocations are the planned ones."""
+    settings = ModuleSettings()
+    whole = AcceleratorPolicy(
+        allowedSharingModes=[SharingMode.DEDICATED], allowedPlacementTypes=[PlacementType.WHOLE_DEVICE]
+    )
+    outcome = plan(kube_admin, "acme/llm-13B", whole, settings, replicas=3)
+    assert outcome.plan is not None, outcome.refusal
+    placements = outcome.plan.replicaPlacements
+    assert len(placements) == 3
+    fixed = f.service_class(scalingPolicy={"minReplicas": 3, "maxReplicas": 3})
+    inputs = f.inputs(
+        the_order=f.order(name="trio", namespace=namespace), the_class=fixed, the_plan=outcome.plan, settings=settings
+    )
+    template = build_claim_template(inputs)
+    template["metadata"].pop("ownerReferences", None)
+    pod_spec = build_statefulset(inputs)["spec"]["template"]["spec"]
+    pods = []
+    for i in range(3):
+        pod = kwok_pod(f"trio-{i}", namespace, resourceClaims=copy.deepcopy(pod_spec["resourceClaims"]))
+        pod["spec"]["containers"][0]["resources"] = {"requests": pod_spec["containers"][0]["resources"]["requests"]}
+        for key in ("affinity", "tolerations", "nodeSelector"):
+            if key in pod_spec:
+                pod["spec"][key] = pod_spec[key]
+        pods.append(pod)
+    local_cluster.apply([template, *pods])
+    dyn = dynamic(kube_admin)
+    allocated = []
+    for i in range(3):
+        running = eventually(partial(pod_running, dyn, f"trio-{i}", namespace), timeout=90, what=f"trio-{i} Running")
+        claim_name = running["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+        claim = get(dyn, RESOURCE, "ResourceClaim", claim_name, namespace)
+        (result,) = claim["status"]["allocation"]["devices"]["results"]
+        assert result["pool"] == running["spec"]["nodeName"]
+        allocated.append((result["pool"], result["device"]))
+    planned = [(p.nodeName, p.deviceNames[0]) for p in placements]
+    assert sorted(allocated) == sorted(planned)
+
+
+def test_a_pinned_orders_unstarted_replicas_keep_their_planned_place(
+    local_cluster: LocalCluster, kube_admin: ApiClient, namespace: str
+) -> None:
+    """A pinned order's template reserves every planned placement until its claims are allocated there
+    (the replicas not started yet, or their claims not allocated): the planner reads the places as
+    taken by the order and plans no one else there."""
+    settings = ModuleSettings()
+    t4_whole = AcceleratorPolicy(
+        allowedDeviceClasses=["nvidia-t4-mps-physical"], allowedSharingModes=[SharingMode.DEDICATED]
+    )
+    outcome = plan(kube_admin, "acme/llm-1B", t4_whole, settings, replicas=2)
+    assert outcome.plan is not None, outcome.refusal
+    placements = outcome.plan.replicaPlacements
+    assert len(placements) == 2
+    scaled = f.service_class(scalingPolicy={"minReplicas": 2, "maxReplicas": 2})
+    inputs = f.inputs(
+        the_order=f.order(name="elastic", namespace=namespace),
+        the_class=scaled,
+        the_plan=outcome.plan,
+        settings=settings,
+    )
+    template = build_claim_template(inputs)
+    template["metadata"].pop("ownerReferences", None)
+    local_cluster.apply([template])  # no replica runs yet
+
+    def reserved() -> list[str] | None:
+        snapshot = read_inventory(kube_admin)
+        held = [d.key for d in snapshot.devices for a in d.allocations if a.holder == f"{namespace}/elastic"]
+        return held if len(held) == 2 else None
+
+    held = eventually(reserved, timeout=30, what="the planned placements reserved")
+    assert sorted(held) == sorted(f"{p.nodeName}/{p.deviceNames[0]}" for p in placements)
+    # Another order of the same class is not planned on them.
+    other = plan(kube_admin, "acme/llm-1B", t4_whole, settings)
+    if other.plan is not None:
+        assert f"{other.plan.nodeName}/{other.plan.deviceNames[0]}" not in held
 
 
 def test_a_node_without_cpu_room_is_not_chosen(

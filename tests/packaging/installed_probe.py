@@ -19,7 +19,7 @@ import uvicorn
 import planner
 from inference_api.plan import LaunchPlanRequest
 from planner import InventorySnapshot, PlanningRequest, plan_launch
-from planner.recipes import load_recipe_book
+from planner.recipes import load_recipe_book, shipped_recipes
 from planner.service import LAUNCH_PLAN_PATH, Caller, Decision, create_app
 
 TOKEN = "probe-token"
@@ -79,6 +79,7 @@ def main() -> None:
         json.dumps(
             {
                 "planner_file": planner.__file__,
+                "recipes_dir": str(shipped_recipes()),
                 "runtime_image": book.compiled.runtime.image,
                 "planned": outcome.model_dump(mode="json"),
                 "served": served,

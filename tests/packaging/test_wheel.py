@@ -52,14 +52,14 @@ def installed_python(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> P
 
 def test_wheel_carries_the_recipe_tables_and_none_of_the_local_stack(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
-    tables = {n for n in names if n.startswith("planner/data/") and n.endswith(".yaml")}
+    tables = {n for n in names if n.startswith("recipes/") and n.endswith(".yaml")}
     assert tables == {
-        "planner/data/runtime-recipes.compiled.yaml",
-        "planner/data/recipe-taxonomy.yaml",
-        "planner/data/platform-hardware-families.yaml",
+        "recipes/runtime-recipes.compiled.yaml",
+        "recipes/recipe-taxonomy.yaml",
+        "recipes/platform-hardware-families.yaml",
     }
     top_level = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith(".dist-info")}
-    assert top_level == {"inference_api", "planner", "workflows", "activities", "worker"}
+    assert top_level == {"inference_api", "planner", "recipes", "workflows", "activities", "worker"}
     assert not [n for n in names if "devstack" in n or n.startswith("tests/") or "standins" in n]
 
 
@@ -81,6 +81,10 @@ def test_installed_package_plans_and_serves_the_planner_as_the_source_tree_does(
     # The code and tables came from the venv, not the source tree.
     assert Path(probe["planner_file"]).is_relative_to(installed_python.parent.parent)
     assert not Path(probe["planner_file"]).is_relative_to(REPO_ROOT)
+    # The tables are the wheel's top-level recipes/, read through importlib.resources.
+    assert Path(probe["recipes_dir"]).name == "recipes"
+    assert Path(probe["recipes_dir"]).is_relative_to(installed_python.parent.parent)
+    assert not Path(probe["recipes_dir"]).is_relative_to(REPO_ROOT)
     expected = plan_launch(PlanningRequest(**request.model_dump(), inventory=snapshot)).model_dump(mode="json")
     assert expected["plan"] is not None
     assert probe["planned"] == expected

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from activities.inventory import build_nodes, pod_requests
-from inference_api.plan import OrderFacts
+from inference_api.plan import OrderFacts, Toleration
 from inference_api.reasons import Reason
-from planner.inventory import InventorySnapshot, Node, Taint, Toleration
+from planner.inventory import InventorySnapshot, Node, Taint
 from planner.nodes import NodeProblem, PodDemand, node_problem, tolerates
 from planner.planning import PlanningRequest, plan_launch
 from tests.planner.helpers import SHARED, WHOLE, cel, device, policy
@@ -134,3 +134,22 @@ def test_booked_pods_hold_their_nodes_cpu_until_they_are_bound() -> None:
     assert booked.nodes[0].requestedCpuMilli == 8000
     # A third pod of 4 cores does not fit the 2 left, though a T4 is free.
     assert plan(booked, holder="ns/c").refusal.reason is Reason.NO_SCHEDULABLE_NODE  # type: ignore[attr-defined]
+
+
+def test_with_recent_demands_a_node_refusal_still_names_the_nodes() -> None:
+    """The fragmentation-aware choice (the planner service's) refused a cordoned node's only device as
+    NoCapacity: the check whether the nodes are what is missing searched shapes built for best fit."""
+    from planner.fragmentation import RecentDemand
+
+    recent = [RecentDemand(deviceCount=1, sharePercent=25, cpuMilli=1000, memoryMiB=1024, deviceClasses=(CLASS,))]
+    for node in (
+        Node(name="cordoned", cpuMilli=64000, memoryMiB=65536, unschedulable=True),
+        Node(name="tainted", cpuMilli=64000, memoryMiB=65536, taints=[Taint(key="gpu", effect="NoSchedule")]),
+        Node(name="cpu-poor", cpuMilli=2000, memoryMiB=65536),
+    ):
+        inventory = snapshot(node)
+        for _ in range(2):  # the second plan on the same snapshot reads the nodes' results it kept
+            outcome = plan(inventory, recentDemands=recent)
+            assert outcome.refusal is not None  # type: ignore[attr-defined]
+            assert outcome.refusal.reason is Reason.NO_SCHEDULABLE_NODE  # type: ignore[attr-defined]
+            assert node.name in outcome.refusal.message  # type: ignore[attr-defined]

@@ -22,7 +22,7 @@ from activities.planner_client import (
 )
 from inference_api.catalog_types import ModelFacts
 from inference_api.payloads import OrderRef, PlanInput
-from inference_api.plan import LaunchPlanRequest, OrderFacts, PlanOutcome, PlanRefusal
+from inference_api.plan import LaunchPlanRequest, OrderFacts, PlanOutcome, PlanRefusal, Toleration
 from inference_api.reasons import Reason
 from inference_api.settings import InsecureTransportError, ModuleSettings
 from inference_api.types import EndpointType, InferenceService, InferenceServiceClass
@@ -82,6 +82,23 @@ def test_the_request_carries_facts_policy_fallback_class_and_holder() -> None:
     assert bare.facts.orderParameterCount is None
     assert bare.acceleratorPolicy is None  # a class without one: one whole, dedicated device
     assert bare.runtimeFallback.enabled is True
+    assert (bare.tolerations, bare.nodeSelector) == ([], {})
+
+
+def test_the_request_carries_what_the_replicas_pods_tolerate_and_select() -> None:
+    """The planner service judges taints and the nodeSelector against what the worker's pods carry."""
+    settings = ModuleSettings.model_validate(
+        {
+            "workload": {
+                "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                "nodeSelector": {"node-role/gpu": ""},
+            }
+        }
+    )
+    body = launch_plan_request(plan_input(), settings)
+    assert body.tolerations == [Toleration(key="gpu", operator="Exists", effect="NoSchedule")]
+    assert body.nodeSelector == {"node-role/gpu": ""}
+    assert LaunchPlanRequest.model_validate_json(body.model_dump_json()) == body
 
 
 def _api(authorization: str | None) -> ApiClient:

@@ -53,6 +53,7 @@ from tests.planner_service import running_service
 from tests.polling import wait_until as eventually
 from tests.security.leaks import assert_clean, needles
 from tests.security.tls import Material
+from worker.observer.inventory import InventoryInformers
 
 pytestmark = pytest.mark.cluster
 
@@ -575,6 +576,15 @@ def test_the_charts_planner_and_worker_roles_suffice(
             return found if f"{namespace}/llm-t" in found else None
 
         eventually(holders, timeout=30, what="the planner's ServiceAccount sees the holder")
+        # What `ai-inference planner` runs: informers on every kind, the nodes and all pods included.
+        informers = InventoryInformers.for_cluster(planner_api).start()
+        try:
+            eventually(lambda: informers.synced, timeout=30, what="the planner's informers synced with its role")
+            nodes = informers.snapshot().nodes
+            assert nodes is not None
+            assert {n.name for n in nodes} >= {result["pool"]}
+        finally:
+            informers.stop()
         app = create_app(lambda: read_inventory(planner_api), KubernetesAccessReviewer(planner_api))
         with running_service(app, tls=(tls.server.cert, tls.server.key)) as url:
             response = eventually(

@@ -10,12 +10,15 @@ from typing import Any
 
 import httpx
 import pytest
-from kubernetes.client import ApiClient, CustomObjectsApi
+from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 
 from activities.inventory import read_inventory
-from inference_api.plan import LaunchPlanRequest, OrderFacts, PlanOutcome
+from devstack.cluster.launcher import LocalCluster
+from inference_api.plan import LaunchPlanRequest, OrderFacts, PlanOutcome, Toleration
+from inference_api.reasons import Reason
 from inference_api.types import AcceleratorPolicy, PlacementType, SharingMode
 from planner.service import LAUNCH_PLAN_PATH, create_app
+from tests.cluster.helpers import kwok_pod
 from tests.planner_service import running_service
 from tests.planner_service.fakes import ALLOWED, FakeReviewer
 from tests.polling import wait_until
@@ -168,3 +171,72 @@ def test_a_new_slice_is_planned_on_by_the_next_plan_without_any_list(
         reads = counting_client.reads[reads_before:]
     # The informers' watches delivered every change; neither they nor any plan read the inventory.
     assert reads == []
+
+
+T4_NODE = "gpu-t4-0"
+T4_ONLY = AcceleratorPolicy(allowedDeviceClasses=["nvidia-t4-mps-physical"], allowedSharingModes=[SharingMode.SHARED])
+
+
+def test_the_service_judges_nodes_from_its_informers(
+    informers: InventoryInformers,
+    kube_admin: ApiClient,
+    counting_client: CountingApiClient,
+    local_cluster: LocalCluster,
+    namespace: str,
+) -> None:
+    """The planner service (informers, not the worker's per-plan read) refuses a cordoned node, a
+    tainted one unless the request's tolerations (the settings') tolerate the taint, and one whose
+    CPU the pods bound there hold; each seen by the next plans from a watch event, with no read."""
+    request = LaunchPlanRequest(facts=OrderFacts(modelName="acme/llm-1B"), acceleratorPolicy=T4_ONLY)
+    core = CoreV1Api(kube_admin)
+    node = core.read_node(T4_NODE)
+    taints_before = kube_admin.sanitize_for_serialization(node.spec.taints or [])
+    taint = {"key": "example.com/gpu-maintenance", "value": "true", "effect": "NoSchedule"}
+    filler = kwok_pod("cpu-filler", namespace, nodeName=T4_NODE)
+    filler["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "31"}}  # of the node's 32
+
+    def refused_because(words: str) -> bool:
+        outcome = plan(url, request)
+        return outcome.refusal is not None and words in outcome.refusal.message
+
+    app = create_app(informers, FakeReviewer())
+    with running_service(app) as url:
+        first = plan(url, request)
+        assert first.plan is not None, first.refusal
+        assert first.plan.nodeName == T4_NODE
+        reads_before = len(counting_client.reads)
+        try:
+            core.patch_node(T4_NODE, {"spec": {"unschedulable": True}})
+            wait_until(lambda: refused_because("cordoned"), timeout=10, what="the cordon in the plans")
+            refusal = plan(url, request).refusal
+            assert refusal is not None
+            assert refusal.reason is Reason.NO_SCHEDULABLE_NODE
+            assert T4_NODE in refusal.message
+            core.patch_node(T4_NODE, {"spec": {"unschedulable": None}})
+            wait_until(lambda: plan(url, request).plan is not None, timeout=10, what="the uncordon in the plans")
+
+            core.patch_node(T4_NODE, {"spec": {"taints": [*taints_before, taint]}})
+            wait_until(lambda: refused_because("taint"), timeout=10, what="the taint in the plans")
+            tolerant = request.model_copy(
+                update={"tolerations": [Toleration(key=taint["key"], operator="Exists", effect="NoSchedule")]}
+            )
+            tolerated = plan(url, tolerant)
+            assert tolerated.plan is not None, tolerated.refusal
+            assert tolerated.plan.nodeName == T4_NODE
+            core.patch_node(T4_NODE, {"spec": {"taints": taints_before or None}})
+            wait_until(lambda: plan(url, request).plan is not None, timeout=10, what="the taint gone from plans")
+
+            local_cluster.apply([filler])
+            wait_until(lambda: refused_because("CPU"), timeout=30, what="the bound pod's CPU in the plans")
+        finally:
+            core.patch_node(T4_NODE, {"spec": {"unschedulable": None, "taints": taints_before or None}})
+            if any(p.metadata.name == "cpu-filler" for p in core.list_namespaced_pod(namespace).items):
+                core.delete_namespaced_pod("cpu-filler", namespace, grace_period_seconds=0)
+            wait_until(
+                lambda: not any(p.metadata.name == "cpu-filler" for p in core.list_namespaced_pod(namespace).items),
+                timeout=60,
+                what="the filler gone",
+            )
+        wait_until(lambda: plan(url, request).plan is not None, timeout=10, what="the CPU back in the plans")
+        reads = counting_client.reads[reads_before:]
+    assert reads == []  # every change came by a watch

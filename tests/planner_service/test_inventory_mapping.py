@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from activities.inventory import build_snapshot, claim_holder
+from activities.builders.common import LABEL_ORDER
+from activities.inventory import build_nodes, build_snapshot, claim_holder, pod_requests
 from devstack.cluster.inventory import (
     device_class_object,
     load_inventory,
@@ -14,6 +16,8 @@ from devstack.cluster.inventory import (
 from inference_api.types import PlacementType
 from planner.cel_selectors import select_devices
 from planner.inventory import DeviceAllocation, DeviceClass
+from worker.observer.informer import Resource, Watched
+from worker.observer.inventory import InventoryInformers, slim_pod
 
 D = "gpu.deckhouse.io"
 ORDER_LABEL = "ai.deckhouse.io/inference-service"
@@ -181,3 +185,140 @@ def test_device_class_selectors_are_the_cel_expressions() -> None:
     }
     snap = build_snapshot([obj], [], [], [], {})
     assert snap.deviceClasses == [DeviceClass(name="x", selectors=["true", "device.driver == 'a'"])]
+
+
+def test_a_pod_status_change_rebuilds_nothing() -> None:
+    """What the planner reads of a pod or a node did not change: the snapshot is not rebuilt."""
+    informers = InventoryInformers([Resource("Pod", lambda **_: None), Resource("Node", lambda **_: None)])
+    assert informers.judge_nodes
+    for kind in informers.informers:
+        informers.informers[kind].synced = True
+    pod: dict[str, Any] = {
+        "metadata": {"name": "p", "namespace": "n", "uid": "u", "resourceVersion": "1"},
+        "spec": {"nodeName": "a", "containers": [{"resources": {"requests": {"cpu": "1"}}}]},
+        "status": {"phase": "Pending"},
+    }
+    informers.deliver(Watched("Pod", "ADDED", pod))
+    version = informers.version
+    running: dict[str, Any] = {
+        **pod,
+        "metadata": {**pod["metadata"], "resourceVersion": "2"},
+        "status": {"phase": "Running"},
+    }
+    informers.deliver(Watched("Pod", "MODIFIED", {**running, "status": {"phase": "Pending", "podIP": "10.0.0.1"}}))
+    assert informers.version == version
+    informers.deliver(
+        Watched("Pod", "MODIFIED", {**running, "metadata": {**running["metadata"], "resourceVersion": "3"}})
+    )
+    assert informers.version == version + 1  # the phase is read (a finished pod holds nothing)
+    informers.deliver(Watched("Pod", "DELETED", running))
+    assert informers.version == version + 2
+    node: dict[str, Any] = {
+        "metadata": {"name": "a", "uid": "n", "resourceVersion": "1"},
+        "status": {"allocatable": {"cpu": "4"}},
+    }
+    informers.deliver(Watched("Node", "ADDED", node))
+    version = informers.version
+    heartbeat = {
+        **node,
+        "metadata": {**node["metadata"], "resourceVersion": "2"},
+        "status": {**node["status"], "conditions": [{"type": "Ready"}]},
+    }
+    informers.deliver(Watched("Node", "MODIFIED", heartbeat))
+    assert informers.version == version
+    (built,) = informers.snapshot().nodes or []
+    assert (built.name, built.cpuMilli, built.requestedCpuMilli) == ("a", 4000, 0)
+
+
+def test_a_slim_pod_keeps_what_the_nodes_are_judged_by() -> None:
+    pod: dict[str, Any] = {
+        "metadata": {
+            "name": "p",
+            "namespace": "n",
+            "uid": "u",
+            "resourceVersion": "7",
+            "labels": {"app": "x"},
+            "annotations": {"big": "x" * 1000},
+        },
+        "spec": {
+            "nodeName": "a",
+            "overhead": {"cpu": "250m"},
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "i",
+                    "env": [{"name": "E", "value": "v"}],
+                    "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "2"}},
+                }
+            ],
+            "initContainers": [{"name": "i", "resources": {"requests": {"cpu": "3"}}}],
+        },
+        "status": {"phase": "Running", "podIP": "10.0.0.1"},
+    }
+    slim = slim_pod(pod)
+    assert build_nodes([], [slim]) == build_nodes([], [pod])
+    assert pod_requests(slim["spec"]) == pod_requests(pod["spec"]) == (3250, 1024)
+    assert "annotations" not in slim["metadata"]
+    assert "env" not in str(slim)
+    assert slim_pod({**pod, "metadata": {**pod["metadata"], "labels": {LABEL_ORDER: "o"}}})["metadata"]["labels"] == {
+        LABEL_ORDER: "o"
+    }
+
+
+def _template(placements: list[dict[str, Any]], memory: str | None = "4Gi", order: str = "llm") -> dict[str, Any]:
+    exactly: dict[str, Any] = {"deviceClassName": "h100", "count": 1}
+    if memory is not None:
+        exactly["capacity"] = {"requests": {"gpu.deckhouse.io/memory": memory}}
+    return {
+        "metadata": {
+            "name": f"{order}-claim",
+            "namespace": "ns",
+            "labels": {LABEL_ORDER: order},
+            "annotations": {"ai.deckhouse.io/planned-placements": json.dumps(placements)},
+        },
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}},
+    }
+
+
+def test_a_pinned_orders_template_reserves_the_placements_no_claim_holds_yet() -> None:
+    from activities.inventory import planned_reservations
+    from planner.inventory import Device
+
+    shared = [Device(name=f"gpu-{i}", node="n", memoryMiB=81920, allowMultipleAllocations=True) for i in range(2)]
+    whole = Device(name="gpu-2", node="n", memoryMiB=81920)
+    placements = [{"node": "n", "devices": ["gpu-0"]}, {"node": "n", "devices": ["gpu-1"]}]
+    found = planned_reservations([_template(placements)], [*shared, whole])
+    assert [(r.key, r.allocation) for r in found] == [
+        ("n/gpu-0", DeviceAllocation(holder="ns/llm", sharePercent=0, memoryMiB=4096)),
+        ("n/gpu-1", DeviceAllocation(holder="ns/llm", sharePercent=0, memoryMiB=4096)),
+    ]
+    # One replica allocated where planned: the other placement alone is reserved.
+    held = shared[0].model_copy(
+        update={"allocations": [DeviceAllocation(holder="ns/llm", sharePercent=0, memoryMiB=4096)]}
+    )
+    assert [r.key for r in planned_reservations([_template(placements)], [held, shared[1]])] == ["n/gpu-1"]
+    # Both replicas stacked on gpu-0 (the allocator may): nothing more is reserved.
+    stacked = held.model_copy(update={"allocations": held.allocations * 2})
+    assert planned_reservations([_template(placements)], [stacked, shared[1]]) == []
+    # A whole device is held whole; a template without the annotation reserves nothing.
+    (one,) = planned_reservations([_template([{"node": "n", "devices": ["gpu-2"]}], memory=None)], [whole])
+    assert one.allocation == DeviceAllocation(holder="ns/llm")
+    bare = _template(placements)
+    bare["metadata"]["annotations"] = {}
+    assert planned_reservations([bare], shared) == []
+
+
+def test_the_snapshot_holds_what_a_pinned_template_reserves() -> None:
+    from planner.bookings import Booking, OrderClaim, outstanding
+    from worker.observer.inventory import with_reservations
+
+    placements = [{"node": "n", "devices": ["gpu-0"]}, {"node": "n", "devices": ["gpu-0"]}]
+    pending = OrderClaim(holder="ns/llm", name="llm-0-gpu", deviceClass="h100", memoryMiB=4096)
+    other = OrderClaim(holder="ns/other", name="other-0-gpu", deviceClass="h100", memoryMiB=4096)
+    counted = with_reservations([pending, other], [_template(placements)])
+    # The order's pending claim is the reservation's already; the other order's is still pending.
+    assert [c for c in counted if not c.allocated] == [other]
+    booking = Booking(
+        holder="ns/llm", deviceClass="h100", deviceCount=1, sharePercent=5, memoryMiB=4096, replicas=2, bookedAt=0
+    )
+    assert outstanding(booking, counted) == 0  # settled: the snapshot holds both placements

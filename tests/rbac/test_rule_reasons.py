@@ -101,7 +101,9 @@ PLANNER: dict[Rule, str] = {
     **_informer(
         "resource.k8s.io", "resourceslices", "deviceclasses", "resourceclaims", what="the DRA inventory and bookings"
     ),
-    **_informer("", "pods", what="which order holds an allocated claim"),
+    **_informer("resource.k8s.io", "resourceclaimtemplates", what="pinned orders' planned placements (reserved)"),
+    **_informer("", "pods", what="which order holds an allocated claim; what the pods bound to a node request"),
+    **_informer("", "nodes", what="the nodes as the scheduler judges them (CPU, memory, pods, taints, cordons)"),
 }
 
 HUMAN_READ = ("get", "list", "watch")

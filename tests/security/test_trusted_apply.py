@@ -33,7 +33,7 @@ from planner.recipes import load_recipe_book, render_recipe, resolve_recipe
 from tests import factories as f
 
 BOOK = load_recipe_book()
-COMPILED_MODEL = "Qwen/Qwen2.5-32B-Instruct-AWQ"  # compiled for hopper in planner/data
+COMPILED_MODEL = "Qwen/Qwen2.5-32B-Instruct-AWQ"  # compiled for hopper in recipes/
 H100_MIB = 81559
 UID = f.UID
 

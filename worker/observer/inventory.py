@@ -4,10 +4,13 @@
 list+watch loop (:class:`worker.observer.informer.ListWatch`: paged list, watch from its
 resourceVersion with bookmarks, relist on 410 Gone, backoff on errors) per kind the snapshot is built
 from — DeviceClasses, ResourceSlices, ResourceClaims, PhysicalGPUs (when the gpu module's CRD is
-there) and the Pods carrying the order label (a claim's holder when the claim does not name it). Each
+there), the Nodes and every Pod (what the pods bound to a node request of its CPU and memory, and a
+claim's holder when the claim does not name it: the pods carrying the order label; both kept slim,
+``slim_node``/``slim_pod``, and a pod's status or a node's heartbeat rebuilds nothing). Each
 delivery updates a cache (:class:`worker.observer.informer.Informer`) and bumps a version; a plan reads
-the snapshot, rebuilt by ``activities.inventory.build_snapshot`` only when something changed since the
-last plan. So a plan costs the API server nothing, and what changed (a slice, a claim allocated) is
+the snapshot, rebuilt by ``activities.inventory.build_snapshot`` (nodes by ``build_nodes``, as the
+worker's in-process path judges them) only when something changed since the last plan. So a plan
+costs the API server nothing, and what changed (a slice, a claim allocated, a taint, a pod bound) is
 seen by the next plan as soon as its watch event arrived.
 
 :meth:`InventoryInformers.view` gives the snapshot with the order claims seen in the same state
@@ -21,6 +24,7 @@ Ready (the service's ``/readyz``) once every kind has been listed once; before t
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, cast
@@ -29,14 +33,15 @@ import structlog
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
-from activities.builders.claim import MEMORY_CAPACITY
+from activities.builders.claim import ANNOTATION_PLANNED_PLACEMENTS, MEMORY_CAPACITY
 from activities.builders.common import LABEL_ORDER
-from activities.inventory import RESOURCE_GROUP, RESOURCE_VERSION, Obj, build_snapshot
+from activities.inventory import RESOURCE_GROUP, RESOURCE_VERSION, Obj, build_nodes, build_snapshot
 from inference_api.gpu_types import GPU_GROUP, GPU_PLURAL, GPU_VERSION
 from planner.bookings import OrderClaim
 from planner.inventory import GPU_DRIVER, InventorySnapshot
 from planner.quantity import Quantity, QuantityError
-from worker.observer.informer import Informer, InformerItem, Listed, ListWatch, Resource
+from worker.observer.decisions import MODIFIED
+from worker.observer.informer import Informer, InformerItem, Listed, ListWatch, Resource, Watched
 
 log = structlog.get_logger(__name__)
 
@@ -45,6 +50,8 @@ RESOURCE_SLICE = "ResourceSlice"
 RESOURCE_CLAIM = "ResourceClaim"
 PHYSICAL_GPU = "PhysicalGPU"
 ORDER_POD = "Pod"
+NODE = "Node"
+CLAIM_TEMPLATE = "ResourceClaimTemplate"
 
 
 class InventoryNotSyncedError(RuntimeError):
@@ -61,14 +68,23 @@ def _custom(custom: CustomObjectsApi, group: str, version: str, plural: str) -> 
     return list_fn
 
 
-def inventory_resources(api: ApiClient, physical_gpus: bool = True) -> list[Resource]:
+def inventory_resources(api: ApiClient, physical_gpus: bool = True, judge_nodes: bool = True) -> list[Resource]:
+    """The kinds the snapshot is built from. ``judge_nodes``: the Nodes too, and every pod (what the
+    pods bound to a node request of it), not only the order's."""
     custom = CustomObjectsApi(api)
+    core = CoreV1Api(api)
     out = [
         Resource(DEVICE_CLASS, _custom(custom, RESOURCE_GROUP, RESOURCE_VERSION, "deviceclasses")),
         Resource(RESOURCE_SLICE, _custom(custom, RESOURCE_GROUP, RESOURCE_VERSION, "resourceslices")),
         Resource(RESOURCE_CLAIM, _custom(custom, RESOURCE_GROUP, RESOURCE_VERSION, "resourceclaims")),
-        Resource(ORDER_POD, CoreV1Api(api).list_pod_for_all_namespaces, LABEL_ORDER),
+        # A pinned order's template reserves its planned placements (activities.inventory.planned_reservations).
+        Resource(
+            CLAIM_TEMPLATE, _custom(custom, RESOURCE_GROUP, RESOURCE_VERSION, "resourceclaimtemplates"), LABEL_ORDER
+        ),
+        Resource(ORDER_POD, core.list_pod_for_all_namespaces, None if judge_nodes else LABEL_ORDER),
     ]
+    if judge_nodes:
+        out.append(Resource(NODE, core.list_node))
     if physical_gpus:
         out.append(Resource(PHYSICAL_GPU, _custom(custom, GPU_GROUP, GPU_VERSION, GPU_PLURAL)))
     return out
@@ -140,6 +156,88 @@ def order_claims(claims: Iterable[Obj], order_pods: Mapping[tuple[str, str], str
     return [found for claim in claims if (found := order_claim(claim, order_pods)) is not None]
 
 
+def with_reservations(claims: list[OrderClaim], templates: Iterable[Obj]) -> list[OrderClaim]:
+    """The order claims as the bookings count them when pinned orders' templates reserve their planned
+    placements on the snapshot (``activities.inventory.planned_reservations``): each planned placement
+    counts as a settled replica (the snapshot holds it, allocated or reserved), and an unallocated claim
+    of such an order is not reserved a second time."""
+    reserved: dict[str, int] = {}
+    for template in templates:
+        meta = template.get("metadata") or {}
+        order = (meta.get("labels") or {}).get(LABEL_ORDER)
+        raw = (meta.get("annotations") or {}).get(ANNOTATION_PLANNED_PLACEMENTS)
+        if not order or raw is None or meta.get("deletionTimestamp"):
+            continue
+        try:
+            count = sum(len(p["devices"]) > 0 for p in json.loads(raw))
+        except (ValueError, KeyError, TypeError):
+            continue
+        holder = f"{meta.get('namespace', '')}/{order}"
+        reserved[holder] = reserved.get(holder, 0) + count
+    if not reserved:
+        return claims
+    kept = [c for c in claims if c.allocated or c.holder not in reserved]
+    for holder, count in sorted(reserved.items()):
+        kept += [
+            OrderClaim(holder=holder, name=f"planned#{i}", deviceClass="", allocated=True, reserved=True)
+            for i in range(count)
+        ]
+    return kept
+
+
+# What the planner reads of a Pod and a Node; the cache keeps only this (every pod of the cluster is
+# watched when nodes are judged), and a delivery that changes none of it changes no snapshot.
+_KEPT_POD_SPEC = ("nodeName", "overhead")
+
+
+def _requests_only(containers: Iterable[Obj] | None) -> list[Obj]:
+    return [{"resources": {"requests": ((c.get("resources") or {}).get("requests")) or {}}} for c in containers or []]
+
+
+def slim_pod(pod: Obj) -> Obj:
+    """A Pod as the planner reads it: who it is, the order label, its node, its containers' requests
+    (and overhead) and its phase."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    labels = meta.get("labels") or {}
+    return {
+        "metadata": {
+            **{k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp") if k in meta},
+            "labels": {LABEL_ORDER: labels[LABEL_ORDER]} if LABEL_ORDER in labels else {},
+        },
+        "spec": {
+            **{k: spec[k] for k in _KEPT_POD_SPEC if spec.get(k)},
+            "containers": _requests_only(spec.get("containers")),
+            "initContainers": _requests_only(spec.get("initContainers")),
+        },
+        "status": {"phase": (pod.get("status") or {}).get("phase")},
+    }
+
+
+def slim_node(node: Obj) -> Obj:
+    """A Node as the planner reads it: name, labels, taints, cordon, allocatable."""
+    meta = node.get("metadata") or {}
+    spec = node.get("spec") or {}
+    return {
+        "metadata": {
+            **{k: meta[k] for k in ("name", "uid", "resourceVersion") if k in meta},
+            "labels": dict(meta.get("labels") or {}),
+        },
+        "spec": {"taints": spec.get("taints") or [], "unschedulable": bool(spec.get("unschedulable"))},
+        "status": {"allocatable": dict((node.get("status") or {}).get("allocatable") or {})},
+    }
+
+
+_SLIM: dict[str, Callable[[Obj], Obj]] = {ORDER_POD: slim_pod, NODE: slim_node}
+
+
+def _without_version(obj: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    if obj is None:
+        return None
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "resourceVersion"}
+    return {**obj, "metadata": meta}
+
+
 class InventoryInformers:
     """The inventory as informers see it; call it (``inventory()``) for the current snapshot."""
 
@@ -153,7 +251,8 @@ class InventoryInformers:
         self.resources = resources
         self.drivers = tuple(drivers)
         self.informers = {r.kind: Informer(r.kind) for r in resources}
-        for kind in (DEVICE_CLASS, RESOURCE_SLICE, RESOURCE_CLAIM, PHYSICAL_GPU, ORDER_POD):
+        self.judge_nodes = any(r.kind == NODE for r in resources)
+        for kind in (DEVICE_CLASS, RESOURCE_SLICE, RESOURCE_CLAIM, PHYSICAL_GPU, ORDER_POD, NODE, CLAIM_TEMPLATE):
             if kind not in self.informers:
                 # A kind not watched (no PhysicalGPU CRD here) is empty, and synced as such.
                 self.informers[kind] = Informer(kind)
@@ -166,8 +265,8 @@ class InventoryInformers:
         self._watches: list[ListWatch] = []
 
     @classmethod
-    def for_cluster(cls, api: ApiClient, **kwargs: Any) -> InventoryInformers:
-        return cls(inventory_resources(api, physical_gpus_served(api)), **kwargs)
+    def for_cluster(cls, api: ApiClient, *, judge_nodes: bool = True, **kwargs: Any) -> InventoryInformers:
+        return cls(inventory_resources(api, physical_gpus_served(api), judge_nodes), **kwargs)
 
     # --------------------------------------------------------------------------- running
 
@@ -188,10 +287,22 @@ class InventoryInformers:
 
     def deliver(self, item: InformerItem) -> None:
         """From a list+watch thread: the cache takes the listing or the event."""
+        slim = _SLIM.get(item.kind)
+        if slim is not None:
+            item = (
+                Listed(item.kind, [slim(obj) for obj in item.items])
+                if isinstance(item, Listed)
+                else Watched(item.kind, item.type, slim(item.obj))
+            )
         with self._lock:
             informer = self.informers[item.kind]
             changes = informer.listed(item.items) if isinstance(item, Listed) else informer.watched(item.type, item.obj)
             self.deliveries += 1
+            if slim is not None:
+                # A pod's status or a node's heartbeat changes nothing the planner reads.
+                changes = [
+                    c for c in changes if c.type != MODIFIED or _without_version(c.old) != _without_version(c.new)
+                ]
             if changes:
                 self.version += 1
 
@@ -225,14 +336,25 @@ class InventoryInformers:
             claims = cast(list[Obj], list(self.informers[RESOURCE_CLAIM].cache.values()))
             gpus = cast(list[Obj], list(self.informers[PHYSICAL_GPU].cache.values()))
             pods = cast(list[Obj], list(self.informers[ORDER_POD].cache.values()))
+            nodes = cast(list[Obj], list(self.informers[NODE].cache.values())) if self.judge_nodes else None
+            templates = cast(list[Obj], list(self.informers[CLAIM_TEMPLATE].cache.values()))
         order_pods: dict[tuple[str, str], str] = {}
         for pod in pods:
             meta = pod.get("metadata") or {}
             order = (meta.get("labels") or {}).get(LABEL_ORDER)
             if order:
                 order_pods[(meta.get("namespace", ""), meta.get("name", ""))] = order
-        snapshot = build_snapshot(classes, slices, claims, gpus, order_pods, drivers=self.drivers)
-        claimed = order_claims(claims, order_pods)
+        snapshot = build_snapshot(
+            classes,
+            slices,
+            claims,
+            gpus,
+            order_pods,
+            drivers=self.drivers,
+            nodes=build_nodes(nodes, pods) if nodes is not None else None,
+            claim_templates=templates,
+        )
+        claimed = with_reservations(order_claims(claims, order_pods), templates)
         with self._lock:
             if self._built is None or self._built[0] < version:
                 self._built = (version, snapshot, claimed)

@@ -1,0 +1,54 @@
+"""The placement benchmark's figures (benchmarks/placement.py), on hand-made objects: pure."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from benchmarks.placement import Agreement, agree, allocated_places, difference, histogram, planned_places, quantile
+
+PAGE = """# HELP ai_inference_planner_plan_seconds x
+ai_inference_planner_plan_seconds_bucket{le="0.01"} 2.0
+ai_inference_planner_plan_seconds_bucket{le="0.1"} 8.0
+ai_inference_planner_plan_seconds_bucket{le="1.0"} 10.0
+ai_inference_planner_plan_seconds_bucket{le="+Inf"} 10.0
+ai_inference_planner_plan_seconds_sum 1.5
+ai_inference_planner_plan_seconds_count 10.0
+"""
+
+
+def test_planned_and_allocated_places_are_read_from_the_template_and_the_claims() -> None:
+    template = {
+        "metadata": {
+            "annotations": {
+                "ai.deckhouse.io/planned-placements": json.dumps([{"node": "a", "devices": ["gpu-0", "gpu-1"]}])
+            }
+        }
+    }
+    assert planned_places(template) == [("a", "gpu-0"), ("a", "gpu-1")]
+    assert planned_places({"metadata": {}}) is None
+    claim = {"status": {"allocation": {"devices": {"results": [{"pool": "a", "device": "gpu-0"}]}}}}
+    assert allocated_places([claim, {"status": {}}]) == [("a", "gpu-0")]
+
+
+def test_agreement_counts_planned_devices_and_exact_orders() -> None:
+    figures = Agreement()
+    agree([("a", "g0"), ("a", "g1")], [("a", "g1"), ("a", "g0")], figures, "exact")
+    agree([("a", "g0"), ("a", "g1")], [("a", "g0")], figures, "one-running")  # a replica not started
+    agree([("a", "g0"), ("a", "g1")], [("a", "g0"), ("a", "g0")], figures, "stacked")
+    agree([("a", "g0")], [("b", "g9")], figures, "elsewhere")
+    agree(None, [("b", "g9")], figures, "unpinned")
+    assert (figures.orders, figures.pinned, figures.replicas, figures.on_planned) == (5, 4, 7, 5)
+    assert figures.exact_orders == 2
+    assert figures.waiting == 1  # one-running's second planned replica
+    assert [m.split(":")[0] for m in figures.misses] == ["stacked", "elsewhere"]
+
+
+def test_latency_quantiles_from_the_histogram_buckets() -> None:
+    before = histogram(PAGE, "ai_inference_planner_plan_seconds")
+    assert before[1:] == (1.5, 10.0)
+    assert quantile(before[0], 0.5) == 0.01 + (0.1 - 0.01) * (3 / 6)
+    assert quantile(before[0], 0.95) == 0.1 + (1.0 - 0.1) * (1.5 / 2)
+    zero = difference(before, before)
+    assert zero[2] == 0
+    assert math.isnan(quantile(zero[0], 0.5))
