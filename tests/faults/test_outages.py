@@ -18,7 +18,6 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-import pytest
 from temporalio import workflow
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.worker import Worker

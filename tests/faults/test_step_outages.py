@@ -31,7 +31,6 @@ import base64
 import time
 from pathlib import Path
 
-import pytest
 from kubernetes.client import CoreV1Api
 
 from devstack.cluster.launcher import LocalCluster
