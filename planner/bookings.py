@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from inference_api.plan import LaunchPlan
 from planner.cel_selectors import select_devices
 from planner.inventory import Device, DeviceAllocation, InventorySnapshot, Occupancy, _allocated_mib, related_devices
+from planner.nodes import ENDPOINT_FRONT_DEMAND
 from planner.quantity import Quantity
 
 
@@ -78,8 +79,9 @@ class Booking:
             bookedAt=now,
             node=plan.nodeName,
             devices=tuple(plan.deviceNames),
-            podCpuMilli=math.ceil(Quantity.of(plan.cpu).value * 1000),
-            podMemoryMiB=math.ceil(Quantity.of(plan.memory).value / (1024 * 1024)),
+            # The whole pod: the engine's requests and the endpoint front's beside it.
+            podCpuMilli=math.ceil(Quantity.of(plan.cpu).value * 1000) + ENDPOINT_FRONT_DEMAND.cpuMilli,
+            podMemoryMiB=math.ceil(Quantity.of(plan.memory).value / (1024 * 1024)) + ENDPOINT_FRONT_DEMAND.memoryMiB,
             more=tuple((p.nodeName, tuple(p.deviceNames)) for p in plan.replicaPlacements[1:]),
         )
 

@@ -22,7 +22,7 @@ from inference_api.types import PlacementType, SharingMode
 from planner.fragmentation import Workload
 from planner.inventory import AllocationId, Device, Occupancy
 from planner.model_facts import estimate_cpu, estimate_memory_gib, weights_gib
-from planner.nodes import NodeProblem, PodDemand, free_cpu_milli, free_memory_mib, node_problem
+from planner.nodes import ENDPOINT_FRONT_DEMAND, NodeProblem, PodDemand, free_cpu_milli, free_memory_mib, node_problem
 from planner.placement import Shape, Slot, class_sets
 from planner.policy import EffectivePolicy, tensor_parallel_sizes
 from planner.recipes import RecipeChoice
@@ -110,6 +110,12 @@ class Judge:
             parameters = choice.parameters
             weights = weights_gib(parameters, choice.quantization) if parameters else choice.needMiB / 1024
             memory = 1024 * estimate_memory_gib(weights)
+        # Where the planner estimated the engine's requests, the pod is the module's own: its endpoint
+        # front requests a share of the node too. A demand given (a trace's task) is the whole pod's.
+        if self.demand.cpuMilli is None:
+            cpu += ENDPOINT_FRONT_DEMAND.cpuMilli
+        if self.demand.memoryMiB is None:
+            memory += ENDPOINT_FRONT_DEMAND.memoryMiB
         return PodDemand(cpu, memory)
 
     def node_problem(self, node: str, count: int, choice: RecipeChoice) -> NodeProblem | None:

@@ -37,6 +37,11 @@ class PodDemand:
     memoryMiB: int
 
 
+# The endpoint front beside the engine in every replica's pod (activities/builders/endpoint_front.py builds
+# its requests from this): the scheduler adds it to the engine's requests, so the planner does too.
+ENDPOINT_FRONT_DEMAND = PodDemand(cpuMilli=100, memoryMiB=128)
+
+
 def tolerates(toleration: Toleration, taint: Taint) -> bool:
     """core/v1 Toleration.ToleratesTaint."""
     if toleration.effect and toleration.effect != taint.effect:
@@ -95,6 +100,7 @@ def free_memory_mib(node: Node) -> int | None:
 
 __all__ = [
     "BLOCKING_EFFECTS",
+    "ENDPOINT_FRONT_DEMAND",
     "NodeProblem",
     "PodDemand",
     "free_cpu_milli",

@@ -30,6 +30,7 @@ from typing import Any
 from activities.builders.auth import TOKEN_KEY, requires_token
 from activities.builders.common import HTTP_PORT_NAME, RUNTIME_PORT, WorkloadInputs
 from activities.builders.exposure import EXPOSED_PATH_PREFIX
+from planner.nodes import ENDPOINT_FRONT_DEMAND
 
 FRONT_CONTAINER = "endpoint-front"
 ENGINE_HOST = "127.0.0.1"
@@ -43,7 +44,11 @@ FRONT_SOURCE = Path(__file__).with_name("endpoint_front_app.py").read_text()
 # One asyncio process uses one core at most: a limit of one costs it nothing. It writes nothing but
 # its log (a read-only root filesystem).
 FRONT_RESOURCES: dict[str, Any] = {
-    "requests": {"cpu": "100m", "memory": "128Mi", "ephemeral-storage": "16Mi"},
+    "requests": {
+        "cpu": f"{ENDPOINT_FRONT_DEMAND.cpuMilli}m",
+        "memory": f"{ENDPOINT_FRONT_DEMAND.memoryMiB}Mi",
+        "ephemeral-storage": "16Mi",
+    },
     "limits": {"cpu": "1", "memory": "512Mi", "ephemeral-storage": "128Mi"},
 }
 

@@ -12,6 +12,7 @@ from inference_api.reasons import Reason
 from inference_api.types import AcceleratorPolicy, PlacementType
 from planner.bookings import Booking, Need, OrderClaim, needs, outstanding, prune, reserve
 from planner.inventory import DeviceAllocation, DeviceClass, InventorySnapshot, occupancy, related_devices
+from planner.nodes import ENDPOINT_FRONT_DEMAND
 from tests.planner.helpers import (
     DEDICATED,
     H100,
@@ -94,8 +95,9 @@ def test_a_shared_plan_books_its_memory_request_and_the_devices_it_named() -> No
         node=p.nodeName,
         devices=tuple(p.deviceNames),
         # The pod's requests, held on the node until the pod is bound.
-        podCpuMilli=4000,
-        podMemoryMiB=int(p.memory.removesuffix("Gi")) * 1024,
+        # The pod: the engine's requests and the endpoint front's.
+        podCpuMilli=4000 + ENDPOINT_FRONT_DEMAND.cpuMilli,
+        podMemoryMiB=int(p.memory.removesuffix("Gi")) * 1024 + ENDPOINT_FRONT_DEMAND.memoryMiB,
     )
 
 

@@ -6,7 +6,7 @@ from activities.inventory import build_nodes, pod_requests
 from inference_api.plan import OrderFacts, Toleration
 from inference_api.reasons import Reason
 from planner.inventory import InventorySnapshot, Node, Taint
-from planner.nodes import NodeProblem, PodDemand, node_problem, tolerates
+from planner.nodes import ENDPOINT_FRONT_DEMAND, NodeProblem, PodDemand, node_problem, tolerates
 from planner.planning import PlanningRequest, plan_launch
 from tests.planner.helpers import SHARED, WHOLE, cel, device, policy
 
@@ -48,6 +48,19 @@ def test_a_node_without_cpu_room_is_not_chosen() -> None:
     outcome = plan(snapshot(full, roomy))
     assert outcome.plan is not None  # type: ignore[attr-defined]
     assert outcome.plan.nodeName == "b-roomy"  # type: ignore[attr-defined]
+
+
+def test_the_endpoint_fronts_requests_count_with_the_engines() -> None:
+    # One device: the engine is estimated at 4 cores; the pod also runs the endpoint front (100m), so a node
+    # with exactly the engine's 4 cores free would leave the pod Pending at the scheduler.
+    engine_only = Node(name="a-engine-only", cpuMilli=4000, memoryMiB=65536)
+    outcome = plan(snapshot(engine_only))
+    refusal = outcome.refusal  # type: ignore[attr-defined]
+    assert refusal is not None
+    assert refusal.reason is Reason.NO_SCHEDULABLE_NODE
+    assert "not enough allocatable CPU" in refusal.message
+    room = Node(name="b-room", cpuMilli=4000 + ENDPOINT_FRONT_DEMAND.cpuMilli, memoryMiB=65536)
+    assert plan(snapshot(room)).plan.nodeName == "b-room"  # type: ignore[attr-defined]
 
 
 def test_an_order_that_fits_a_gpu_but_no_node_is_refused_with_the_nodes_reasons() -> None:
@@ -131,8 +144,8 @@ def test_booked_pods_hold_their_nodes_cpu_until_they_are_bound() -> None:
         bookings.append(Booking.of_plan(holder, outcome.plan, 0.0))  # type: ignore[attr-defined]
     booked = with_booked_pods(reserve(inventory, bookings, []), bookings)
     assert booked.nodes is not None
-    assert booked.nodes[0].requestedCpuMilli == 8000
-    # A third pod of 4 cores does not fit the 2 left, though a T4 is free.
+    assert booked.nodes[0].requestedCpuMilli == 2 * (4000 + ENDPOINT_FRONT_DEMAND.cpuMilli)
+    # A third pod of 4 cores (and its front) does not fit the 1.8 left, though a T4 is free.
     assert plan(booked, holder="ns/c").refusal.reason is Reason.NO_SCHEDULABLE_NODE  # type: ignore[attr-defined]
 
 

@@ -6,6 +6,7 @@ from inference_api.plan import OrderFacts, ReplicaPlacement
 from inference_api.types import InferenceServiceClass
 from planner.bookings import Booking, needs
 from planner.inventory import DeviceClass, InventorySnapshot, Node
+from planner.nodes import ENDPOINT_FRONT_DEMAND
 from planner.planning import PlanningRequest, plan_launch, plan_launch_traced
 from planner.scaling import planned_replicas
 from tests import factories as f
@@ -79,7 +80,7 @@ def test_a_replica_is_placed_where_its_pod_fits_too() -> None:
     """The earlier replicas' pods hold their node's CPU: a node with room for one pod takes one."""
     cpu = plan_launch(request(snapshot({"a": 1}), 1)).plan
     assert cpu is not None
-    per_pod = int(float(cpu.cpu) * 1000)
+    per_pod = int(float(cpu.cpu) * 1000) + ENDPOINT_FRONT_DEMAND.cpuMilli  # the engine and the endpoint front
     plan = plan_launch(request(snapshot({"a": 2, "b": 2}, cpu_milli=per_pod), 2)).plan
     assert plan is not None
     assert sorted(p.nodeName for p in plan.replicaPlacements) == ["a", "b"]
