@@ -529,13 +529,21 @@ async def dev_server() -> AsyncIterator[WorkflowEnvironment]:
 
 
 def _server_pid() -> int | None:
-    """The dev server's pid (a child of this process running temporal)."""
+    """The Temporal server's pid: the newest child of this process running temporal that is not nginx
+    (the mTLS terminator's command line names temporal too). The newest: under pytest, session fixtures
+    may have started other Temporal servers before the benchmark started its own."""
+    found: list[tuple[int, int]] = []
     with contextlib.suppress(OSError):
         for task in Path(f"/proc/{os.getpid()}/task").iterdir():
             for child in (task / "children").read_text().split():
-                if "temporal" in Path(f"/proc/{child}/cmdline").read_text():
-                    return int(child)
-    return None
+                with contextlib.suppress(OSError, ValueError, IndexError):
+                    proc = Path(f"/proc/{child}")
+                    if "temporal" not in (proc / "cmdline").read_text() or "nginx" in (proc / "comm").read_text():
+                        continue
+                    # /proc/<pid>/stat field 22: the start time (after the command name's parenthesis).
+                    started = int((proc / "stat").read_text().rpartition(")")[2].split()[19])
+                    found.append((started, int(child)))
+    return max(found)[1] if found else None
 
 
 async def engine_tier(
