@@ -24,21 +24,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
-
-from devstack.temporal_dev import temporal_binary
+from benchmarks.stand import benchmark_stand
 from inference_api.types import GROUP, VERSION
-from tests.e2e.stand import Stand, open_stand
-from tests.fixtures.cluster import running_cluster
-from workflows.search_attributes import ALL_KEYS
+from tests.e2e.stand import Stand
 
 SMALL = {"src": "HuggingFace", "ref": {"name": "Qwen/Qwen2.5-0.5B-Instruct"}}
 
@@ -99,22 +92,8 @@ async def pending_activities(stand: Stand, names: list[str]) -> int:
 
 
 async def run(orders: int, slots: int, timeout: float) -> None:
-    with (
-        tempfile.TemporaryDirectory(prefix="first-load-") as state,
-        running_cluster(Path(state), "cluster: ") as cluster,
-    ):
-        env = await WorkflowEnvironment.start_local(
-            dev_server_existing_path=str(temporal_binary()),
-            data_converter=pydantic_data_converter,
-            search_attributes=list(ALL_KEYS),
-            ui=False,
-        )
-        try:
-            with cluster.api_client("admin") as api:
-                async with open_stand(cluster, api, env.client, {"worker": {"activitySlots": slots}}) as stand:
-                    await measure(stand, orders, slots, timeout)
-        finally:
-            await env.shutdown()
+    async with benchmark_stand("first-load-", {"worker": {"activitySlots": slots}}) as stand:
+        await measure(stand, orders, slots, timeout)
 
 
 async def measure(stand: Stand, orders: int, slots: int, timeout: float) -> None:

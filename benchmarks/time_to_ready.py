@@ -35,25 +35,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 
+from benchmarks.stand import benchmark_stand
 from devstack.standins.engine import EngineReplica
-from devstack.temporal_dev import temporal_binary
 from devstack.vllm_cpu_env import VERSION as ENGINE_VERSION
 from devstack.vllm_cpu_env import ensure_vllm_cpu_env
-from tests.e2e.stand import Stand, open_stand
+from tests.e2e.stand import Stand
 from tests.engine.serving import ENGINE_STAND_OVERRIDES, TINY_MODEL, request, token_of
-from tests.fixtures.cluster import running_cluster
-from workflows.search_attributes import ALL_KEYS
 
 ORDER = "tiny-ttr"
 # Activity -> the step that ends when it completes (the first completion of each).
@@ -190,22 +184,8 @@ async def measure(stand: Stand, timeout: float) -> None:
 
 async def run(timeout: float) -> None:
     ensure_vllm_cpu_env(progress=say)
-    with (
-        tempfile.TemporaryDirectory(prefix="time-to-ready-") as state,
-        running_cluster(Path(state), "cluster: ") as cluster,
-    ):
-        env = await WorkflowEnvironment.start_local(
-            dev_server_existing_path=str(temporal_binary()),
-            data_converter=pydantic_data_converter,
-            search_attributes=list(ALL_KEYS),
-            ui=False,
-        )
-        try:
-            with cluster.api_client("admin") as api:
-                async with open_stand(cluster, api, env.client, ENGINE_STAND_OVERRIDES) as stand:
-                    await measure(stand, timeout)
-        finally:
-            await env.shutdown()
+    async with benchmark_stand("time-to-ready-", ENGINE_STAND_OVERRIDES) as stand:
+        await measure(stand, timeout)
 
 
 def main(argv: list[str] | None = None) -> int:
