@@ -99,23 +99,22 @@ def compute_phase(conditions: list[Condition]) -> tuple[Phase, str | None]:
     return Phase.PENDING, None
 
 
-# Replica troubles (the observer's ``replica_trouble``): what the order does, and what it asks of whom.
-TROUBLE_REASONS: frozenset[str] = frozenset(
-    r.value
-    for r in (
-        Reason.NODE_LOST,
-        Reason.CLAIM_NOT_ALLOCATABLE,
-        Reason.POD_UNSCHEDULABLE,
-        Reason.QUOTA_EXCEEDED,
-        Reason.POD_CREATION_REFUSED,
-        Reason.IMAGE_PULL_FAILED,
-        Reason.MODEL_DOWNLOAD_FAILED,
-        Reason.RUNTIME_OOM_KILLED,
-        Reason.RUNTIME_CRASH_LOOPING,
-        Reason.RUNTIME_CANNOT_START,
-        Reason.MODEL_LOADING,
-    )
+# Replica troubles (the observer's ``replica_trouble``), the worst first: the one an order shows when
+# its replicas have several (the observer ranks them by it).
+TROUBLE_SEVERITY: tuple[Reason, ...] = (
+    Reason.NODE_LOST,
+    Reason.CLAIM_NOT_ALLOCATABLE,
+    Reason.QUOTA_EXCEEDED,
+    Reason.POD_CREATION_REFUSED,
+    Reason.IMAGE_PULL_FAILED,
+    Reason.MODEL_DOWNLOAD_FAILED,
+    Reason.RUNTIME_OOM_KILLED,
+    Reason.RUNTIME_CRASH_LOOPING,
+    Reason.RUNTIME_CANNOT_START,
+    Reason.POD_UNSCHEDULABLE,
+    Reason.MODEL_LOADING,
 )
+TROUBLE_REASONS: frozenset[str] = frozenset(r.value for r in TROUBLE_SEVERITY)
 _ADVICE: dict[str, str] = {
     Reason.QUOTA_EXCEEDED.value: "a ResourceQuota of the namespace refuses the order's pods: its administrator raises "
     "it (or frees room in it), or the order asks for less; the cluster makes the pods by itself once it allows them",

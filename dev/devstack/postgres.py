@@ -34,6 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from devstack.process_group import stop_group
+
 INSTALL_HINT = "Debian/Ubuntu: apt-get install postgresql (any PostgreSQL >= 12)"
 # The role Temporal connects as (the cluster's superuser: it creates its own databases).
 ROLE = "temporal"
@@ -233,16 +235,7 @@ class PostgresServer:
             time.sleep(0.2)
 
     def stop(self, timeout: float = 30) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGINT)  # fast shutdown: ends sessions, checkpoints
-        try:
-            self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=10)
+        stop_group(self.process, signal.SIGINT, timeout)  # PostgreSQL's fast shutdown: ends sessions, checkpoints
 
     def log_tail(self) -> str:
         text = self.log_file.read_text(errors="replace") if self.log_file.is_file() else ""

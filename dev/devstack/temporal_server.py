@@ -45,6 +45,7 @@ from typing import Any
 
 from devstack.cluster.paths import REPO_ROOT, build_logs_dir, cache_root
 from devstack.postgres import ROLE, PostgresServer
+from devstack.process_group import stop_group
 from devstack.temporal_tls import CLIENTS, SERVER_NAME, TemporalCredentials
 from devstack.vllm_env import install_lock
 
@@ -347,16 +348,7 @@ class ProductionTemporal:
         return self
 
     def stop(self, timeout: float = 30) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=10)
+        stop_group(self.process, signal.SIGTERM, timeout)
 
     def log_tail(self, chars: int = 3000) -> str:
         return self.log_file.read_text(errors="replace")[-chars:] if self.log_file.is_file() else ""

@@ -32,6 +32,7 @@ from temporalio.service import TLSConfig
 
 from devstack.cluster.paths import REPO_ROOT
 from devstack.cluster.pki import CertificateAuthority, IssuedCertificate, create_ca, issue_certificate
+from devstack.process_group import stop_group
 
 PROXY_CONFIG = REPO_ROOT / "deploy" / "charts" / "ai-inference" / "files" / "temporal-tls-proxy.conf"
 # The name the server certificate carries (with IP 127.0.0.1), and every client verifies.
@@ -209,13 +210,7 @@ class TLSTerminator:
             time.sleep(0.05)
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=10)
+        stop_group(self.process)
 
     def log_tail(self) -> str:
         log = self.directory / "nginx.log"

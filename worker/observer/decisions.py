@@ -30,6 +30,7 @@ from inference_api.payloads import OrderRef, order_workflow_id
 from inference_api.reasons import Reason
 from inference_api.types import ConditionType, ModelKind, ModelSource, Phase
 from workflows.order_state import ReplicaTrouble, TroubleAction
+from workflows.status import TROUBLE_SEVERITY
 
 Obj = Mapping[str, Any]
 
@@ -610,20 +611,6 @@ _CANNOT_START_REASONS = frozenset({"CreateContainerConfigError", "CreateContaine
 _TRANSIENT_UNSCHEDULABLE = ("unbound immediate PersistentVolumeClaims", "waiting for resource claim", "not found")
 # The DRA scheduler plugin's verdicts on a claim it cannot allocate.
 _CLAIM_VERDICTS = ("cannot allocate all claims", "resourceclaim", "resource claim")
-# Worse first: the trouble an order shows when its replicas have several.
-TROUBLE_SEVERITY: tuple[Reason, ...] = (
-    Reason.NODE_LOST,
-    Reason.CLAIM_NOT_ALLOCATABLE,
-    Reason.QUOTA_EXCEEDED,
-    Reason.POD_CREATION_REFUSED,
-    Reason.IMAGE_PULL_FAILED,
-    Reason.MODEL_DOWNLOAD_FAILED,
-    Reason.RUNTIME_OOM_KILLED,
-    Reason.RUNTIME_CRASH_LOOPING,
-    Reason.RUNTIME_CANNOT_START,
-    Reason.POD_UNSCHEDULABLE,
-    Reason.MODEL_LOADING,
-)
 # What the order does about each (workflows/order.py acts on it).
 TROUBLE_ACTIONS: Mapping[Reason, str] = {
     Reason.NODE_LOST: TroubleAction.REPLAN,
