@@ -25,8 +25,8 @@ from typing import Any
 
 import httpx
 
+import devstack.standins.engine as eng
 from activities.builders.endpoint_front import front_command
-from devstack.standins import engine as eng
 from devstack.standins.runtime import StandInRuntime
 
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
