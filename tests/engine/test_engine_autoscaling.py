@@ -151,7 +151,12 @@ async def test_the_engines_own_queue_makes_the_orders_hpa_ask_for_another_replic
     async with load.running(), httpx.AsyncClient(timeout=5) as http:
         while time.monotonic() - started < LOAD_SECONDS:
             at = time.monotonic() - started
-            own = engine_waiting((await http.get(f"{served.replica.engine_url}/metrics")).text)
+            try:
+                own = engine_waiting((await http.get(f"{served.replica.engine_url}/metrics")).text)
+            except httpx.TransportError:
+                # A pooled connection the engine closed while a loop turn outlasted its keep-alive (5 s,
+                # under this load): a missed sample, as a failed scrape is to Prometheus.
+                own = 0.0
             peaks["engine"] = max(peaks["engine"], own)
             if own > 0:
                 marks.setdefault("engine queue > 0", at)
