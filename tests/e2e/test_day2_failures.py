@@ -31,16 +31,17 @@ LOADING = SLOTS + 2
 
 
 def refuse_more_pods(stand: Stand) -> None:
-    """The namespace's quota is at the pods it runs: the StatefulSet controller is refused any other
-    (FailedCreate: exceeded quota), so those orders load forever."""
-    running = len(stand.core.list_namespaced_pod(stand.namespace).items)
+    """The namespace's quota admits no pod: the StatefulSet controller is refused any other
+    (FailedCreate: exceeded quota), so those orders load forever. Pods already running stay (a quota
+    is checked at admission only). Zero, not the pods running now: a quota at "what runs" frees a
+    place when the test deletes a Ready order, and the next order's pod took it (CI, 2026-12-01)."""
     stand.core.create_namespaced_resource_quota(
         stand.namespace,
         {
             "apiVersion": "v1",
             "kind": "ResourceQuota",
             "metadata": {"name": "full"},
-            "spec": {"hard": {"pods": str(running)}},
+            "spec": {"hard": {"pods": "0"}},
         },
     )
 
