@@ -60,6 +60,10 @@ class Reason(StrEnum):
     RUNTIME_OOM_KILLED = "RuntimeOOMKilled"
     RUNTIME_CRASH_LOOPING = "RuntimeCrashLooping"
     RUNTIME_CANNOT_START = "RuntimeCannotStart"
+    # A replica's node is not Ready (its kubelet missed its heartbeats): the order keeps its placement
+    # for the grace the cluster's own eviction gives it (observer.nodeNotReadyGraceSeconds), then it is
+    # NodeLost and moves.
+    NODE_NOT_READY = "NodeNotReady"
     # Progress: the engine runs and loads its model (its startup probe has not passed yet).
     MODEL_LOADING = "ModelLoading"
     # Positive and progress reasons.

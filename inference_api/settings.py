@@ -282,6 +282,11 @@ class ObserverSettings(BaseModel):
     probeConcurrency: int = Field(default=64, ge=1)
     # Changes of one order seen within this window are coalesced into one signal.
     debounceSeconds: float = Field(default=1.0, ge=0)
+    # A replica's node not Ready for less than this (counted from its Ready condition's
+    # lastTransitionTime) is NodeNotReady, the placement kept; from then on NodeLost, the order moves.
+    # 300 s: the toleration Kubernetes gives every pod for the not-ready/unreachable NoExecute taints
+    # (DefaultTolerationSeconds), so the order moves when the cluster's own eviction would. 0: at once.
+    nodeNotReadyGraceSeconds: float = Field(default=300, ge=0)
     # Orders are split by uid: this observer handles int(sha256(uid)) % shards == shard.
     shards: int = Field(default=1, ge=1)
     shard: int = Field(default=0, ge=0)

@@ -112,6 +112,7 @@ TROUBLE_SEVERITY: tuple[Reason, ...] = (
     Reason.RUNTIME_CRASH_LOOPING,
     Reason.RUNTIME_CANNOT_START,
     Reason.POD_UNSCHEDULABLE,
+    Reason.NODE_NOT_READY,
     Reason.MODEL_LOADING,
 )
 TROUBLE_REASONS: frozenset[str] = frozenset(r.value for r in TROUBLE_SEVERITY)
@@ -131,6 +132,9 @@ _ADVICE: dict[str, str] = {
     "model or the class's runtime settings) and edit the order or its class; the kubelet restarts it until then",
     Reason.RUNTIME_CANNOT_START.value: "the engine's container cannot be created (see above): fix what it needs (a "
     "Secret, a setting); the kubelet tries again by itself",
+    Reason.NODE_NOT_READY.value: "a node that stops reporting often comes back (a kubelet that missed its "
+    "heartbeats, a network blip): the order keeps its placement until the time above, then plans it again away "
+    "from the node (NodeLost); nothing to do meanwhile, your administrator looks after the node",
     Reason.MODEL_LOADING.value: "the engine loads the model; the order serves once it answers",
 }
 

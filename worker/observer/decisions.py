@@ -15,6 +15,7 @@ import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -623,6 +624,9 @@ TROUBLE_ACTIONS: Mapping[Reason, str] = {
     Reason.RUNTIME_OOM_KILLED: TroubleAction.WAIT_FOR_EDIT,
     Reason.RUNTIME_CRASH_LOOPING: TroubleAction.WAIT_FOR_EDIT,
     Reason.RUNTIME_CANNOT_START: TroubleAction.WAIT_FOR_EDIT,
+    # The node may come back: the placement is kept (no replan, no retry timer) until the grace ends,
+    # when the observer looks again and the trouble becomes NodeLost.
+    Reason.NODE_NOT_READY: TroubleAction.WAIT_FOR_EDIT,
     Reason.MODEL_LOADING: TroubleAction.WAIT,
 }
 # Anything that reads like a credential in a message the cluster wrote (an engine's log tail can
@@ -700,15 +704,83 @@ def pinned_node(pod: Obj) -> str | None:
     return None
 
 
-def _node_trouble(node_name: str, nodes: Mapping[str, Obj], pod_key: str, pinned: bool) -> ReplicaTrouble | None:
+def parse_time(value: object) -> datetime | None:
+    """An API server timestamp (``2026-12-01T10:00:00Z``) as an aware datetime, None when unreadable."""
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    try:
+        parsed = datetime.fromisoformat(str(value or ""))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _stamp(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def not_ready_since(node: Obj | None) -> datetime | None:
+    """When a node that is not Ready stopped being Ready: its Ready condition's lastTransitionTime (the
+    kubelet's, or the node lifecycle controller's when it marked it Unknown). None when it is Ready, or
+    when the time is missing or unreadable."""
+    for condition in ((node or {}).get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            if condition.get("status") == "True":
+                return None
+            return parse_time(condition.get("lastTransitionTime"))
+    return None
+
+
+@dataclass(frozen=True)
+class NodeGrace:
+    """The grace a node that is not Ready gets before its pods' orders move: ``now`` (the observer's
+    clock when it looks: decisions have none) and ``seconds`` (``observer.nodeNotReadyGraceSeconds``)."""
+
+    now: datetime
+    seconds: float
+
+    def ends(self, node: Obj | None) -> datetime | None:
+        """When the node's grace ends, None when it has none (Ready, no grace, or no transition time:
+        a not-Ready node that cannot say since when is lost at once)."""
+        since = not_ready_since(node)
+        if since is None or self.seconds <= 0:
+            return None
+        return since + timedelta(seconds=self.seconds)
+
+    def within(self, node: Obj | None) -> bool:
+        ends = self.ends(node)
+        return ends is not None and self.now < ends
+
+
+def _node_trouble(
+    node_name: str, nodes: Mapping[str, Obj], pod_key: str, pinned: bool, grace: NodeGrace | None = None
+) -> ReplicaTrouble | None:
+    """A deleted node: NodeLost at once. A node not Ready: NodeNotReady while within its ``grace``
+    (the placement is kept), NodeLost after it (or at once without a grace)."""
     node = nodes.get(node_name)
     where = f"the node {node_name} that pod {pod_key} is {'pinned to' if pinned else 'on'}"
     if node is None:
         return trouble(Reason.NODE_LOST, f"{where} is gone (deleted from the cluster)", node_name)
     ready, why = node_ready(node)
-    if not ready:
+    if ready:
+        return None
+    since = not_ready_since(node)
+    ends = grace.ends(node) if grace is not None else None
+    if grace is None or ends is None:
         return trouble(Reason.NODE_LOST, f"{where} is not Ready ({why})", node_name)
-    return None
+    assert since is not None  # ends is since + grace
+    if grace.within(node):
+        return trouble(
+            Reason.NODE_NOT_READY,
+            f"{where} is not Ready since {_stamp(since)} ({why}); the order keeps its placement until "
+            f"{_stamp(ends)} ({grace.seconds:.0f} s grace, as the cluster's own eviction gives its pods)",
+            node_name,
+        )
+    return trouble(
+        Reason.NODE_LOST,
+        f"{where} is not Ready since {_stamp(since)}, past its {grace.seconds:.0f} s grace ({why})",
+        node_name,
+    )
 
 
 def _container_trouble(pod_key: str, status: Obj, init: bool) -> ReplicaTrouble | None:
@@ -760,24 +832,28 @@ def _loading(pod_key: str, status: Obj) -> ReplicaTrouble | None:
     )
 
 
-def pod_trouble(pod: Obj, nodes: Mapping[str, Obj] | None) -> ReplicaTrouble | None:
+def pod_trouble(pod: Obj, nodes: Mapping[str, Obj] | None, grace: NodeGrace | None = None) -> ReplicaTrouble | None:
     """What is wrong with one replica's Pod, as the cluster says it, or None.
 
     ``nodes``: the Nodes by name (None while they are not listed yet: no node verdict then). Read in
     this order: its node lost (deleted, or not Ready); its scheduling refused (a claim the scheduler
     cannot allocate, a pinned node that is gone, anything else); its init containers (the model
     fetcher) and its runtime failing (image, config, exits, OOM); its runtime loading.
+
+    ``grace``: the grace a node that is not Ready gets (NodeNotReady until it ends; None: NodeLost at
+    once). A pod being deleted is no trouble, unless its node is away: a pod on a node that does not
+    answer stays Terminating (the taint manager's eviction included) and its replacement waits for it.
     """
-    if deleting(pod):
-        return None
     key = object_key(pod)
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
     node_name = spec.get("nodeName")
     if node_name and nodes is not None:
-        lost = _node_trouble(str(node_name), nodes, key, pinned=False)
+        lost = _node_trouble(str(node_name), nodes, key, pinned=False, grace=grace)
         if lost is not None:
             return lost
+    if deleting(pod):
+        return None
     if not node_name:
         for condition in status.get("conditions") or []:
             if condition.get("type") != "PodScheduled" or condition.get("status") != "False":
@@ -789,7 +865,7 @@ def pod_trouble(pod: Obj, nodes: Mapping[str, Obj] | None) -> ReplicaTrouble | N
                 return None
             pinned = pinned_node(pod)
             if pinned is not None and nodes is not None:
-                lost = _node_trouble(pinned, nodes, key, pinned=True)
+                lost = _node_trouble(pinned, nodes, key, pinned=True, grace=grace)
                 if lost is not None:
                     return lost
             if any(v in message.lower() for v in _CLAIM_VERDICTS):
@@ -840,11 +916,15 @@ def statefulset_trouble(statefulset: Obj | None, events: Iterable[Obj]) -> Repli
 
 
 def order_trouble(
-    pods: Iterable[Obj], statefulset: Obj | None, events: Iterable[Obj], nodes: Mapping[str, Obj] | None
+    pods: Iterable[Obj],
+    statefulset: Obj | None,
+    events: Iterable[Obj],
+    nodes: Mapping[str, Obj] | None,
+    grace: NodeGrace | None = None,
 ) -> ReplicaTrouble | None:
     """The trouble an order's replicas have, the worst first (``TROUBLE_SEVERITY``; of equals, the
     lowest pod name), or None. A replica that is ready has none."""
-    found = [t for t in (pod_trouble(p, nodes) for p in sorted(pods, key=object_key)) if t is not None]
+    found = [t for t in (pod_trouble(p, nodes, grace) for p in sorted(pods, key=object_key)) if t is not None]
     refused = statefulset_trouble(statefulset, events)
     if refused is not None:
         found.append(refused)
@@ -852,6 +932,22 @@ def order_trouble(
         return None
     rank = {reason.value: i for i, reason in enumerate(TROUBLE_SEVERITY)}
     return min(found, key=lambda t: rank.get(t.reason, len(rank)))
+
+
+def grace_ends(pods: Iterable[Obj], nodes: Mapping[str, Obj] | None, grace: NodeGrace) -> datetime | None:
+    """The earliest end of a grace still running for a node the order's pods are on (or pinned to): when
+    the observer must look at the order again although no event may come (a node that stays NotReady
+    changes nothing the informers see). None when no such grace runs."""
+    if nodes is None:
+        return None
+    ends: list[datetime] = []
+    for pod in pods:
+        name = ((pod.get("spec") or {}).get("nodeName")) or pinned_node(pod)
+        node = nodes.get(str(name)) if name else None
+        end = grace.ends(node)
+        if end is not None and grace.now < end:
+            ends.append(end)
+    return min(ends, default=None)
 
 
 @dataclass

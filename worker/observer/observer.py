@@ -141,6 +141,8 @@ class Observer:
         self.scaling_dirty: set[str] = set()
         self.scaling_last: dict[str, tuple[object, ...]] = {}
         self._flushes: dict[str, asyncio.TimerHandle] = {}
+        # By order uid: the look again when a node's NotReady grace ends (no event may come then).
+        self._rechecks: dict[str, tuple[datetime, asyncio.TimerHandle]] = {}
         # Indexes by order key (namespace/name): its class, its catalog model, its Pods.
         self.by_class: dict[str, set[str]] = {}
         self.by_model: dict[tuple[str, str, str], set[str]] = {}
@@ -310,6 +312,9 @@ class Observer:
         handle = self._flushes.pop(uid, None)
         if handle is not None:
             handle.cancel()
+        recheck = self._rechecks.pop(uid, None)
+        if recheck is not None:
+            recheck[1].cancel()
 
     def on_class(self, change: Change) -> None:
         name = str(d.meta(change.obj).get("name"))
@@ -444,13 +449,39 @@ class Observer:
         self._schedule_flush(uid)
 
     def trouble_of(self, order: d.Obj) -> d.ReplicaTrouble | None:
+        """The order's replica trouble now; when a node of its pods is within its NotReady grace, a look
+        again is scheduled for the grace's end (level-triggered: a node that stays NotReady sends no
+        event, and the order must then hear NodeLost)."""
         key = d.object_key(order)
         pods = [p for p in (self.informers[inf.POD].get(k) for k in sorted(self.pods_of.get(key, ()))) if p]
         statefulset = self._owned(inf.STATEFULSET, order)
         sts_key = d.object_key(statefulset) if statefulset is not None else key
         events = [e for e in (self.informers[inf.EVENT].get(k) for k in self.events_of.get(sts_key, ())) if e]
-        nodes = self.informers[inf.NODE]
-        return d.order_trouble(pods, statefulset, events, nodes.cache if nodes.synced else None)
+        informer = self.informers[inf.NODE]
+        nodes = informer.cache if informer.synced else None
+        grace = d.NodeGrace(now=datetime.now(UTC), seconds=self.config.nodeNotReadyGraceSeconds)
+        ends = d.grace_ends(pods, nodes, grace)
+        if ends is not None:
+            self._recheck_at(str(d.meta(order).get("uid")), ends, grace.now)
+        return d.order_trouble(pods, statefulset, events, nodes, grace)
+
+    def _recheck_at(self, uid: str, at: datetime, now: datetime) -> None:
+        """Look at the order's replica troubles again at ``at`` (just after), unless a look is due sooner."""
+        scheduled = self._rechecks.get(uid)
+        if scheduled is not None:
+            if scheduled[0] <= at:
+                return
+            scheduled[1].cancel()
+        delay = max(0.0, (at - now).total_seconds()) + 0.5
+        handle = asyncio.get_running_loop().call_later(delay, self._recheck, uid)
+        self._rechecks[uid] = (at, handle)
+
+    def _recheck(self, uid: str) -> None:
+        self._rechecks.pop(uid, None)
+        order = self.order_by_uid(uid)
+        if order is not None:
+            log.info("node grace over: replicas looked at again", order=d.object_key(order))
+            self.mark_trouble(order)
 
     def on_model(self, kind: str, change: Change) -> None:
         what = d.model_change(kind, change.type, change.old, change.new)
@@ -636,6 +667,9 @@ class Observer:
         for handle in self._flushes.values():
             handle.cancel()
         self._flushes.clear()
+        for _, recheck in self._rechecks.values():
+            recheck.cancel()
+        self._rechecks.clear()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
