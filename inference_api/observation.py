@@ -34,7 +34,10 @@ class OrderSignal:
 
 
 class _Payload(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # A workflow payload (input, signal, update, activity argument or result, state): it drops fields it
+    # does not know instead of refusing them, so a release rolled back to reads what a later release
+    # wrote (docs/upgrade.md). Users' input is refused by the CRD schemas, not here.
+    model_config = ConfigDict(extra="ignore")
 
 
 class ObservedChange(_Payload):

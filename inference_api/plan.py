@@ -2,6 +2,12 @@
 
 Shared by the planner (which produces it), the workload builders (which turn it into
 objects) and the order workflow (which carries it and publishes ``status.resolved``).
+
+What travels in workflow payloads (``LaunchPlan`` with its ``Recipe`` and ``ReplicaPlacement``s in
+the order's state, ``PlanOutcome`` and ``PlanRefusal`` as the plan activity's result) drops fields it
+does not know (``extra="ignore"``): a release rolled back to reads what a later one wrote
+(docs/upgrade.md). The planner API's request (``LaunchPlanRequest``, ``OrderFacts``, ``Toleration``,
+``RuntimeFallbackFlag``) is no workflow payload and still refuses a field it does not know (HTTP 400).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ class RecipeSource(StrEnum):
 class Recipe(BaseModel):
     """How vLLM is launched on the chosen hardware (the latency branch of a compiled recipe)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="ignore")  # a workflow payload (above)
     source: RecipeSource
     runtime: str = "vllm"
     runtimeVersion: str = Field(description="Release of the runtime the recipe was compiled for.")
@@ -53,7 +59,7 @@ class OrderFacts(BaseModel):
 class ReplicaPlacement(BaseModel):
     """Where the plan put one replica: its node and its devices."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="ignore")  # a workflow payload (above)
     nodeName: str
     deviceNames: list[str]
 
@@ -62,7 +68,7 @@ MAX_PLANNED_REPLICAS = 64
 
 
 class LaunchPlan(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="ignore")  # a workflow payload (above)
     deviceClass: str
     acceleratorProductName: str
     acceleratorMemoryGiB: int
@@ -174,7 +180,7 @@ class LaunchPlanRequest(BaseModel):
 
 
 class PlanRefusal(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="ignore")  # a workflow payload (above)
     reason: Reason
     message: str
 
@@ -182,6 +188,6 @@ class PlanRefusal(BaseModel):
 class PlanOutcome(BaseModel):
     """Exactly one of plan / refusal is set."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="ignore")  # a workflow payload (above)
     plan: LaunchPlan | None = None
     refusal: PlanRefusal | None = None

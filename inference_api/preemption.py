@@ -27,7 +27,10 @@ def preemption_workflow_id(task_queue: str, device_class: str) -> str:
 
 
 class _Payload(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # A workflow payload (input, signal, update, activity argument or result, state): it drops fields it
+    # does not know instead of refusing them, so a release rolled back to reads what a later release
+    # wrote (docs/upgrade.md). Users' input is refused by the CRD schemas, not here.
+    model_config = ConfigDict(extra="ignore")
 
 
 class HpaCondition(_Payload):
