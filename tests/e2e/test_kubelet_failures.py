@@ -129,7 +129,9 @@ async def test_a_node_not_ready_is_named_and_the_order_moves_only_after_its_grac
             what=lambda: f"a replan (now {stand.describe('held')})",
         )
         replanned_at = (datetime.now(UTC) - since).total_seconds()
-    # The node is kwok's again (its old pod's delete finishes): the order serves from its new place.
+    # The node is kwok's again, its old pod's delete finishes, and the order serves from its new place.
+    # (A StatefulSet makes no replacement while the old pod is Terminating on a node that does not
+    # answer: for a node that never comes back, an administrator deletes the Node: docs/operations.md.)
 
     def moved_and_ready() -> bool:
         where = _pod_node(stand, "held")
