@@ -86,9 +86,10 @@ async def test_a_node_not_ready_is_named_and_the_order_moves_only_after_its_grac
     node = _pod_node(stand, "held")
     assert node is not None
     replans = _replans(stand, "held")
-    with out_of_kwoks_hands(stand, node):
+    said = "container runtime status check may not have completed yet: PLEG is not healthy"
+
+    def kubelet_not_ready() -> datetime:
         since = datetime.now(UTC).replace(microsecond=0)
-        said = "container runtime status check may not have completed yet: PLEG is not healthy"
         condition = {
             "type": "Ready",
             "status": "False",
@@ -98,6 +99,26 @@ async def test_a_node_not_ready_is_named_and_the_order_moves_only_after_its_grac
             "lastTransitionTime": _stamp(since),
         }
         stand.core.patch_node_status(node, {"status": {"conditions": [condition]}})
+        return since
+
+    # A blip: the kubelet is back within the grace. Named, then cleared; nothing planned again.
+    with out_of_kwoks_hands(stand, node):
+        kubelet_not_ready()
+        await stand.until(
+            lambda: _workload_reason(stand, "held") == "NodeNotReady",
+            timeout=GRACE_SECONDS - 3,
+            what=lambda: f"NodeNotReady (now {stand.describe('held')})",
+        )
+    await stand.until(
+        lambda: _workload_reason(stand, "held") == "WorkloadApplied",
+        timeout=30,
+        what=lambda: f"NodeNotReady cleared once the node is Ready again (now {stand.describe('held')})",
+    )
+    assert _replans(stand, "held") == replans
+    assert _pod_node(stand, "held") == node
+    # Not Ready for longer than the grace: the order moves.
+    with out_of_kwoks_hands(stand, node):
+        since = kubelet_not_ready()
         grace_ends = since + timedelta(seconds=GRACE_SECONDS)
         await stand.until(
             lambda: _workload_reason(stand, "held") == "NodeNotReady",
