@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from temporalio.client import Client
 
 from inference_api.reasons import Reason
 from inference_api.settings import ModuleSettings, ObserverSettings
@@ -224,3 +225,40 @@ async def test_the_observer_looks_again_when_a_grace_ends_without_an_event() -> 
     await asyncio.sleep(0.8)
     assert marked == ["u1"]
     assert observer._rechecks == {}
+
+
+@pytest.mark.temporal
+async def test_the_observer_tells_not_ready_then_lost_with_no_event_between(temporal_client: Client) -> None:
+    """Through the observer's event handling: a node turns NotReady under a serving order's pod; the
+    order hears NodeNotReady at once and NodeLost when the grace ends, with no event in between."""
+    from tests.observer.test_dispatch import SERVING as SERVING_ORDER
+    from tests.observer.test_dispatch import observer, order, settle
+    from tests.observer.test_dispatch import pod as order_pod
+    from tests.observer.test_trouble_dispatch import node as listed_node
+    from tests.observer.test_trouble_dispatch import troubles
+    from worker.observer import informer as inf
+    from worker.observer.informer import Listed, Watched
+
+    obs = observer(temporal_client)
+    obs.config.nodeNotReadyGraceSeconds = 3.0
+    obs.handle(Listed(inf.NODE, [listed_node("gpu-1")]))
+    obs.handle(Listed(inf.ORDER, [order("chat", "u-chat", **SERVING_ORDER)]))
+    obs.handle(Listed(inf.POD, [order_pod("chat-0", ready=True)]))
+    await settle()
+    assert troubles(obs) == []
+    away = listed_node("gpu-1", ready="Unknown", rv="2")
+    away["status"]["conditions"][0]["lastTransitionTime"] = _stamp_now()
+    obs.handle(Watched(inf.NODE, d.MODIFIED, away))
+    await settle()
+    [told] = troubles(obs)
+    assert told.reason == Reason.NODE_NOT_READY
+    assert told.action == TroubleAction.WAIT_FOR_EDIT
+    await asyncio.sleep(3.5)  # the grace (3 s from a whole second) and the look again, no event
+    [told] = troubles(obs)
+    assert told.reason == Reason.NODE_LOST
+    assert "past its 3 s grace" in told.message
+    await obs.stop()
+
+
+def _stamp_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -773,12 +773,12 @@ def _node_trouble(
         return trouble(
             Reason.NODE_NOT_READY,
             f"{where} is not Ready since {_stamp(since)} ({why}); the order keeps its placement until "
-            f"{_stamp(ends)} ({grace.seconds:.0f} s grace, as the cluster's own eviction gives its pods)",
+            f"{_stamp(ends)} ({grace.seconds:g} s grace, as the cluster's own eviction gives its pods)",
             node_name,
         )
     return trouble(
         Reason.NODE_LOST,
-        f"{where} is not Ready since {_stamp(since)}, past its {grace.seconds:.0f} s grace ({why})",
+        f"{where} is not Ready since {_stamp(since)}, past its {grace.seconds:g} s grace ({why})",
         node_name,
     )
 
