@@ -46,7 +46,9 @@ from inference_api.preemption import MemberReport
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # These travel in the preemption workflow's state: a rollback to a release that does not know a
+    # field added later must still decode it (docs/upgrade.md, rule 3), so unknown fields are dropped.
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
 
 class Member(_Model):

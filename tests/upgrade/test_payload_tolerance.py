@@ -104,11 +104,6 @@ def test_no_model_an_order_workflow_payload_carries_refuses_a_field_it_does_not_
     assert _strict(payload_models((OrderWorkflow,))) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="planner/preemption.py's models (Ledger, Hold, Recipient, …) still forbid unknown fields and "
-    "travel in PreemptionState: the planner's owner makes them extra='ignore' (then this passes: remove the mark)",
-)
 def test_no_model_the_preemption_workflow_carries_refuses_a_field_it_does_not_know() -> None:
     assert _strict(payload_models((PreemptionWorkflow,))) == []
 
