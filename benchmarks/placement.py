@@ -8,14 +8,16 @@ control plane with kube-scheduler's DRA allocator and kwok nodes, the Temporal d
 planner service with its informers, one worker, one observer, the stand-in fleet). N orders of the
 scale benchmark's small model are created at once, spread over three classes made from the bundled
 ``default-llm``: ``one`` (one replica), ``pair`` (minReplicas = maxReplicas = 2) and the bundled
-class itself (autoscaled 1..2: one replica placed, not pinned; counted for contrast).
+class itself (autoscaled 1..2: one replica placed; steered, not pinned: its claim's prioritized list
+tries the planned devices, then any device of the same kind).
 
-Once every order is Ready, each pinned order's claim template says where the plan put each replica
+Once every order is Ready, each order's claim template says where the plan put each replica
 (the annotation ``ai.deckhouse.io/planned-placements``) and each of its ResourceClaims what the
-scheduler allocated (``status.allocation.devices.results``: pool = node, device). Figures, per class:
-replicas whose allocation is a planned device of a planned node (pinning's guarantee), orders whose
-allocations are exactly planned ones (each allocated replica matched by a planned placement of its
-own); the autoscaled class's templates carry no plan, so its replicas are only counted.
+scheduler allocated (``status.allocation.devices.results``: pool = node, device, and for a steered
+order ``request``, the subrequest chosen: ``gpu/planned`` or ``gpu/any``). Figures, per class and for
+pinned and autoscaled orders apart: replicas whose allocation is a planned device of a planned node,
+orders whose allocations are exactly planned ones (each allocated replica matched by a planned
+placement of its own), planned replicas not allocated, and the subrequests the allocator chose.
 The planner service's ``ai_inference_planner_plan_seconds`` histogram gives the plans' latency (mean,
 p50, p95, p99 from the buckets) and ``ai_inference_planner_plans_total`` the outcomes.
 It prints figures; it asserts nothing.
@@ -69,6 +71,8 @@ class Agreement:
     # Planned replicas of pinned orders with no allocation (their pods wait: Pending).
     waiting: int = 0
     misses: list[str] = field(default_factory=list)
+    # Allocation results by the subrequest the allocator chose (steered orders: planned / any).
+    chosen: Counter[str] = field(default_factory=Counter)
 
     def line(self) -> str:
         if not self.orders:
@@ -79,7 +83,13 @@ class Agreement:
             f"{self.orders} orders ({self.pinned} pinned), {self.replicas} replicas allocated: "
             f"{self.on_planned} on a planned device ({share:.1f} %); {self.exact_orders} of {self.pinned} pinned "
             f"orders allocated exactly as planned ({exact:.1f} %); {self.waiting} planned replica(s) not allocated"
+            + (f"; subrequests chosen {dict(sorted(self.chosen.items()))}" if self.chosen else "")
         )
+
+    def add(self, other: Agreement) -> None:
+        for attr in ("orders", "pinned", "replicas", "on_planned", "exact_orders", "waiting"):
+            setattr(self, attr, getattr(self, attr) + getattr(other, attr))
+        self.chosen.update(other.chosen)
 
 
 def planned_places(template: Mapping[str, Any]) -> list[Place] | None:
@@ -97,6 +107,19 @@ def allocated_places(claims: Iterable[Mapping[str, Any]]) -> list[Place]:
         allocation = (claim.get("status") or {}).get("allocation") or {}
         for result in (allocation.get("devices") or {}).get("results") or []:
             out.append((str(result.get("pool")), str(result.get("device"))))
+    return out
+
+
+def chosen_subrequests(claims: Iterable[Mapping[str, Any]]) -> Counter[str]:
+    """How many allocated devices each subrequest got (``gpu/planned`` → ``planned``); a request without
+    subrequests is not counted."""
+    out: Counter[str] = Counter()
+    for claim in claims:
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        for result in (allocation.get("devices") or {}).get("results") or []:
+            _, slash, sub = str(result.get("request", "")).partition("/")
+            if slash:
+                out[sub] += 1
     return out
 
 
@@ -252,17 +275,22 @@ async def run(orders: int, h100_nodes: int | None, state_dir: Path | None, keep:
         template = templates.get(name)
         planned = planned_places(template) if template is not None else None
         agree(planned, allocated_places(claims.get(name, [])), figures[cls], name)
+        figures[cls].chosen.update(chosen_subrequests(claims.get(name, [])))
     print(f"  fleet: {fleet.describe()} nodes; {len(ready)} of {orders} orders serving in {batch:.1f} s")
     for cls in CLASSES:
-        kind = {"one": "1 replica", "pair": "2 replicas", "default-llm": "autoscaled 1..2, not pinned"}[cls]
+        kind = {"one": "1 replica", "pair": "2 replicas", "default-llm": "autoscaled 1..2, steered"}[cls]
         print(f"  {cls} ({kind}): {figures[cls].line()}")
         for miss in figures[cls].misses[:5]:
             print(f"    {miss}")
     total = Agreement()
     for cls in ("one", "pair"):
-        for attr in ("orders", "pinned", "replicas", "on_planned", "exact_orders", "waiting"):
-            setattr(total, attr, getattr(total, attr) + getattr(figures[cls], attr))
+        total.add(figures[cls])
     print(f"  all pinned orders: {total.line()}   (target: 100 %)")
+    print(f"  autoscaled orders: {figures['default-llm'].line()}   (target: 100 %)")
+    everything = Agreement()
+    for cls in CLASSES:
+        everything.add(figures[cls])
+    print(f"  every order: {everything.line()}")
     buckets, seconds, count = difference(
         histogram(after_page, "ai_inference_planner_plan_seconds"),
         histogram(before_page, "ai_inference_planner_plan_seconds"),

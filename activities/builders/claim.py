@@ -96,8 +96,8 @@ def chosen_subrequest(result_request: str) -> str | None:
 
 
 def kind_selector(plan: LaunchPlan) -> str | None:
-    """A CEL selector for devices of the plan's kind: its product, and its placement type where the
-    device publishes one (guarded with ``has``, so a device without the attribute is judged, not an
+    """A CEL selector for devices of the plan's kind: its product, and its placement type and memory (GiB)
+    where the device publishes them (guarded with ``has``, so a device without the attribute is judged, not an
     error). None when the plan names no product."""
     if not plan.acceleratorProductName or plan.acceleratorProductName == "unknown":
         return None
@@ -106,7 +106,8 @@ def kind_selector(plan: LaunchPlan) -> str | None:
     placement = json.dumps(str(plan.placementMode))
     return (
         f"has({attrs}.productName) && {attrs}.productName == {product} && "
-        f"(!has({attrs}.placement) || {attrs}.placement == {placement})"
+        f"(!has({attrs}.placement) || {attrs}.placement == {placement}) && "
+        f"(!has({attrs}.memoryGiB) || {attrs}.memoryGiB == {int(plan.acceleratorMemoryGiB)})"
     )
 
 

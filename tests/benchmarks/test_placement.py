@@ -5,7 +5,16 @@ from __future__ import annotations
 import json
 import math
 
-from benchmarks.placement import Agreement, agree, allocated_places, difference, histogram, planned_places, quantile
+from benchmarks.placement import (
+    Agreement,
+    agree,
+    allocated_places,
+    chosen_subrequests,
+    difference,
+    histogram,
+    planned_places,
+    quantile,
+)
 
 PAGE = """# HELP ai_inference_planner_plan_seconds x
 ai_inference_planner_plan_seconds_bucket{le="0.01"} 2.0
@@ -29,6 +38,22 @@ def test_planned_and_allocated_places_are_read_from_the_template_and_the_claims(
     assert planned_places({"metadata": {}}) is None
     claim = {"status": {"allocation": {"devices": {"results": [{"pool": "a", "device": "gpu-0"}]}}}}
     assert allocated_places([claim, {"status": {}}]) == [("a", "gpu-0")]
+    assert chosen_subrequests([claim]) == {}
+
+
+def test_the_subrequest_the_allocator_chose_is_counted() -> None:
+    def claim(request: str) -> dict[str, object]:
+        return {"status": {"allocation": {"devices": {"results": [{"request": request, "pool": "a", "device": "g"}]}}}}
+
+    assert chosen_subrequests([claim("gpu/planned"), claim("gpu/any"), claim("gpu/planned"), claim("gpu")]) == {
+        "planned": 2,
+        "any": 1,
+    }
+    total = Agreement(chosen=chosen_subrequests([claim("gpu/planned")]))
+    total.add(Agreement(orders=1, chosen=chosen_subrequests([claim("gpu/any")])))
+    assert total.orders == 1
+    assert total.chosen == {"planned": 1, "any": 1}
+    assert "subrequests chosen {'any': 1, 'planned': 1}" in total.line()
 
 
 def test_agreement_counts_planned_devices_and_exact_orders() -> None:
