@@ -14,6 +14,7 @@ from benchmarks.placement import (
     histogram,
     planned_places,
     quantile,
+    unallocated,
 )
 
 PAGE = """# HELP ai_inference_planner_plan_seconds x
@@ -77,3 +78,18 @@ def test_latency_quantiles_from_the_histogram_buckets() -> None:
     zero = difference(before, before)
     assert zero[2] == 0
     assert math.isnan(quantile(zero[0], 0.5))
+
+
+def test_orders_short_of_their_planned_replicas_are_named() -> None:
+    def template(devices: list[str]) -> dict[str, object]:
+        placements = [{"node": "a", "devices": [d]} for d in devices]
+        return {"metadata": {"annotations": {"ai.deckhouse.io/planned-placements": json.dumps(placements)}}}
+
+    def claim(device: str | None) -> dict[str, object]:
+        if device is None:
+            return {"status": {}}
+        return {"status": {"allocation": {"devices": {"results": [{"pool": "a", "device": device}]}}}}
+
+    templates = {"full": template(["g0", "g1"]), "short": template(["g0", "g1"]), "plain": {"metadata": {}}}
+    claims = {"full": [claim("g0"), claim("g1")], "short": [claim("g0"), claim(None)], "plain": []}
+    assert unallocated(["full", "short", "plain", "absent"], templates, claims) == ["short"]

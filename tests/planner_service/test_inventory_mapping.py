@@ -390,3 +390,14 @@ def test_a_steered_orders_planned_replica_is_reserved_until_a_claim_of_the_order
         update={"allocations": [DeviceAllocation(holder="ns/llm", sharePercent=0, memoryMiB=10240)]}
     )
     assert planned_reservations([_steered_template(planned)], [cards[0], elsewhere]) == []
+
+
+def test_a_steered_orders_booking_settles_when_its_template_is_seen() -> None:
+    from planner.bookings import Booking, outstanding
+    from worker.observer.inventory import with_reservations
+
+    counted = with_reservations([], [_steered_template([{"node": "n", "devices": ["gpu-0"]}])])
+    booking = Booking(
+        holder="ns/llm", deviceClass="h100", deviceCount=1, sharePercent=5, memoryMiB=4096, replicas=1, bookedAt=0
+    )
+    assert outstanding(booking, counted) == 0  # the template's reservation holds the planned replica
