@@ -259,7 +259,8 @@ def own_allocations(
     """The allocations that are the order's own, so that a replan does not count them against it.
 
     Allocations carrying the order's holder are its own. For an inventory that cannot tell holders
-    apart, each device the current plan names lends one allocation that looks like the plan's: its
+    apart (no allocation carries the holder), each device the current plan names lends one allocation
+    that looks like the plan's: its
     memory request, or for a whole device the whole device, or else its share. ``by_key`` (device key →
     device) is an index of the snapshot, when built.
     """
@@ -270,7 +271,10 @@ def own_allocations(
                 if allocation.holder == holder:
                     own.add((device.key, i))
     owned_devices = {key for key, _ in own}
-    if held_node is None or not held_devices:
+    if held_node is None or not held_devices or own:
+        # An inventory that names the order's allocations tells holders apart: another order's look-alike
+        # allocation on the device the plan named is not lent (a steered order's replica the allocator
+        # put elsewhere would otherwise count another order's claim as its own).
         return frozenset(own)
     if by_key is None:
         held = [d for d in snapshot.devices if d.node == held_node and d.name in held_devices]

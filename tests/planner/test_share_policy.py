@@ -115,3 +115,19 @@ def test_room_is_judged_on_the_rounded_request() -> None:
     full = [DeviceAllocation(holder="ns/other", sharePercent=0, memoryMiB=50 * 1024)]
     assert plan(QWEN, SHARED_ONLY, _with_policy(VALUES, full)).plan is None
     assert planned(plan(QWEN, SHARED_ONLY, _with_policy(LOCAL, full))).memoryRequestMiB == 24 * 1024
+
+
+def test_a_replan_does_not_count_another_orders_look_alike_allocation_as_its_own() -> None:
+    """A steered order's replica the allocator put on another device of the kind (``gpu/any``): the
+    held plan still names the planned device, where another order holds a claim of the same shape."""
+    from planner.inventory import own_allocations
+
+    same = DeviceAllocation(holder="ns/other", sharePercent=0, memoryMiB=24 * 1024)
+    mine = DeviceAllocation(holder="ns/mine", sharePercent=0, memoryMiB=24 * 1024)
+    planned_card = device("gpu-0", "n", H100, "hopper", 80, shareable=True, allocations=[same])
+    allocated_card = device("gpu-1", "n", H100, "hopper", 80, shareable=True, allocations=[mine])
+    snapshot = InventorySnapshot(devices=[planned_card, allocated_card])
+    own = own_allocations(snapshot, "ns/mine", "n", ["gpu-0"], 30, 24 * 1024)
+    assert own == frozenset({("n/gpu-1", 0)})
+    # An inventory that cannot tell holders apart still lends the look-alike on the planned device.
+    assert own_allocations(snapshot, "ns/unknown", "n", ["gpu-0"], 30, 24 * 1024) == frozenset({("n/gpu-0", 0)})
