@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 from benchmarks.placement import (
     Agreement,
@@ -81,7 +82,7 @@ def test_latency_quantiles_from_the_histogram_buckets() -> None:
 
 
 def test_orders_short_of_their_planned_replicas_are_named() -> None:
-    def template(devices: list[str]) -> dict[str, object]:
+    def template(devices: list[str]) -> dict[str, Any]:
         placements = [{"node": "a", "devices": [d]} for d in devices]
         return {"metadata": {"annotations": {"ai.deckhouse.io/planned-placements": json.dumps(placements)}}}
 
@@ -90,6 +91,10 @@ def test_orders_short_of_their_planned_replicas_are_named() -> None:
             return {"status": {}}
         return {"status": {"allocation": {"devices": {"results": [{"pool": "a", "device": device}]}}}}
 
-    templates = {"full": template(["g0", "g1"]), "short": template(["g0", "g1"]), "plain": {"metadata": {}}}
+    templates: dict[str, dict[str, Any]] = {
+        "full": template(["g0", "g1"]),
+        "short": template(["g0", "g1"]),
+        "plain": {"metadata": {}},
+    }
     claims = {"full": [claim("g0"), claim("g1")], "short": [claim("g0"), claim(None)], "plain": []}
     assert unallocated(["full", "short", "plain", "absent"], templates, claims) == ["short"]

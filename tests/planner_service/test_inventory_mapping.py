@@ -334,6 +334,7 @@ def test_the_published_share_policy_is_read_with_each_capacity() -> None:
     )
     # dev/devstack/cluster/inventory.py publishes memory {default: whole, validRange {min 1Gi, step 1Mi}}.
     memory = shared.capacity_policy("memory")
+    assert shared.memoryMiB is not None
     assert memory == CapacityRequestPolicy(
         default=f"{shared.memoryMiB // 1024}Gi", validRange=CapacityRange(min="1Gi", step="1Mi")
     )
