@@ -176,3 +176,32 @@ def test_the_selector_names_the_devices_by_the_unique_attribute_they_publish() -
     assert device_selector([a]) == 'device.attributes["gpu.deckhouse.io"].uuid == "GPU-a"'
     assert device_selector([a, b]) == 'device.attributes["gpu.deckhouse.io"].uuid in ["GPU-a", "GPU-b"]'
     assert device_selector([a, Device(name="gpu-2", node="n")]) is None
+
+
+def test_the_kind_selector_picks_devices_of_the_planned_product_placement_and_memory() -> None:
+    """Judged by the planner's CEL evaluator (as the allocator judges the expression): other products,
+    placement types and partition sizes are not chosen."""
+    from inference_api.types import PlacementType
+    from planner.cel_selectors import matches
+    from planner.inventory import DeviceClass
+    from tests.planner.helpers import H100, T4, device
+
+    whole = _plan(placementMode=PlacementType.WHOLE_DEVICE, acceleratorMemoryGiB=80)
+    kind = kind_selector(whole)
+    assert kind is not None
+    cls = DeviceClass(name="kind", selectors=[kind])
+    h100 = device("gpu-0", "n", H100, "hopper", 80, shareable=True)
+    published = h100.model_copy(update={"attributes": {**h100.attributes, "placement": "WholeDevice", "memoryGiB": 80}})
+    assert matches(cls, h100)
+    assert matches(cls, published)
+    assert not matches(cls, device("gpu-1", "n", T4, "turing", 16, shareable=True))
+    part = published.model_copy(update={"attributes": {**published.attributes, "placement": "Partition"}})
+    assert not matches(cls, part)
+    # A partition plan: partitions of the same size only.
+    mig = _plan(placementMode=PlacementType.PARTITION, acceleratorMemoryGiB=40)
+    mig_cls = DeviceClass(name="mig", selectors=[kind_selector(mig) or ""])
+    forty = part.model_copy(update={"attributes": {**part.attributes, "memoryGiB": 40}})
+    ten = part.model_copy(update={"attributes": {**part.attributes, "memoryGiB": 10}})
+    assert matches(mig_cls, forty)
+    assert not matches(mig_cls, ten)
+    assert kind_selector(_plan(acceleratorProductName="unknown")) is None
