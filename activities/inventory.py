@@ -27,19 +27,22 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Collection, Iterator, Mapping
+from fractions import Fraction
 from typing import Any
 
 import structlog
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
-from activities.builders.claim import ANNOTATION_PLANNED_PLACEMENTS, MEMORY_CAPACITY
+from activities.builders.claim import ANNOTATION_PLANNED_PLACEMENTS, MEMORY_CAPACITY, request_alternatives
 from activities.builders.common import LABEL_ORDER
 from inference_api.gpu_types import GPU_GROUP, GPU_PLURAL, GPU_VERSION
 from inference_api.types import PlacementType
 from planner.inventory import (
     GPU_DRIVER,
     AttributeValue,
+    CapacityRange,
+    CapacityRequestPolicy,
     Device,
     DeviceAllocation,
     DeviceClass,
@@ -47,7 +50,8 @@ from planner.inventory import (
     Node,
     Taint,
 )
-from planner.quantity import MIB, Quantity, QuantityError
+from planner.quantity import MIB, Quantity, QuantityError, is_quantity
+from planner.share import consumed_capacity
 
 log = structlog.get_logger(__name__)
 
@@ -239,30 +243,54 @@ def planned_reservations(templates: Collection[Obj], devices: list[Device]) -> l
         except (ValueError, KeyError, TypeError):
             continue
         requests = (((template.get("spec") or {}).get("spec") or {}).get("devices") or {}).get("requests") or []
-        exactly = (requests[0].get("exactly") or {}) if len(requests) == 1 else {}
+        # Pinned: the one exact request; steered (firstAvailable): the planned subrequest, first.
+        exactly = request_alternatives(requests[0])[0] if len(requests) == 1 else {}
         memory_raw = ((exactly.get("capacity") or {}).get("requests") or {}).get(MEMORY_CAPACITY)
-        memory = _mib(str(memory_raw)) if memory_raw is not None else None
+        memory = Quantity.parse(str(memory_raw)) if memory_raw is not None and is_quantity(str(memory_raw)) else None
         holder = f"{meta.get('namespace', '')}/{order}"
         wanted: dict[str, int] = {}
         for node, name in planned:
             wanted[f"{node}/{name}"] = wanted.get(f"{node}/{name}", 0) + 1
         have = {key: sum(1 for a in by_key[key].allocations if a.holder == holder) for key in wanted if key in by_key}
-        # Replicas not allocated yet; each on a planned device with fewer of them than planned (the
-        # allocator may have stacked two replicas where the plan spread them: no more are counted).
-        remaining = max(0, len(planned) - sum(have.values()))
+        # Replicas not allocated yet: the order's allocations wherever they are (a steered order's
+        # replica the allocator put on another device of the kind took the place of a planned one: the
+        # planned place is given back, as the allocation says), each on a planned device with fewer of
+        # them than planned (the allocator may have stacked two replicas where the plan spread them).
+        anywhere = sum(1 for d in devices for a in d.allocations if a.holder == holder)
+        remaining = max(0, len(planned) - max(anywhere, sum(have.values())))
         for key, count in wanted.items():
             device = by_key.get(key)
             if device is None:
                 continue
             for _ in range(min(remaining, count - have[key])):
                 remaining -= 1
-                allocation = (
-                    DeviceAllocation(holder=holder, sharePercent=0, memoryMiB=memory)
-                    if memory is not None and device.allowMultipleAllocations
-                    else DeviceAllocation(holder=holder)
+                out.append(
+                    Reserved(key, template_allocation(device, holder, memory), str(exactly.get("deviceClassName", "")))
                 )
-                out.append(Reserved(key, allocation, str(exactly.get("deviceClassName", ""))))
     return out
+
+
+def template_allocation(device: Device, holder: str, memory: Quantity | None) -> DeviceAllocation:
+    """What a claim from an order's template would hold of ``device``, as the DRA allocator computes it
+    (KEP-5075): on a device that allows multiple allocations, its memory request rounded by the
+    device's requestPolicy and its share capacity's default (no claim requests one); the whole device
+    otherwise (or when the request would not be allowed there)."""
+    if memory is None or not device.allowMultipleAllocations or device.memoryMiB is None:
+        return DeviceAllocation(holder=holder)
+    consumed = consumed_capacity(memory.value, Fraction(device.memoryMiB * MIB), device.capacity_policy(MEMORY))
+    if consumed is None:
+        return DeviceAllocation(holder=holder)
+    share_capacity = device.capacity.get(SHARE_PERCENT) or device.capacity.get(f"{device.driver}/{SHARE_PERCENT}")
+    share = (
+        consumed_capacity(None, Quantity.of(share_capacity).value, device.capacity_policy(SHARE_PERCENT))
+        if share_capacity is not None
+        else None
+    )
+    return DeviceAllocation(
+        holder=holder,
+        sharePercent=min(100, max(0, math.ceil(share))) if share is not None else 0,
+        memoryMiB=math.ceil(consumed / MIB),
+    )
 
 
 def build_nodes(nodes: list[Obj], pods: list[Obj]) -> list[Node]:
@@ -361,7 +389,7 @@ def _device_class(obj: Obj) -> DeviceClass:
 class _RawDevice:
     """One device entry of a ResourceSlice, with where it lives."""
 
-    __slots__ = ("attributes", "capacity", "driver", "entry", "name", "node", "pool")
+    __slots__ = ("attributes", "capacity", "driver", "entry", "name", "node", "policies", "pool")
 
     def __init__(self, driver: str, pool: str, node: str, entry: Obj) -> None:
         self.driver = driver
@@ -377,6 +405,11 @@ class _RawDevice:
         self.capacity: dict[str, str] = {
             name: str(raw["value"]) for name, raw in (entry.get("capacity") or {}).items() if "value" in (raw or {})
         }
+        self.policies: dict[str, CapacityRequestPolicy] = {}
+        for name, raw in (entry.get("capacity") or {}).items():
+            policy = _request_policy(name, (raw or {}).get("requestPolicy"), entry["name"], node)
+            if policy is not None:
+                self.policies[name] = policy
 
     def attribute(self, bare: str) -> AttributeValue | None:
         value = self.attributes.get(bare)
@@ -384,6 +417,31 @@ class _RawDevice:
 
     def capacity_of(self, bare: str) -> str | None:
         return self.capacity.get(bare) or self.capacity.get(f"{self.driver}/{bare}")
+
+
+def _request_policy(name: str, raw: Obj | None, device: str, node: str) -> CapacityRequestPolicy | None:
+    """A capacity's ``requestPolicy`` (KEP-5075) as published; one the planner cannot read is logged and
+    left out (the API server validated it, so only a newer field can do that)."""
+    if not raw:
+        return None
+    valid_range = raw.get("validRange")
+    try:
+        return CapacityRequestPolicy(
+            default=str(raw["default"]) if raw.get("default") is not None else None,
+            validValues=tuple(str(v) for v in raw.get("validValues") or ()),
+            validRange=CapacityRange(
+                min=str(valid_range["min"]),
+                max=str(valid_range["max"]) if valid_range.get("max") is not None else None,
+                step=str(valid_range["step"]) if valid_range.get("step") is not None else None,
+            )
+            if valid_range and valid_range.get("min") is not None
+            else None,
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        log.warning(
+            "capacity requestPolicy not understood; ignored", capacity=name, device=device, node=node, error=str(exc)
+        )
+        return None
 
 
 def _attribute(raw: Obj | None) -> AttributeValue | None:
@@ -507,6 +565,7 @@ def _device(raw: _RawDevice, gpus: GpuIndex) -> Device:
         # Everything the slice publishes, so selectors see exactly what the DRA allocator sees.
         attributes=dict(raw.attributes),
         capacity=dict(raw.capacity),
+        capacityPolicies=dict(raw.policies),
     )
 
 

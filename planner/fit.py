@@ -239,6 +239,7 @@ def fit(
         choice = choices[first.family]
         # One device first: when it holds the model, every group of the shape uses one device.
         single = _decide_share(first.device, first.mode, choice.needMiB, policy)
+        need_one = _requested(single, choice.needMiB)
         if single.admitsNeed and sizes_all[0] == 1:
             sized_classes.add(first.deviceClass)
             if judge.workload is not None:
@@ -248,11 +249,11 @@ def fit(
                 else:
                     feasible.append(found)
                 continue
-            best = _best_single(shape, occupancies, touched, own, single, choice.needMiB, judge, choice)
+            best = _best_single(shape, occupancies, touched, own, single, need_one, judge, choice)
             if best is None:
                 trace.busy.extend((s.deviceClass, s.device) for g in shape.groups for s in g.slots)
                 continue
-            feasible.extend(_candidates([best], 1, single, choice.needMiB, choice, occupancies, own))
+            feasible.extend(_candidates([best], 1, single, need_one, choice, occupancies, own))
             continue
         # A process sees one MIG partition: vLLM cannot span partitions.
         sizes = sizes_all if first.device.placement is PlacementType.WHOLE_DEVICE else [1]
@@ -293,7 +294,7 @@ def _fragmentation_single(
     """The one-device candidate of the shape whose use grows its node's expected fragmentation least:
     the device the order holds first, then the least growth, then the least free memory (best fit),
     then node and name."""
-    need = choice.needMiB
+    need = _requested(share, choice.needMiB)
     pod = judge.pod(1, choice)
     best: _NodeBest | None = None
     # A node's best is a function of its content and of the shape's parameters: kept on the snapshot
@@ -412,7 +413,13 @@ def _decide_share(device: Device, mode: SharingMode, need_mib: int, policy: Effe
         allow_multiple_allocations=device.allowMultipleAllocations,
         min_share_percent=policy.minSharePercent,
         max_share_percent=policy.maxSharePercent,
+        memory_policy=device.capacity_policy("memory"),
     )
+
+
+def _requested(share: ShareDecision, need_mib: int) -> int:
+    """The memory a share books: its request as the device's requestPolicy rounds it, else the need."""
+    return share.requestMiB if share.requestMiB is not None else need_mib
 
 
 def _is_held(device: Device, own: frozenset[AllocationId]) -> bool:
@@ -428,6 +435,7 @@ def _size(
     for n in (n for n in sizes if n <= members):
         need = math.ceil(choice.needMiB / n)
         share = _decide_share(first.device, first.mode, need, policy)
+        need = _requested(share, need)
         tried = (need, share)
         if share.admitsNeed:
             return (n, need, share)

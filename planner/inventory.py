@@ -46,6 +46,45 @@ class DeviceAllocation(_Model):
     )
 
 
+class CapacityRange(_Model):
+    """``requestPolicy.validRange`` of a DRA device capacity (KEP-5075): quantities as published."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min: str
+    max: str | None = None
+    step: str | None = None
+
+
+class CapacityRequestPolicy(_Model):
+    """``capacity.<name>.requestPolicy`` of a DRA device (KEP-5075, consumable capacity): how much of the
+    capacity a claim consumes. ``default``: what a claim that names no request for it consumes (absent:
+    the whole capacity); ``validValues`` (ascending) or ``validRange``: a request is rounded up to the
+    next valid amount, and one above every valid amount cannot be allocated on the device."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    default: str | None = None
+    validValues: tuple[str, ...] = ()
+    validRange: CapacityRange | None = None
+
+    @model_validator(mode="after")
+    def _quantities(self) -> Self:
+        texts = [self.default, *self.validValues]
+        if self.validRange is not None:
+            texts += [self.validRange.min, self.validRange.max, self.validRange.step]
+        for text in texts:
+            if text is not None:
+                Quantity.of(text)
+        if (
+            self.validRange is not None
+            and self.validRange.step is not None
+            and Quantity.of(self.validRange.step).value <= 0
+        ):
+            raise ValueError("validRange.step must be positive")
+        return self
+
+
 class Device(_Model):
     """One allocatable DRA device: a whole GPU or a partition (MIG slice) of one."""
 
@@ -79,6 +118,10 @@ class Device(_Model):
         default_factory=dict,
         description='More DRA capacities (quantities such as "80Gi"), named like attributes.',
     )
+    capacityPolicies: dict[str, CapacityRequestPolicy] = Field(
+        default_factory=dict,
+        description="The requestPolicy of each capacity that publishes one (KEP-5075), named as in capacity.",
+    )
     allocations: list[DeviceAllocation] = Field(
         default_factory=list, description="What existing ResourceClaims already hold of this device."
     )
@@ -96,6 +139,10 @@ class Device(_Model):
     @property
     def key(self) -> str:
         return f"{self.node}/{self.name}"
+
+    def capacity_policy(self, bare: str) -> CapacityRequestPolicy | None:
+        """The requestPolicy of capacity ``bare`` (``memory``), published bare or in the driver's domain."""
+        return self.capacityPolicies.get(bare) or self.capacityPolicies.get(f"{self.driver}/{bare}")
 
     @property
     def label(self) -> str:
@@ -212,7 +259,8 @@ def own_allocations(
     """The allocations that are the order's own, so that a replan does not count them against it.
 
     Allocations carrying the order's holder are its own. For an inventory that cannot tell holders
-    apart, each device the current plan names lends one allocation that looks like the plan's: its
+    apart (no allocation carries the holder), each device the current plan names lends one allocation
+    that looks like the plan's: its
     memory request, or for a whole device the whole device, or else its share. ``by_key`` (device key →
     device) is an index of the snapshot, when built.
     """
@@ -223,7 +271,10 @@ def own_allocations(
                 if allocation.holder == holder:
                     own.add((device.key, i))
     owned_devices = {key for key, _ in own}
-    if held_node is None or not held_devices:
+    if held_node is None or not held_devices or own:
+        # An inventory that names the order's allocations tells holders apart: another order's look-alike
+        # allocation on the device the plan named is not lent (a steered order's replica the allocator
+        # put elsewhere would otherwise count another order's claim as its own).
         return frozenset(own)
     if by_key is None:
         held = [d for d in snapshot.devices if d.node == held_node and d.name in held_devices]

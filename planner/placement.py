@@ -119,7 +119,17 @@ def _stage1(index: SnapshotIndex, policy: EffectivePolicy, book: RecipeBook) -> 
     for slot in slots:
         d = slot.device
         grouped.setdefault(
-            (slot.deviceClass, d.node, d.productName, d.memoryMiB, d.placement, slot.family, slot.mode), []
+            (
+                slot.deviceClass,
+                d.node,
+                d.productName,
+                d.memoryMiB,
+                d.placement,
+                slot.family,
+                slot.mode,
+                d.capacity_policy("memory"),
+            ),
+            [],
         ).append(slot)
     by_shape: dict[tuple[object, ...], list[Group]] = {}
     for (device_class, _node, *rest), members in grouped.items():

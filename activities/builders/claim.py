@@ -12,6 +12,15 @@ the claim also carries the plan's ``deviceSelector`` (a CEL selector on the uniq
 the GPU driver publishes for each device, over every replica's devices) and the pod template a node
 affinity to the planned nodes, so the DRA allocator can only allocate planned devices on planned
 nodes; the template's annotation ``ai.deckhouse.io/planned-placements`` records each replica's.
+
+An autoscaled order (the plan placed fewer replicas than it may run: ``planner.scaling.planned_replicas``)
+is **steered**, not pinned: its device request is a DRA prioritized list (``firstAvailable``, KEP-4816):
+subrequest ``planned`` selects the planned devices (the same CEL pin), subrequest ``any`` any device of the
+class of the same product and placement with the same count and capacity request, so the planned replicas
+land where planned and a replica the autoscaler adds later still has somewhere to go. The pod template
+prefers the planned nodes (a preferred node affinity) and the annotation records the planned replicas,
+which the inventory reserves until a claim of the order is allocated. The allocation's
+``results[].request`` (``gpu/planned`` or ``gpu/any``) says which one the allocator chose.
 """
 
 from __future__ import annotations
@@ -65,6 +74,56 @@ def pinned(inputs: WorkloadInputs) -> bool:
     return len(plan.placements()) >= _max_replicas(inputs)
 
 
+def steered(inputs: WorkloadInputs) -> bool:
+    """Is the order steered to its plan (an autoscaled order, or one with fewer placements than replicas):
+    its claims try the planned devices first, then any device of the same kind (``firstAvailable``), and
+    its pods prefer the planned nodes."""
+    plan = inputs.plan
+    return bool(plan.nodeName) and not pinned(inputs)
+
+
+# The subrequests of a steered order's device request, in the allocator's order of preference: the
+# allocation result names the one chosen as ``<request>/<subrequest>``.
+SUBREQUEST_PLANNED = "planned"
+SUBREQUEST_ANY = "any"
+
+
+def chosen_subrequest(result_request: str) -> str | None:
+    """The subrequest an allocation result's ``request`` names (``gpu/planned`` → ``planned``); None for a
+    request without subrequests."""
+    _, slash, sub = result_request.partition("/")
+    return sub if slash else None
+
+
+def kind_selector(plan: LaunchPlan) -> str | None:
+    """A CEL selector for devices of the plan's kind: its product, and its placement type and memory (GiB)
+    where the device publishes them (guarded with ``has``, so a device without the attribute is judged, not an
+    error). None when the plan names no product."""
+    if not plan.acceleratorProductName or plan.acceleratorProductName == "unknown":
+        return None
+    attrs = 'device.attributes["gpu.deckhouse.io"]'
+    product = json.dumps(plan.acceleratorProductName)
+    placement = json.dumps(str(plan.placementMode))
+    return (
+        f"has({attrs}.productName) && {attrs}.productName == {product} && "
+        f"(!has({attrs}.placement) || {attrs}.placement == {placement}) && "
+        f"(!has({attrs}.memoryGiB) || {attrs}.memoryGiB == {int(plan.acceleratorMemoryGiB)})"
+    )
+
+
+def node_affinity(inputs: WorkloadInputs) -> dict[str, Any] | None:
+    """The pod template's node affinity: a pinned order requires its planned nodes (matchFields on the
+    name, as a DaemonSet's pods are bound); a steered one prefers them (the scheduler's NodeAffinity
+    score), so its first replicas land where their planned devices are; else None."""
+    plan = inputs.plan
+    if not plan.nodeName:
+        return None
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": planned_nodes(plan)}]}
+    if pinned(inputs):
+        return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+    return {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "preference": term}]}}
+
+
 def _max_replicas(inputs: WorkloadInputs) -> int:
     return replica_bounds(inputs.service_class, inputs.replica_ceiling).max
 
@@ -82,18 +141,52 @@ def planned_placements(plan: LaunchPlan, replicas: int) -> str:
     return json.dumps([{"node": p.nodeName, "devices": p.deviceNames} for p in placed], separators=(",", ":"))
 
 
+def _device_request(inputs: WorkloadInputs) -> dict[str, Any]:
+    """The template's one device request: ``exactly`` (pinned: with the planned devices' selector), or
+    for a steered order with a device selector the prioritized list ``planned``, then ``any``."""
+    plan = inputs.plan
+
+    def exact(selector: str | None) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "deviceClassName": plan.deviceClass,
+            "allocationMode": "ExactCount",
+            "count": plan.deviceCount,
+        }
+        if selector:
+            out["selectors"] = [{"cel": {"expression": selector}}]
+        memory = memory_request_mib(plan)
+        if memory is not None:
+            out["capacity"] = {"requests": {MEMORY_CAPACITY: f"{memory}Mi"}}
+        return out
+
+    if steered(inputs) and plan.deviceSelector:
+        return {
+            "name": DEVICE_REQUEST,
+            "firstAvailable": [
+                {"name": SUBREQUEST_PLANNED, **exact(plan.deviceSelector)},
+                {"name": SUBREQUEST_ANY, **exact(kind_selector(plan))},
+            ],
+        }
+    return {"name": DEVICE_REQUEST, "exactly": exact(plan.deviceSelector if pinned(inputs) else None)}
+
+
+def request_alternatives(request: dict[str, Any]) -> list[dict[str, Any]]:
+    """A claim's (or template's) device request as its alternatives, each shaped like ``exactly``
+    (class, count, capacity, selectors): ``[exactly]``, or the ``firstAvailable`` subrequests in order."""
+    if request.get("firstAvailable"):
+        return [dict(sub) for sub in request["firstAvailable"]]
+    return [dict(request.get("exactly") or {})]
+
+
 def build_claim_template(inputs: WorkloadInputs) -> dict[str, Any]:
     plan = inputs.plan
-    exactly: dict[str, Any] = {
-        "deviceClassName": plan.deviceClass,
-        "allocationMode": "ExactCount",
-        "count": plan.deviceCount,
-    }
-    if plan.deviceSelector and pinned(inputs):
-        exactly["selectors"] = [{"cel": {"expression": plan.deviceSelector}}]
-    memory = memory_request_mib(plan)
-    if memory is not None:
-        exactly["capacity"] = {"requests": {MEMORY_CAPACITY: f"{memory}Mi"}}
+    recorded = (
+        planned_placements(plan, _max_replicas(inputs))
+        if pinned(inputs)
+        else planned_placements(plan, len(plan.placements()))
+        if steered(inputs) and plan.deviceSelector
+        else None
+    )
     return {
         "apiVersion": RESOURCE_API_VERSION,
         "kind": "ResourceClaimTemplate",
@@ -101,15 +194,13 @@ def build_claim_template(inputs: WorkloadInputs) -> dict[str, Any]:
             inputs,
             inputs.names.claim_template,
             "accelerator",
-            {ANNOTATION_PLANNED_PLACEMENTS: planned_placements(plan, _max_replicas(inputs))}
-            if pinned(inputs)
-            else None,
+            {ANNOTATION_PLANNED_PLACEMENTS: recorded} if recorded is not None else None,
         ),
         "spec": {
             # The claims made from the template carry the order's labels, so `kubectl get
             # resourceclaims -l ai.deckhouse.io/inference-service=<order>` finds them.
             "metadata": {"labels": labels(inputs.name, "accelerator")},
-            "spec": {"devices": {"requests": [{"name": DEVICE_REQUEST, "exactly": exactly}]}},
+            "spec": {"devices": {"requests": [_device_request(inputs)]}},
         },
     }
 
@@ -127,17 +218,18 @@ def claim_template_spec_differs(standing: dict[str, Any] | None, desired: dict[s
         found = obj.get("spec", {}).get("spec", {}).get("devices", {}).get("requests", []) or []
         out = []
         for request in found:
-            exactly = request.get("exactly") or {}
-            capacity = (exactly.get("capacity") or {}).get("requests") or {}
-            out.append(
-                (
-                    request.get("name"),
-                    exactly.get("deviceClassName"),
-                    exactly.get("count", 1),
-                    tuple(sorted((key, parse_quantity(amount)) for key, amount in capacity.items())),
-                    tuple(((s.get("cel") or {}).get("expression")) for s in exactly.get("selectors") or []),
+            for exactly in request_alternatives(request):
+                capacity = (exactly.get("capacity") or {}).get("requests") or {}
+                out.append(
+                    (
+                        request.get("name"),
+                        exactly.get("name"),
+                        exactly.get("deviceClassName"),
+                        exactly.get("count", 1),
+                        tuple(sorted((key, parse_quantity(amount)) for key, amount in capacity.items())),
+                        tuple(((s.get("cel") or {}).get("expression")) for s in exactly.get("selectors") or []),
+                    )
                 )
-            )
         return out
 
     return requests(standing) != requests(desired)

@@ -50,7 +50,7 @@ from typing import Any
 
 from activities.builders.auth import TOKEN_KEY, requires_token
 from activities.builders.autoscaling import priority_class_name, replica_bounds
-from activities.builders.claim import pinned, planned_nodes
+from activities.builders.claim import node_affinity
 from activities.builders.common import (
     ANNOTATION_AUTH_SECRET_UID,
     ANNOTATION_ORDER_GENERATION,
@@ -383,12 +383,9 @@ def build_statefulset(inputs: WorkloadInputs) -> dict[str, Any]:
         ],
     }
     pod_spec |= _workload_scheduling(inputs)
-    if pinned(inputs):
-        # The plan's nodes, required (matchFields on the name, as a DaemonSet's pods are bound).
-        term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": planned_nodes(plan)}]}
-        pod_spec["affinity"] = {
-            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
-        }
+    affinity = node_affinity(inputs)  # the plan's nodes: required when pinned, preferred when steered
+    if affinity is not None:
+        pod_spec["affinity"] = affinity
     spec: dict[str, Any] = {"serviceName": inputs.names.service}
     if not bounds.autoscaled:
         # With an HPA the field is left out: the HPA writes replicas through the scale

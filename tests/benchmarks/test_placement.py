@@ -4,8 +4,19 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
-from benchmarks.placement import Agreement, agree, allocated_places, difference, histogram, planned_places, quantile
+from benchmarks.placement import (
+    Agreement,
+    agree,
+    allocated_places,
+    chosen_subrequests,
+    difference,
+    histogram,
+    planned_places,
+    quantile,
+    unallocated,
+)
 
 PAGE = """# HELP ai_inference_planner_plan_seconds x
 ai_inference_planner_plan_seconds_bucket{le="0.01"} 2.0
@@ -29,6 +40,22 @@ def test_planned_and_allocated_places_are_read_from_the_template_and_the_claims(
     assert planned_places({"metadata": {}}) is None
     claim = {"status": {"allocation": {"devices": {"results": [{"pool": "a", "device": "gpu-0"}]}}}}
     assert allocated_places([claim, {"status": {}}]) == [("a", "gpu-0")]
+    assert chosen_subrequests([claim]) == {}
+
+
+def test_the_subrequest_the_allocator_chose_is_counted() -> None:
+    def claim(request: str) -> dict[str, object]:
+        return {"status": {"allocation": {"devices": {"results": [{"request": request, "pool": "a", "device": "g"}]}}}}
+
+    assert chosen_subrequests([claim("gpu/planned"), claim("gpu/any"), claim("gpu/planned"), claim("gpu")]) == {
+        "planned": 2,
+        "any": 1,
+    }
+    total = Agreement(chosen=chosen_subrequests([claim("gpu/planned")]))
+    total.add(Agreement(orders=1, chosen=chosen_subrequests([claim("gpu/any")])))
+    assert total.orders == 1
+    assert total.chosen == {"planned": 1, "any": 1}
+    assert "subrequests chosen {'any': 1, 'planned': 1}" in total.line()
 
 
 def test_agreement_counts_planned_devices_and_exact_orders() -> None:
@@ -52,3 +79,22 @@ def test_latency_quantiles_from_the_histogram_buckets() -> None:
     zero = difference(before, before)
     assert zero[2] == 0
     assert math.isnan(quantile(zero[0], 0.5))
+
+
+def test_orders_short_of_their_planned_replicas_are_named() -> None:
+    def template(devices: list[str]) -> dict[str, Any]:
+        placements = [{"node": "a", "devices": [d]} for d in devices]
+        return {"metadata": {"annotations": {"ai.deckhouse.io/planned-placements": json.dumps(placements)}}}
+
+    def claim(device: str | None) -> dict[str, object]:
+        if device is None:
+            return {"status": {}}
+        return {"status": {"allocation": {"devices": {"results": [{"pool": "a", "device": device}]}}}}
+
+    templates: dict[str, dict[str, Any]] = {
+        "full": template(["g0", "g1"]),
+        "short": template(["g0", "g1"]),
+        "plain": {"metadata": {}},
+    }
+    claims = {"full": [claim("g0"), claim("g1")], "short": [claim("g0"), claim(None)], "plain": []}
+    assert unallocated(["full", "short", "plain", "absent"], templates, claims) == ["short"]

@@ -322,3 +322,83 @@ def test_the_snapshot_holds_what_a_pinned_template_reserves() -> None:
         holder="ns/llm", deviceClass="h100", deviceCount=1, sharePercent=5, memoryMiB=4096, replicas=2, bookedAt=0
     )
     assert outstanding(booking, counted) == 0  # settled: the snapshot holds both placements
+
+
+def test_the_published_share_policy_is_read_with_each_capacity() -> None:
+    from planner.inventory import CapacityRange, CapacityRequestPolicy
+
+    classes, slices, gpus = sim_objects()
+    snapshot = build_snapshot(classes, slices, [], gpus, {})
+    shared = next(
+        d for d in snapshot.devices if d.allowMultipleAllocations and d.placement == PlacementType.WHOLE_DEVICE
+    )
+    # dev/devstack/cluster/inventory.py publishes memory {default: whole, validRange {min 1Gi, step 1Mi}}.
+    memory = shared.capacity_policy("memory")
+    assert shared.memoryMiB is not None
+    assert memory == CapacityRequestPolicy(
+        default=f"{shared.memoryMiB // 1024}Gi", validRange=CapacityRange(min="1Gi", step="1Mi")
+    )
+    assert shared.capacity_policy("sharePercent") == CapacityRequestPolicy(
+        default="0", validRange=CapacityRange(min="0", step="1")
+    )
+    dedicated = next(d for d in snapshot.devices if not d.allowMultipleAllocations)
+    assert dedicated.capacityPolicies == {}
+    # validValues too; a policy the planner cannot read is left out, not fatal.
+    entry = slices[0]["spec"]["devices"][0]
+    entry["capacity"] = {
+        f"{D}/memory": {"value": "80Gi", "requestPolicy": {"default": "80Gi", "validValues": ["40Gi", "80Gi"]}},
+        f"{D}/other": {"value": "1", "requestPolicy": {"default": "not a quantity"}},
+    }
+    again = build_snapshot(classes, slices, [], gpus, {})
+    first = next(d for d in again.devices if d.name == entry["name"] and d.node == slices[0]["spec"]["nodeName"])
+    assert first.capacity_policy("memory") == CapacityRequestPolicy(default="80Gi", validValues=("40Gi", "80Gi"))
+    assert first.capacity_policy("other") is None
+
+
+def _steered_template(placements: list[dict[str, Any]], memory: str = "4Gi") -> dict[str, Any]:
+    template = _template(placements, memory)
+    exactly = template["spec"]["spec"]["devices"]["requests"][0].pop("exactly")
+    template["spec"]["spec"]["devices"]["requests"][0]["firstAvailable"] = [
+        {"name": "planned", **exactly, "selectors": [{"cel": {"expression": "true"}}]},
+        {"name": "any", **exactly},
+    ]
+    return template
+
+
+def test_a_steered_orders_planned_replica_is_reserved_until_a_claim_of_the_order_is_allocated_anywhere() -> None:
+    from activities.inventory import planned_reservations
+    from planner.inventory import CapacityRange, CapacityRequestPolicy, Device
+
+    values = CapacityRequestPolicy(default="80Gi", validValues=("10Gi", "40Gi", "80Gi"))
+    share = CapacityRequestPolicy(default="0", validRange=CapacityRange(min="0", step="1"))
+    cards = [
+        Device(
+            name=f"gpu-{i}",
+            node="n",
+            memoryMiB=81920,
+            allowMultipleAllocations=True,
+            capacity={f"{D}/memory": "80Gi", f"{D}/sharePercent": "100"},
+            capacityPolicies={f"{D}/memory": values, f"{D}/sharePercent": share},
+        )
+        for i in range(2)
+    ]
+    planned = [{"node": "n", "devices": ["gpu-0"]}]
+    # The reservation holds what the allocator would consume: 4 GiB rounded up to 10 GiB, share default 0.
+    (one,) = planned_reservations([_steered_template(planned)], cards)
+    assert (one.key, one.allocation) == ("n/gpu-0", DeviceAllocation(holder="ns/llm", sharePercent=0, memoryMiB=10240))
+    # The allocator chose the "any" subrequest (gpu-1): the planned place is given back.
+    elsewhere = cards[1].model_copy(
+        update={"allocations": [DeviceAllocation(holder="ns/llm", sharePercent=0, memoryMiB=10240)]}
+    )
+    assert planned_reservations([_steered_template(planned)], [cards[0], elsewhere]) == []
+
+
+def test_a_steered_orders_booking_settles_when_its_template_is_seen() -> None:
+    from planner.bookings import Booking, outstanding
+    from worker.observer.inventory import with_reservations
+
+    counted = with_reservations([], [_steered_template([{"node": "n", "devices": ["gpu-0"]}])])
+    booking = Booking(
+        holder="ns/llm", deviceClass="h100", deviceCount=1, sharePercent=5, memoryMiB=4096, replicas=1, bookedAt=0
+    )
+    assert outstanding(booking, counted) == 0  # the template's reservation holds the planned replica
