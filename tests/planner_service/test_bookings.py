@@ -263,3 +263,18 @@ def test_claims_the_bookings_cannot_read_are_left_out(spoil: Any) -> None:
     spoil(obj)
     assert order_claim(obj, {}) is None
     assert order_claims([obj, claim_obj()], {}) == [OrderClaim("ns/llm", "llm-0-gpu-x1", "cls", 2, 24 * 1024)]
+
+
+def test_a_steered_claim_is_read_from_its_first_alternative() -> None:
+    """An autoscaled order's claim asks its planned devices first, then any of the class
+    (``firstAvailable``): every alternative has the same class, count and capacity, so the bookings
+    read the first. A claim of that shape read as None was left out of the bookings while unallocated."""
+    obj = claim_obj()
+    exactly = obj["spec"]["devices"]["requests"][0].pop("exactly")
+    planned = {
+        **exactly,
+        "name": "planned",
+        "selectors": [{"cel": {"expression": "device.attributes['x'].uuid in ['a']"}}],
+    }
+    obj["spec"]["devices"]["requests"][0]["firstAvailable"] = [planned, {**exactly, "name": "any"}]
+    assert order_claim(obj, {}) == OrderClaim("ns/llm", "llm-0-gpu-x1", "cls", 2, 24 * 1024, allocated=False)

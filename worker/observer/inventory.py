@@ -33,7 +33,7 @@ import structlog
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
-from activities.builders.claim import ANNOTATION_PLANNED_PLACEMENTS, MEMORY_CAPACITY
+from activities.builders.claim import ANNOTATION_PLANNED_PLACEMENTS, MEMORY_CAPACITY, request_alternatives
 from activities.builders.common import LABEL_ORDER
 from activities.inventory import RESOURCE_GROUP, RESOURCE_VERSION, Obj, build_nodes, build_snapshot
 from inference_api.gpu_types import GPU_GROUP, GPU_PLURAL, GPU_VERSION
@@ -121,7 +121,8 @@ def _order_of(claim: Obj, order_pods: Mapping[tuple[str, str], str]) -> str | No
 
 def order_claim(claim: Obj, order_pods: Mapping[tuple[str, str], str]) -> OrderClaim | None:
     """An order replica's claim as the bookings count it; None for a claim of no order, one being
-    deleted, or one not of the shape the order's ResourceClaimTemplate writes (one request, exactly)."""
+    deleted, or one not of the shape the order's ResourceClaimTemplate writes (one request: ``exactly``,
+    or a steered order's ``firstAvailable``, whose alternatives share class, count and capacity)."""
     meta = claim.get("metadata") or {}
     if meta.get("deletionTimestamp"):
         return None
@@ -131,7 +132,7 @@ def order_claim(claim: Obj, order_pods: Mapping[tuple[str, str], str]) -> OrderC
     requests = ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []
     if len(requests) != 1:
         return None
-    exactly = requests[0].get("exactly") or {}
+    exactly = request_alternatives(requests[0])[0]
     device_class = exactly.get("deviceClassName")
     if not device_class:
         return None
