@@ -100,28 +100,27 @@ async def serve_order(stand: Stand, name: str, timeout: float = 900, class_name:
     timeline: dict[str, float] = {}
     ready_early = pod_early = False
     token: str | None = None
-    healthy = False
     deadline = started + timeout
     while time.monotonic() < deadline:
-        # The pod first, the engine after: a pod Ready before the engine answered is seen.
+        # The pod first, the engine after: a pod seen Ready must find its engine answering when asked next.
         pod_is_ready = await asyncio.to_thread(pod_ready, stand, f"{name}-0")
         if pod_is_ready:
             timeline.setdefault("pod Ready", time.monotonic() - started)
-            pod_early = pod_early or not healthy
         replica = stand.fleet.engine(stand.namespace, name)
-        answered = False
+        answered = healthy = False
         if replica is not None:
             timeline.setdefault("engine started", time.monotonic() - started)
             if token is None:
                 token = await asyncio.to_thread(token_of, stand, name)
             health, _ = await asyncio.to_thread(request, replica.engine_url, "/health", None, None, 2)
-            if health == 200:
-                healthy = True
+            healthy = health == 200
+            if healthy:
                 timeline.setdefault("engine /health 200", time.monotonic() - started)
             status, _ = await asyncio.to_thread(request, replica.url, "/v1/models", token, None, 2)
             answered = status == 200
             if answered:
                 timeline.setdefault("endpoint /v1/models 200", time.monotonic() - started)
+        pod_early = pod_early or (pod_is_ready and not healthy)
         phase, _ = await asyncio.to_thread(stand.phase, name)
         if phase == "Ready":
             # The endpoint was asked first in this round: Ready with no answer yet is a lie.

@@ -178,15 +178,17 @@ async def loaded(scaling_stand: Stand, metrics_servers: MetricsStand) -> AsyncIt
     stand = scaling_stand
     donors = LoadGenerator(stand)
     generator = asyncio.create_task(donors.run())
+    serving: asyncio.Task[Served] | None = None
     try:
-        # The donor first: its three replicas are placed while the engine of the tiny order loads.
+        # Both at once: the donor's three replicas are placed while the engine of the tiny order loads.
         stand.create_order(DONOR, DONOR_MODEL, class_name=LOW)
+        serving = asyncio.create_task(serve_order(stand, ORDER, class_name=HIGH))
         await stand.until_phase(DONOR, "Ready", timeout=150)
         # Six queued requests keep three replicas busy (2 each, the HPA's target): the StatefulSet is scaled
         # to three at once (the HPA would take two minutes, one pod a minute), the HPA keeps it there.
         donors.set(DONOR, 6)
         stand.apps.patch_namespaced_stateful_set_scale(DONOR, stand.namespace, {"spec": {"replicas": 3}})
-        served = await serve_order(stand, ORDER, class_name=HIGH)
+        served = await serving
         await stand.until(
             lambda: len(running_pods(stand, DONOR)) == 3, timeout=120, what=lambda: f"{DONOR} runs 3 replicas"
         )
@@ -196,9 +198,11 @@ async def loaded(scaling_stand: Stand, metrics_servers: MetricsStand) -> AsyncIt
         async with load.running():
             yield Loaded(served, load, donors)
     finally:
-        generator.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await generator
+        for task in (generator, serving):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
 
 def engine_waiting(text: str) -> float:
