@@ -18,7 +18,8 @@ Service, the NetworkPolicy and the Ingress reach:
 The token is compared in constant time and never logged (no access log, and no request header
 is ever written anywhere). An engine that does not answer is 502 (connection refused, while it
 loads or after a crash) or 504 (no response head in time: never cut a long generation, only a
-hung connect).
+hung connect). An idle connection is only ever closed by the side that opened it (the keep-alive
+times below), so no request is lost to a close racing it: a loaded endpoint answers every request.
 
 It runs in the runtime's own image (vLLM ships starlette, uvicorn and httpx, which are all it
 imports besides the standard library) as ``python3 -c <this file> --listen 0.0.0.0:8000
@@ -60,6 +61,15 @@ HOP_BY_HOP = frozenset(
     }
 )
 CONNECT_TIMEOUT_SECONDS = 5.0
+# Keep-alive on both hops, so that the side that opened a connection is always the one to close it
+# when it idles: a server closing an idle connection races the client's next request on it, and the
+# request is lost without an answer (uvicorn's default is 5 s, the same as httpx's pool expiry).
+# Towards clients: longer than any client or proxy in front keeps an idle connection to us (ingress-nginx's
+# upstream-keepalive-timeout is 60 s, httpx's pool 5 s). Towards the engine: our pool lets an idle
+# connection go well before vLLM closes it (its uvicorn's keep-alive, VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s).
+CLIENT_KEEP_ALIVE_SECONDS = 75
+ENGINE_KEEP_ALIVE_SECONDS = 5.0
+UPSTREAM_IDLE_SECONDS = 2.0
 # vLLM's own refusal, so a client sees the same answer from the front as from the engine.
 UNAUTHORIZED_BODY = {"error": "Unauthorized"}
 
@@ -98,7 +108,7 @@ def create_app(
     client = httpx.AsyncClient(
         base_url=upstream,
         timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_SECONDS),
-        limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=UPSTREAM_IDLE_SECONDS),
         transport=transport,
     )
     opened = frozenset(open_paths)
@@ -150,7 +160,14 @@ def main(argv: Sequence[str]) -> None:
     args = parse_args(argv)
     host, _, port = args.listen.rpartition(":")
     app = create_app(args.upstream, os.environ.get(TOKEN_ENV) or None, args.publish, args.open)
-    uvicorn.run(app, host=host, port=int(port), access_log=False, log_level="warning")
+    uvicorn.run(
+        app,
+        host=host,
+        port=int(port),
+        access_log=False,
+        log_level="warning",
+        timeout_keep_alive=CLIENT_KEEP_ALIVE_SECONDS,
+    )
 
 
 if __name__ == "__main__":

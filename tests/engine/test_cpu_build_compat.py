@@ -10,7 +10,9 @@ every failure says which release it ran on and what the engine tests can and can
   too (so a refusal in an engine test is the engine's, not a release gap), and the known-bad
   ones are refused;
 * every vLLM metric name the module uses (dashboards, alerts, adapter rule, HPA, stand-in) is
-  defined in the CPU build.
+  defined in the CPU build;
+* the engine's HTTP server keeps an idle connection open for as long as the endpoint front assumes
+  (the front lets its own go earlier, so a close never races a forwarded request).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from activities.builders import endpoint_front_app as front_app
 from devstack.vllm_cpu_env import VllmCpuEnv
 from devstack.vllm_env import shipped_vllm_version
 from tests.vllm.argvs import generated_argvs
@@ -40,6 +43,7 @@ class CpuVerdict:
     refused: dict[tuple[str, ...], str]
     argvs: list[tuple[str, ...]]
     metrics: dict[str, str]
+    keep_alive_seconds: float
 
     @property
     def releases(self) -> str:
@@ -64,7 +68,7 @@ def cpu_verdict(engine_env: VllmCpuEnv, tmp_path_factory: pytest.TempPathFactory
     assert done.returncode == 0, failure
     answer = json.loads(result.read_text())
     refused = {asked[int(index)]: reason for index, reason in answer["refusals"].items()}
-    return CpuVerdict(answer["version"], refused, argvs, answer["metrics"])
+    return CpuVerdict(answer["version"], refused, argvs, answer["metrics"], answer["httpKeepAliveSeconds"])
 
 
 def test_the_cpu_build_is_the_pinned_release(engine_env: VllmCpuEnv, cpu_verdict: CpuVerdict) -> None:
@@ -90,3 +94,8 @@ def test_every_metric_name_the_module_uses_is_defined_in_the_cpu_build(cpu_verdi
         f"{source}: {name}" for source, names in used_metric_names().items() for name in names if name not in exposed
     )
     assert not missing, f"not defined ({cpu_verdict.releases}):\n  " + "\n  ".join(missing)
+
+
+def test_the_front_lets_an_idle_engine_connection_go_before_the_engine_closes_it(cpu_verdict: CpuVerdict) -> None:
+    assert cpu_verdict.keep_alive_seconds == front_app.ENGINE_KEEP_ALIVE_SECONDS, cpu_verdict.releases
+    assert cpu_verdict.keep_alive_seconds / 2 > front_app.UPSTREAM_IDLE_SECONDS

@@ -101,6 +101,7 @@ def breakdown(steps: Any, timeline: dict[str, float], replica: EngineReplica) ->
 
 async def test_the_order_is_ready_only_after_the_engine_answers_models_with_the_token(served: Served) -> None:
     assert not served.ready_before_engine_answered, f"Ready before the engine answered: {served.timeline}"
+    assert not served.pod_ready_before_engine, f"the pod was Ready before its engine: {served.timeline}"
     assert served.timeline["endpoint /v1/models 200"] <= served.timeline["order Ready"]
     pod = served.stand.core.read_namespaced_pod(f"{ORDER}-0", served.stand.namespace)
     (runtime,) = [s for s in pod.status.container_statuses if s.name == "runtime"]

@@ -7,10 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from activities.builders.common import ModelArtifact
 from activities.builders.statefulset import build_statefulset
 from devstack import tiny_model
+from devstack.cluster.paths import KWOK_STAGES
 from devstack.standins import engine as eng
 from tests import factories as f
 
@@ -208,3 +210,36 @@ def test_the_replicas_url_is_the_front_and_its_probes_go_to_the_engine() -> None
     assert replica.engine_url == "http://127.0.0.1:41234"
     argv, _ = replica.front_argv_env()
     assert argv[argv.index("--upstream") + 1] == replica.engine_url
+
+
+def test_kwok_leaves_the_readiness_of_exactly_the_engines_pods_to_the_fleet() -> None:
+    """kwok's Stages tell the engine's pods by their fetcher's MODEL_REPOSITORY: the same repositories the
+    fleet runs engines for, or a pod would be Ready before its engine answers (or never get an engine)."""
+    stages = {s["metadata"]["name"]: s["spec"] for s in yaml.safe_load_all(KWOK_STAGES.read_text()) if s}
+
+    def repositories(stage: str, operator: str) -> set[str]:
+        (found,) = [
+            e["values"]
+            for e in stages[stage]["selector"]["matchExpressions"]
+            if '"MODEL_REPOSITORY"' in e["key"] and e["operator"] == operator
+        ]
+        return set(found)
+
+    assert repositories("pod-ready", "NotIn") == set(eng.ENGINE_REPOSITORIES)
+    assert repositories("pod-engine-created", "In") == set(eng.ENGINE_REPOSITORIES)
+    template = stages["pod-engine-created"]["next"]["statusTemplate"]
+    assert '{type: Ready, status: "False"' in template
+    assert "ready: true" not in template.split("containerStatuses:")[1]
+
+
+def test_the_endpoint_front_waits_with_the_engine_then_is_ready_once_the_engine_started() -> None:
+    pod = {**POD, "spec": {"containers": [{"name": "runtime"}, {"name": "endpoint-front"}]}}
+    at_cap = eng.pod_status_patch(pod, eng.ContainerView("waiting", reason="ContainerCreating", message="cap"), "t0")
+    assert [s["state"] for s in at_cap["status"]["containerStatuses"]] == [
+        {"waiting": {"reason": "ContainerCreating", "message": "cap"}}
+    ] * 2
+    loading = eng.pod_status_patch(pod, eng.ContainerView("running", started_at="t1"), "t1")
+    front = loading["status"]["containerStatuses"][1]
+    assert (front["state"], front["started"], front["ready"]) == ({"running": {"startedAt": "t1"}}, True, False)
+    started = eng.pod_status_patch(pod, eng.ContainerView("running", started=True, started_at="t1"), "t2")
+    assert started["status"]["containerStatuses"][1]["ready"] is True

@@ -1,4 +1,5 @@
-"""The stand-in fleet against the real cluster: volume binding and the stale-verdict nudge.
+"""The stand-in fleet against the real cluster: volume binding, the stale-verdict nudge, and what kwok
+reports for a pod the fleet runs a real engine for.
 
 The pods here name a scheduler that does not exist, so only the test writes their PodScheduled
 condition: the stale state ("refused for an unbound volume", volume bound since) is set up
@@ -15,7 +16,10 @@ import pytest
 from kubernetes.client import ApiClient, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
-from activities.builders.common import LABEL_MANAGED_BY, MANAGED_BY
+from activities.builders.common import FETCHER_CONTAINER, LABEL_MANAGED_BY, MANAGED_BY, RUNTIME_CONTAINER
+from activities.builders.endpoint_front import FRONT_CONTAINER
+from devstack import tiny_model
+from devstack.cluster.inventory import KWOK_ANNOTATION
 from devstack.standins.fleet import StandInFleet
 from tests.polling import wait_until
 
@@ -108,3 +112,64 @@ def test_a_pod_whose_volume_is_not_bound_yet_is_left_alone(
     fleet.reconcile_once()
     fleet.reconcile_once()
     assert pod_uid(core, namespace, "waiting-0") == uid
+
+
+def make_bound_pod(core: CoreV1Api, namespace: str, name: str, repository: str) -> None:
+    """A pod already bound to a kwok node, with the module's model fetcher naming ``repository``."""
+    nodes = core.list_node().items
+    node = next(n.metadata.name for n in nodes if (n.metadata.annotations or {}).get(KWOK_ANNOTATION) == "fake")
+    fetcher = {
+        "name": FETCHER_CONTAINER,
+        "image": "registry.invalid/fetcher:0",
+        "env": [{"name": "MODEL_REPOSITORY", "value": repository}],
+    }
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": LABELS},
+        "spec": {
+            "nodeName": node,
+            "initContainers": [fetcher],
+            "containers": [
+                {"name": RUNTIME_CONTAINER, "image": "registry.invalid/vllm:0"},
+                {"name": FRONT_CONTAINER, "image": "registry.invalid/vllm:0"},
+            ],
+        },
+    }
+    core.create_namespaced_pod(namespace, body)
+
+
+def pod_state(core: CoreV1Api, namespace: str, name: str) -> tuple[str | None, str | None, list[bool]]:
+    """(phase, the Ready condition's status, every container's ``ready``)."""
+    status = core.read_namespaced_pod(name, namespace).status
+    ready = next((c.status for c in status.conditions or [] if c.type == "Ready"), None)
+    return status.phase, ready, [c.ready for c in status.container_statuses or []]
+
+
+def test_kwok_starts_a_real_engines_pod_but_leaves_its_readiness_to_the_engine(
+    kube_admin: ApiClient, make_namespace: Callable[..., str]
+) -> None:
+    """kwok plays the node: a pod is Running and Ready at once. A pod the fleet runs a real engine for is
+    Ready only when the engine answers (the fleet writes it), so kwok makes it Running, not Ready: else the
+    StatefulSet and the EndpointSlices count a replica whose engine still loads (seen before the fix)."""
+    core = CoreV1Api(kube_admin)
+    namespace = make_namespace("kwok-engine")
+    make_bound_pod(core, namespace, "engine-0", tiny_model.REPOSITORY)
+    make_bound_pod(core, namespace, "standin-0", "Qwen/Qwen2.5-0.5B-Instruct")
+    wait_until(
+        lambda: pod_state(core, namespace, "standin-0") == ("Running", "True", [True, True]),
+        timeout=30,
+        what=lambda: f"kwok runs the stand-in's pod, Ready (now {pod_state(core, namespace, 'standin-0')})",
+    )
+    wait_until(
+        lambda: pod_state(core, namespace, "engine-0")[0] == "Running",
+        timeout=30,
+        what="kwok runs the engine's pod",
+    )
+    # No fleet runs here: nothing but kwok writes these pods. Give it a few more of its turns.
+    time.sleep(2)
+    assert pod_state(core, namespace, "engine-0") == ("Running", "False", [False, False])
+    status = core.read_namespaced_pod("engine-0", namespace).status
+    assert status.pod_ip, "the engine's pod has an address like any pod kwok runs"
+    waiting = {c.name: c.state.waiting.reason for c in status.container_statuses if c.state.waiting}
+    assert waiting == {RUNTIME_CONTAINER: "ContainerCreating", FRONT_CONTAINER: "ContainerCreating"}

@@ -274,10 +274,12 @@ def container_status(name: str, image: str, view: ContainerView) -> dict[str, An
 
 
 def pod_status_patch(pod: Obj, view: ContainerView, now: str) -> dict[str, Any]:
-    """The status patch (conditions and the runtime's container status) for ``view``.
+    """The status patch (conditions and every container's status) for ``view``.
 
     Lists are sent whole, so a merge patch and a strategic one read the same; the other
-    conditions (PodScheduled, Initialized) are kept as they are.
+    conditions (PodScheduled, Initialized) are kept as they are. The pod was left Running but not
+    Ready by kwok (the ``pod-engine-created`` Stage of ``deploy/controlplane/kwok-stages.yaml``):
+    only this patch makes it Ready, when the engine is.
     """
     ready = "True" if view.ready else "False"
     conditions = []
@@ -295,13 +297,19 @@ def pod_status_patch(pod: Obj, view: ContainerView, now: str) -> dict[str, Any]:
         if not any(c.get("type") == kind for c in conditions):
             conditions.append({"type": kind, "status": ready, "lastTransitionTime": now})
     spec = pod.get("spec") or {}
-    statuses = [
-        container_status(c["name"], c.get("image", ""), view)
-        if c.get("name") == RUNTIME_CONTAINER
-        else next(
-            (s for s in _get(pod, "status", "containerStatuses") or [] if s.get("name") == c.get("name")),
-            container_status(c["name"], c.get("image", ""), ContainerView("running", True, True)),
+    # The pod's other container (the endpoint front) waits as the engine does until the pod's containers
+    # are created (over the engine cap, a missing Secret: it reads the same one), then runs; it is ready
+    # when its own probe, the engine's /health through it, answers: once the engine has started.
+    never_ran = view.state == "waiting" and view.last_exit_code is None
+    front = (
+        ContainerView("waiting", reason=view.reason, message=view.message)
+        if never_ran
+        else ContainerView(
+            "running", started=True, ready=view.state == "running" and view.started, started_at=view.started_at or now
         )
+    )
+    statuses = [
+        container_status(c["name"], c.get("image", ""), view if c.get("name") == RUNTIME_CONTAINER else front)
         for c in spec.get("containers") or []
     ]
     return {"status": {"conditions": conditions, "containerStatuses": statuses}}
