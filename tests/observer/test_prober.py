@@ -9,7 +9,7 @@ import contextlib
 import socket
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest_asyncio
 import uvicorn
@@ -18,11 +18,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from activities.builders.endpoint_front_app import ENGINE_KEEP_ALIVE_SECONDS
 from inference_api.observation import HealthReport
 from inference_api.payloads import OrderRef
 from inference_api.settings import HealthSettings
 from worker.observer.decisions import Serving
-from worker.observer.prober import Prober, ProbeSpec
+from worker.observer.prober import PROBE_IDLE_SECONDS, Prober, ProbeSpec
 
 TOKEN = "tok-not-for-logs"
 
@@ -36,11 +37,13 @@ class Runtime:
     in_flight: int = 0
     most_in_flight: int = 0
     requests: int = 0
+    client_ports: list[int] = field(default_factory=list)
 
 
 def app(runtime: Runtime) -> Starlette:
     async def models(request: Request) -> Response:
         runtime.requests += 1
+        runtime.client_ports.append(request.client.port if request.client else 0)
         runtime.in_flight += 1
         runtime.most_in_flight = max(runtime.most_in_flight, runtime.in_flight)
         try:
@@ -182,3 +185,20 @@ async def test_orders_that_stop_serving_are_not_probed(served: tuple[str, Runtim
         await asyncio.sleep(1.0)
         assert runtime.requests == seen
         assert probes.due == {}
+
+
+async def test_an_idle_probe_connection_is_dropped_before_a_server_would_close_it(served: tuple[str, Runtime]) -> None:
+    """A server closes an idle keep-alive connection after its own timeout (vLLM's uvicorn: 5 s, the
+    same as httpx's default pool expiry): a probe sent on it as it closes fails. The prober lets an
+    idle connection go first, so a probe after a quiet interval opens a new one."""
+    assert PROBE_IDLE_SECONDS < ENGINE_KEEP_ALIVE_SECONDS / 2
+    url, runtime = served
+    states = {"uid-0": Serving.HEALTHY}
+    reports: list[tuple[str, HealthReport]] = []
+    probes = prober(url, states, reports)
+    probes.health = HealthSettings(intervalSeconds=PROBE_IDLE_SECONDS + 1.5, failureThreshold=2, probeTimeoutSeconds=2)
+    async with running(probes):
+        await eventually(lambda: runtime.requests >= 3, timeout=30, what="three probes a quiet interval apart")
+    ports = runtime.client_ports[:3]
+    assert len(set(ports)) == 3, f"an idle connection was reused: client ports {ports}"
+    assert reports == []

@@ -28,6 +28,12 @@ from worker.observer.metrics import PROBES
 log = structlog.get_logger(__name__)
 
 
+# An idle probe connection is dropped by the prober well before a server closes it: a server that
+# closes after httpx's default (5 s, vLLM's and every uvicorn's keep-alive too) races the next probe
+# on that connection (a RemoteProtocolError counted as a failed probe, seen against a stand-in).
+PROBE_IDLE_SECONDS = 2.0
+
+
 @dataclass(frozen=True)
 class ProbeSpec:
     """Where and how to probe one order. ``token`` is used for the request only (``repr`` hides it)."""
@@ -78,7 +84,11 @@ class Prober:
             track.forget()
 
     async def run(self) -> None:
-        limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
+        limits = httpx.Limits(
+            max_connections=self.concurrency,
+            max_keepalive_connections=self.concurrency,
+            keepalive_expiry=PROBE_IDLE_SECONDS,
+        )
         # verify=False as the worker's probe: in-cluster endpoints may carry the module's own certificates.
         async with httpx.AsyncClient(verify=False, limits=limits) as http:
             try:
