@@ -68,6 +68,18 @@ def _replans(stand: Stand, name: str) -> int:
     return int((stand.status(name).get("resolved") or {}).get("replanCount") or 0)
 
 
+async def kubelet_reports(stand: Stand, name: str, pod: Any, status: dict[str, Any], reason: str) -> tuple[float, str]:
+    """Write the pod status a kubelet would report, wait for the order to name it: (seconds, message)."""
+    started = time.monotonic()
+    stand.core.patch_namespaced_pod_status(pod.metadata.name, stand.namespace, {"status": status})
+    await stand.until(
+        lambda: _workload_reason(stand, name) == reason,
+        timeout=30,
+        what=lambda: f"{reason} (now {stand.describe(name)})\n  {stand.workload_report()}",
+    )
+    return time.monotonic() - started, _workload_message(stand, name)
+
+
 @contextlib.contextmanager
 def out_of_kwoks_hands(stand: Stand, node: str) -> Any:
     """The node no longer managed by kwok (no Lease renewed, no status or pod written) for the block;
@@ -176,7 +188,6 @@ async def test_an_engine_killed_for_memory_is_named_and_clears_when_it_runs_agai
     pod = _pod(stand, "oom")
     assert pod is not None
     now = _stamp(datetime.now(UTC))
-    started = time.monotonic()
     killed = {
         "conditions": [
             {"type": "Ready", "status": "False", "reason": "ContainersNotReady", "lastTransitionTime": now},
@@ -203,14 +214,7 @@ async def test_an_engine_killed_for_memory_is_named_and_clears_when_it_runs_agai
             }
         ],
     }
-    stand.core.patch_namespaced_pod_status(pod.metadata.name, stand.namespace, {"status": killed})
-    await stand.until(
-        lambda: _workload_reason(stand, "oom") == "RuntimeOOMKilled",
-        timeout=30,
-        what=lambda: f"RuntimeOOMKilled (now {stand.describe('oom')})",
-    )
-    named = time.monotonic() - started
-    message = _workload_message(stand, "oom")
+    named, message = await kubelet_reports(stand, "oom", pod, killed, "RuntimeOOMKilled")
     assert f"pod {stand.namespace}/{pod.metadata.name}, container {RUNTIME_CONTAINER} exited with code 137" in message
     assert "killed for memory" in message
     assert "more memory" in message  # what the user can do
@@ -318,15 +322,7 @@ async def test_a_model_download_the_repository_refuses_is_named_with_the_fetcher
                 }
             ],
         }
-        started = time.monotonic()
-        stand.core.patch_namespaced_pod_status(pod.metadata.name, stand.namespace, {"status": refused})
-        await stand.until(
-            lambda: _workload_reason(stand, "unfetched") == "ModelDownloadFailed",
-            timeout=30,
-            what=lambda: f"ModelDownloadFailed (now {stand.describe('unfetched')})\n  {stand.workload_report()}",
-        )
-        named = time.monotonic() - started
-        message = _workload_message(stand, "unfetched")
+        named, message = await kubelet_reports(stand, "unfetched", pod, refused, "ModelDownloadFailed")
         assert f"container {FETCHER_CONTAINER} exited with code 1" in message
         assert "RepositoryNotFoundError: 404 Client Error" in message
         assert "edit spec.model" in message  # what the user can do
