@@ -40,7 +40,7 @@ FIGURES = (
     ("orders at once", "burst, orders/s", r"([\d.]+) orders/s"),
     ("late order while", "late order, x alone", r"([\d.]+)x alone"),
     ("worker+observer process RSS", "worker+observer RSS, MiB", r"([\d.]+) MiB"),
-    ("Temporal dev server RSS", "Temporal server RSS, MiB", r"([\d.]+) MiB"),
+    ("Temporal server RSS", "Temporal server RSS, MiB", r"([\d.]+) MiB"),
     ("history events per order", "history events per order", r"([\d.]+)"),
     ("history events per serving order-day", "history events per order-day", r"([\d.]+)"),
 )

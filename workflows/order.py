@@ -136,6 +136,22 @@ HEALTH_HINT_PATCH = "health-signal-is-a-hint"
 # and said HealthCheckFailed. Patched: runs recorded before never heard the signal.
 TROUBLE_PATCH = "replica-troubles-named"
 
+# A serving order is woken once a day (its resync) or by the observer, and by then a worker that holds
+# fewer workflows in its cache than there are orders has evicted it: the wake replays the run's whole
+# history first — about 57 events of its creation, 41 more for each day served, up to maxHistoryEvents
+# (2,000: some 40 days). On the 2-core machine a replay of 180 events held a workflow-task slot 6-9 s
+# under load, and what came after it queued. Now an order about to sleep on its long resync, with
+# nothing pending, whose run holds more than SERVING_RUN_EVENTS events first continues as new: the run
+# it sleeps in holds six (started, a workflow task, its search attributes, its timer), and a wake
+# replays at most about three days' worth. Past 100, not at once: a fresh order's creation (about 57)
+# stays in its run, so a burst of new orders pays no continue-as-new each, and a serving order pays
+# about 2.5 events a day (three in the old run, six in the new, one timer fewer, every third day) and
+# a closed run kept for the namespace's retention every three days. The bound is part of the patch:
+# changing it changes when runs continue, so it takes a patch of its own. Patched: runs recorded
+# before slept in the run they had.
+SERVING_RUN_PATCH = "serving-run-starts-fresh"
+SERVING_RUN_EVENTS = 100
+
 
 def _duration(seconds: float) -> str:
     """A delay as people read it: 15 s, 8 min, 1 h."""
@@ -320,6 +336,8 @@ class OrderWorkflow(PreemptionMembership):
             if state.publishPending:
                 await self._publish()
                 continue
+            if self._sleeps_in_a_fresh_run():
+                workflow.continue_as_new(state)
             await self._wait()
             if self._should_continue_as_new():
                 await workflow.wait_condition(workflow.all_handlers_finished)
@@ -330,6 +348,20 @@ class OrderWorkflow(PreemptionMembership):
         state = self._require_state()
         return info.is_continue_as_new_suggested() or (
             info.get_current_history_length() > state.timings.maxHistoryEvents
+        )
+
+    def _sleeps_in_a_fresh_run(self) -> bool:
+        """About to sleep on the long resync (no retry, no trouble's replan, nothing pending, no
+        handler running) in a run longer than SERVING_RUN_EVENTS: continue as new first (see
+        SERVING_RUN_PATCH). The patch is asked last, so a run that stays records no marker."""
+        state = self._require_state()
+        return (
+            state.retryDelaySeconds is None
+            and self._trouble_replan_in() is None
+            and not self._woken()
+            and workflow.all_handlers_finished()
+            and workflow.info().get_current_history_length() > SERVING_RUN_EVENTS
+            and workflow.patched(SERVING_RUN_PATCH)
         )
 
     def _woken(self) -> bool:

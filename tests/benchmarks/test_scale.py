@@ -63,6 +63,11 @@ async def test_the_engine_tier_runs_at_a_tiny_size(temporal_env: WorkflowEnviron
     assert probes > 0  # the real prober probed the multiplexed stand-in
     assert "0 flips signalled" in got["health probes by the observer"]
     assert_steps_and_cpu(got)
+    # The four targets of the run, judged in one table.
+    assert len(report.met) == 4
+    assert report.met["0 activity slots held by serving orders"]
+    assert report.met["<= 50 history events per serving order-day"]
+    assert report.met["worker and observer each under 1 GiB (peak RSS)"]
 
 
 def assert_steps_and_cpu(got: dict[str, str]) -> None:

@@ -28,7 +28,7 @@ async def test_both_backends_run_and_every_figure_is_compared(
     # The server's own memory, not a neighbour's: a Temporal server is well over 50 MiB (nginx, the
     # dev server's terminator, is a few: it was once taken for the server).
     for report in (dev, prod):
-        assert (figure(report, "Temporal dev server RSS", r"([\d.]+) MiB") or 0) > 50, report.title
+        assert (figure(report, "Temporal server RSS", r"([\d.]+) MiB") or 0) > 50, report.title
     out = capsys.readouterr().out
     assert "== dev server vs PostgreSQL, 3 orders" in out
     assert "SQLite file" in out

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from kubernetes.client import ApiClient, AppsV1Api, AutoscalingV2Api, CoreV1Api, CustomObjectsApi, NetworkingV1Api
 from kubernetes.client.exceptions import ApiException
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 
 from activities.builders.auth import TOKEN_KEY
 from activities.builders.common import LABEL_ORDER
@@ -145,8 +145,8 @@ class Stand:
 
     async def history_text(self, name: str) -> str:
         """The order workflow's whole history as text, every payload decoded (for leak checks)."""
-        history = await self.workflow(name).fetch_history()
-        raw = history.to_json()
+        histories = await chained_runs(self.client, self.workflow(name).id)
+        raw = "\n".join(history.to_json() for history in histories)
         decoded: list[str] = [raw]
 
         def walk(node: Any) -> None:
@@ -160,28 +160,31 @@ class Stand:
                 for item in node:
                     walk(item)
 
-        walk(json.loads(raw))
+        for history in histories:
+            walk(json.loads(history.to_json()))
         return "\n".join(decoded)
 
     async def activity_runs(self, name: str, activity_name: str) -> list[ActivityRun]:
-        """Each scheduling of ``activity_name`` in the order's history, in order."""
-        history = await self.workflow(name).fetch_history()
-        runs: dict[int, ActivityRun] = {}
-        for event in history.events:
-            if event.HasField("activity_task_scheduled_event_attributes"):
-                if event.activity_task_scheduled_event_attributes.activity_type.name == activity_name:
-                    runs[event.event_id] = ActivityRun()
-            elif event.HasField("activity_task_started_event_attributes"):
-                started = event.activity_task_started_event_attributes
-                if started.scheduled_event_id in runs:
-                    runs[started.scheduled_event_id].attempt = started.attempt
-            elif event.HasField("activity_task_completed_event_attributes"):
-                completed = event.activity_task_completed_event_attributes
-                if completed.scheduled_event_id in runs:
-                    run = runs[completed.scheduled_event_id]
-                    run.completed = True
-                    run.result = b"".join(p.data for p in completed.result.payloads).decode(errors="replace")
-        return list(runs.values())
+        """Each scheduling of ``activity_name`` in the order's history (every run of it), in order."""
+        found: list[ActivityRun] = []
+        for history in await chained_runs(self.client, self.workflow(name).id):
+            runs: dict[int, ActivityRun] = {}
+            for event in history.events:
+                if event.HasField("activity_task_scheduled_event_attributes"):
+                    if event.activity_task_scheduled_event_attributes.activity_type.name == activity_name:
+                        runs[event.event_id] = ActivityRun()
+                elif event.HasField("activity_task_started_event_attributes"):
+                    started = event.activity_task_started_event_attributes
+                    if started.scheduled_event_id in runs:
+                        runs[started.scheduled_event_id].attempt = started.attempt
+                elif event.HasField("activity_task_completed_event_attributes"):
+                    completed = event.activity_task_completed_event_attributes
+                    if completed.scheduled_event_id in runs:
+                        run = runs[completed.scheduled_event_id]
+                        run.completed = True
+                        run.result = b"".join(p.data for p in completed.result.payloads).decode(errors="replace")
+            found += runs.values()
+        return found
 
     async def until(self, check: Callable[[], bool], timeout: float = 90, what: str | Callable[[], str] = "") -> None:
         """Poll ``check`` (blocking API reads: run in a thread) until it holds."""
@@ -408,3 +411,19 @@ def owned(stand: Stand, name: str) -> dict[str, list[str]]:
 def auth_token(stand: Stand, secret_name: str) -> tuple[str, str]:
     secret = stand.core.read_namespaced_secret(secret_name, stand.namespace)
     return secret.metadata.uid, base64.b64decode(secret.data[TOKEN_KEY]).decode()
+
+
+async def chained_runs(client: Client, workflow_id: str) -> list[WorkflowHistory]:
+    """The histories of a workflow's latest run and of each run it continued as new from, oldest
+    first: a serving order continues as new before it sleeps once its run is long
+    (``serving-run-starts-fresh``), so "the order's history" is that chain. A run started anew (not
+    continued) begins it."""
+    histories: list[WorkflowHistory] = []
+    run_id: str | None = None
+    while True:
+        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        histories.append(history)
+        previous = history.events[0].workflow_execution_started_event_attributes.continued_execution_run_id
+        if not previous:
+            return histories[::-1]
+        run_id = previous

@@ -25,7 +25,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 
 from inference_api.observation import HealthReport
 from inference_api.types import GROUP, VERSION, SecretKeyRef
-from tests.e2e.stand import Stand
+from tests.e2e.stand import Stand, chained_runs
 from tests.polling import until
 from workflows import activity_names as act
 from workflows.order import OrderWorkflow
@@ -37,22 +37,23 @@ MODEL = {"src": "HuggingFace", "ref": {"name": "Qwen/Qwen2.5-7B-Instruct"}}
 
 
 async def apply_outcomes(handle: WorkflowHandle[Any, Any]) -> list[str]:
-    """'completed' or 'failed' for each apply_workload that ended in this run's history."""
-    history = await handle.fetch_history()
-    scheduled: set[int] = set()
+    """'completed' or 'failed' for each apply_workload that ended in this run's history (and the
+    runs it continued as new into: a serving order continues before it sleeps once its run is long)."""
     out = []
-    for event in history.events:
-        if event.HasField("activity_task_scheduled_event_attributes"):
-            if event.activity_task_scheduled_event_attributes.activity_type.name == act.APPLY_WORKLOAD:
-                scheduled.add(event.event_id)
-        elif event.HasField("activity_task_completed_event_attributes"):
-            if event.activity_task_completed_event_attributes.scheduled_event_id in scheduled:
-                out.append("completed")
-        elif (
-            event.HasField("activity_task_failed_event_attributes")
-            and event.activity_task_failed_event_attributes.scheduled_event_id in scheduled
-        ):
-            out.append("failed: " + event.activity_task_failed_event_attributes.failure.message)
+    for history in await chained_runs(handle._client, handle.id):
+        scheduled: set[int] = set()
+        for event in history.events:
+            if event.HasField("activity_task_scheduled_event_attributes"):
+                if event.activity_task_scheduled_event_attributes.activity_type.name == act.APPLY_WORKLOAD:
+                    scheduled.add(event.event_id)
+            elif event.HasField("activity_task_completed_event_attributes"):
+                if event.activity_task_completed_event_attributes.scheduled_event_id in scheduled:
+                    out.append("completed")
+            elif (
+                event.HasField("activity_task_failed_event_attributes")
+                and event.activity_task_failed_event_attributes.scheduled_event_id in scheduled
+            ):
+                out.append("failed: " + event.activity_task_failed_event_attributes.failure.message)
     return out
 
 
@@ -187,20 +188,22 @@ async def test_a_replica_ceiling_signalled_by_hand_changes_no_bound(stand: Stand
 
 
 async def probes_completed(handle: WorkflowHandle[Any, Any]) -> int:
-    """probe_serving activities that completed in this run's history."""
-    history = await handle.fetch_history()
-    scheduled = {
-        e.event_id
-        for e in history.events
-        if e.HasField("activity_task_scheduled_event_attributes")
-        and e.activity_task_scheduled_event_attributes.activity_type.name == act.PROBE_SERVING
-    }
-    return sum(
-        1
-        for e in history.events
-        if e.HasField("activity_task_completed_event_attributes")
-        and e.activity_task_completed_event_attributes.scheduled_event_id in scheduled
-    )
+    """probe_serving activities that completed in this run's history (and the runs it continued into)."""
+    completed = 0
+    for history in await chained_runs(handle._client, handle.id):
+        scheduled = {
+            e.event_id
+            for e in history.events
+            if e.HasField("activity_task_scheduled_event_attributes")
+            and e.activity_task_scheduled_event_attributes.activity_type.name == act.PROBE_SERVING
+        }
+        completed += sum(
+            1
+            for e in history.events
+            if e.HasField("activity_task_completed_event_attributes")
+            and e.activity_task_completed_event_attributes.scheduled_event_id in scheduled
+        )
+    return completed
 
 
 async def test_a_health_report_signalled_by_hand_does_not_flip_ready(stand: Stand) -> None:

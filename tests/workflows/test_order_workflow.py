@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer
 
@@ -20,8 +21,8 @@ from inference_api.plan import PlanOutcome, PlanRefusal
 from inference_api.reasons import Reason
 from inference_api.types import Condition, ConditionStatus, Phase
 from tests.factories import make_class, make_order, make_plan
-from tests.workflows.world import FAST, Harness, World, delete_as_a_step_finishes
-from workflows.order import OrderTimings, OrderWorkflow, ReplanOutcome
+from tests.workflows.world import FAST, Harness, World, delete_as_a_step_finishes, runs_of
+from workflows.order import SERVING_RUN_EVENTS, OrderTimings, OrderWorkflow, ReplanOutcome
 from workflows.search_attributes import ORDER_PHASE
 
 
@@ -218,25 +219,95 @@ async def test_continue_as_new_carries_the_state(harness: Harness) -> None:
 async def test_a_serving_order_costs_one_timer_and_a_simulated_day_stays_under_50_history_events(
     harness: Harness,
 ) -> None:
-    # One day at the default timings, scaled down 2000x: the daily resync timer fires once.
-    scale = 2000
+    # Three days at the default timings, scaled down 4000x: the daily resync timer fires three times.
+    # Counted over every run: a serving order whose run passes SERVING_RUN_EVENTS continues as new
+    # before it sleeps (serving-run-starts-fresh), and that is part of what a day costs.
+    scale, days = 4000, 3
     timings = OrderTimings().model_copy(
         update={"resyncSeconds": OrderTimings().resyncSeconds / scale, "maxHistoryEvents": 100_000}
     )
     handle = await harness.start(make_order("one-day"), timings)
     await harness.until(harness.phase_is(Phase.READY))
-    ready_at = len([e async for e in handle.fetch_history_events()])
-    await asyncio.sleep(86400 / scale + 2)
-    events = [e async for e in handle.fetch_history_events()]
-    per_day = len(events) - ready_at
-    print(f"\nhistory events of a serving order over a simulated day: {per_day}")
-    assert per_day <= 50, per_day
+
+    async def asleep_after(resyncs: int) -> bool:
+        runs = await runs_of(harness.client, handle.id)
+        fired = sum(e.event_type == EventType.EVENT_TYPE_TIMER_FIRED for run in runs for e in run)
+        return fired >= resyncs and runs[-1][-1].event_type == EventType.EVENT_TYPE_TIMER_STARTED
+
+    await harness.until(lambda: asleep_after(0), what="asleep")
+    ready_at = sum(len(run) for run in await runs_of(harness.client, handle.id))
+    await harness.until(lambda: asleep_after(days), timeout=days * 86400 / scale + 60, what=f"{days} resyncs")
+    runs = await runs_of(harness.client, handle.id)
+    per_day = (sum(len(run) for run in runs) - ready_at) / days
+    print(f"\nhistory events of a serving order per simulated day: {per_day:.1f} ({days} days, {len(runs)} runs)")
+    assert 0 < per_day <= 50, per_day
+    assert len(runs) == 2, "its run passed SERVING_RUN_EVENTS once in three days"
     # No activity is pending while it serves: it holds no worker slot, only its timer.
-    assert (await handle.describe()).raw_description.pending_activities == []
+    current = harness.client.get_workflow_handle(handle.id)
+    assert (await current.describe()).raw_description.pending_activities == []
     # The daily look re-applied the workload (a deleted object comes back even with no observer).
-    assert len(harness.world.applies) == 2
-    history = await handle.fetch_history()
-    await Replayer(workflows=[OrderWorkflow], data_converter=harness.client.data_converter).replay_workflow(history)
+    assert len(harness.world.applies) == 1 + days
+    replayer = Replayer(workflows=[OrderWorkflow], data_converter=harness.client.data_converter)
+    for run in runs:
+        await replayer.replay_workflow(WorkflowHistory(handle.id, run))
+
+
+async def test_a_serving_order_sleeps_in_a_fresh_run_of_six_events(harness: Harness) -> None:
+    """About to sleep on its resync with nothing pending and a run longer than SERVING_RUN_EVENTS,
+    the order continues as new first: a wake (evicted from the worker's cache) replays six events,
+    not days of resyncs. A fresh order's creation stays in its run. The state is carried; the woken
+    order reconciles; a delete finishes."""
+    handle = await harness.start(make_order("fresh"))
+    await harness.until(harness.phase_is(Phase.READY))
+
+    async def asleep() -> bool:
+        runs = await runs_of(harness.client, handle.id)
+        return runs[-1][-1].event_type == EventType.EVENT_TYPE_TIMER_STARTED
+
+    # Its creation (about 57 events) stays in its run; changes the observer reports (each one
+    # reconcile) grow the run past the bound, and it continues before it sleeps again.
+    await harness.until(asleep, what="asleep")
+    assert len(await runs_of(harness.client, handle.id)) == 1, "the creation alone continued as new"
+    for change in range(10):
+        if len(await runs_of(harness.client, handle.id)) > 1:
+            break
+        applies = len(harness.world.applies_of("fresh")) + 1
+        await handle.signal(OrderSignal.OBSERVED, ObservedChange(what=f"StatefulSet support/fresh changed {change}"))
+        await harness.until(lambda n=applies: len(harness.world.applies_of("fresh")) >= n, what="re-applied")
+        await harness.until(asleep, what="asleep")
+    first, fresh = await runs_of(harness.client, handle.id)
+    assert len(first) > SERVING_RUN_EVENTS
+    # The patch's marker (and the SDK's TemporalChangeVersion search attribute), then the new run.
+    assert first[-1].event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
+    assert EventType.EVENT_TYPE_MARKER_RECORDED in [e.event_type for e in first[-3:]]
+    assert [e.event_type for e in fresh] == [
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED,
+        EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
+        EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED,
+        EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED,
+        EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES,
+        EventType.EVENT_TYPE_TIMER_STARTED,
+    ]
+    current = harness.client.get_workflow_handle(handle.id)
+    state = await current.query(OrderWorkflow.query_state)
+    assert state.everReady
+    assert state.plan is not None
+    assert state.phase == Phase.READY
+    # Woken in the fresh run: it reconciles on the plan it carried (the planner is not asked).
+    plans: list[PlanInput] = []
+
+    def plan(request: PlanInput) -> PlanOutcome:
+        plans.append(request)
+        return PlanOutcome(plan=make_plan())
+
+    harness.world.plan = plan
+    applied = len(harness.world.applies_of("fresh"))
+    await current.signal(OrderSignal.OBSERVED, ObservedChange(what="StatefulSet support/fresh deleted"))
+    await harness.until(lambda: len(harness.world.applies_of("fresh")) > applied, what="re-applied")
+    assert plans == []
+    harness.world.delete_order("fresh")
+    await current.signal(OrderWorkflow.delete)
+    assert await current.result() == "deleted"
 
 
 async def test_an_observed_change_reapplies_without_a_new_plan(harness: Harness) -> None:

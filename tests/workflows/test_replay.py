@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.client import WorkflowHistory as History
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -30,7 +31,7 @@ from inference_api.plan import PlanOutcome, PlanRefusal
 from inference_api.reasons import EventReason, Reason
 from inference_api.types import Phase
 from tests.factories import make_order
-from tests.workflows.world import FAST, Harness, Stand, World, delete_as_a_step_finishes
+from tests.workflows.world import FAST, Harness, Stand, World, delete_as_a_step_finishes, runs_of
 from worker.worker import WORKFLOWS, workflow_runner
 from workflows.order import OrderWorkflow, ReplanOutcome
 from workflows.order_state import REPLICA_TROUBLE, ReplicaTrouble, TroubleAction
@@ -38,6 +39,7 @@ from workflows.order_state import REPLICA_TROUBLE, ReplicaTrouble, TroubleAction
 HISTORIES = Path(__file__).parent / "histories"
 RECORD = os.environ.get("AI_INFERENCE_RECORD_HISTORIES") == "1"
 HEALTH_FLIPS_HISTORY = "v2-order-health-signal-is-a-hint"
+FRESH_RUN_HISTORY = "v2-order-serving-run-starts-fresh"
 
 
 async def replay(history: History) -> WorkflowReplayResult:
@@ -174,6 +176,51 @@ async def test_order_workflow_history_of_health_flips_replays(harness: Harness) 
     await handle.signal(OrderWorkflow.delete)
     assert await handle.result() == "deleted"
     await replay(await record(handle, HEALTH_FLIPS_HISTORY))
+
+
+async def test_order_workflow_history_of_a_serving_run_started_fresh_replays(harness: Harness) -> None:
+    """The ``serving-run-starts-fresh`` patch: Ready, changes the observer reports grow the run past
+    SERVING_RUN_EVENTS, and it continues as new before it sleeps; the fresh run sleeps, is woken by an
+    observed change, re-applies, then is deleted. Both runs are frozen. The histories recorded before
+    the patch (the ones above: they slept in the run they had) replay as they ran."""
+    handle = await harness.start(make_order("fresh-run"))
+    await harness.until(harness.phase_is(Phase.READY))
+
+    async def asleep() -> bool:
+        runs = await runs_of(harness.client, handle.id)
+        return runs[-1][-1].event_type == EventType.EVENT_TYPE_TIMER_STARTED
+
+    await harness.until(asleep, what="asleep")
+    for change in range(10):
+        if len(await runs_of(harness.client, handle.id)) > 1:
+            break
+        applies = len(harness.world.applies_of("fresh-run")) + 1
+        change_seen = ObservedChange(what=f"StatefulSet support/fresh-run changed {change}")
+        await handle.signal(OrderSignal.OBSERVED, change_seen)
+        await harness.until(lambda n=applies: len(harness.world.applies_of("fresh-run")) >= n, what="re-applied")
+        await harness.until(asleep, what="asleep")
+    current = harness.client.get_workflow_handle(handle.id)
+    applied = len(harness.world.applies_of("fresh-run"))
+    await current.signal(OrderSignal.OBSERVED, ObservedChange(what="StatefulSet support/fresh-run deleted"))
+    await harness.until(lambda: len(harness.world.applies_of("fresh-run")) > applied, what="re-applied")
+    harness.world.delete_order("fresh-run")
+    await current.signal(OrderWorkflow.delete)
+    assert await current.result() == "deleted"
+    first, fresh = [run[0] for run in await runs_with_ids(harness.client, handle.id)]
+    await replay(await record(harness.client.get_workflow_handle(handle.id, run_id=first), FRESH_RUN_HISTORY))
+    await replay(await record(harness.client.get_workflow_handle(handle.id, run_id=fresh), FRESH_RUN_HISTORY + "-2"))
+
+
+async def runs_with_ids(client: Client, workflow_id: str) -> list[tuple[str, int]]:
+    """(run id, events) of each run of a workflow, first to last."""
+    description = await client.get_workflow_handle(workflow_id).describe()
+    run_id = description.raw_description.workflow_execution_info.first_run_id
+    found = []
+    for events in await runs_of(client, workflow_id):
+        found.append((run_id, len(events)))
+        last = events[-1].workflow_execution_continued_as_new_event_attributes
+        run_id = last.new_execution_run_id
+    return found
 
 
 async def test_order_workflow_history_of_replica_troubles_replays(harness: Harness) -> None:

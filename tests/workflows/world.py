@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any, overload
 
 from temporalio import activity, workflow
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
@@ -605,3 +607,21 @@ async def open_stand(client: Client, capacity: int = 400, prefix: str = "preempt
     task_queue = f"{prefix}-{uuid.uuid4().hex[:8]}"
     async with running_worker(client, task_queue, world, metrics):
         yield Stand(client, world, task_queue, metrics)
+
+
+async def runs_of(client: Client, workflow_id: str, run_id: str | None = None) -> list[list[HistoryEvent]]:
+    """The events of run ``run_id`` (None: the workflow's first) and of every run it continued as new
+    into, one list a run."""
+    if run_id is None:
+        run_id = (
+            await client.get_workflow_handle(workflow_id).describe()
+        ).raw_description.workflow_execution_info.first_run_id
+    runs: list[list[HistoryEvent]] = []
+    following: str | None = run_id
+    while following:
+        events = [e async for e in client.get_workflow_handle(workflow_id, run_id=following).fetch_history_events()]
+        runs.append(events)
+        following = None
+        if events and events[-1].event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+            following = events[-1].workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+    return runs
