@@ -24,7 +24,8 @@ Policies:
   class's allowed device classes; the task's CPU and memory are the pod's requests. The recent demands
   the fragmentation-aware choice weighs are the task list's kinds, weighted by how often they occur (the
   paper's "typical tasks"). A CPU-only task is no order of this module: it is placed by the same
-  fragmentation measure (the node whose expected fragmentation grows least, then the fullest CPU).
+  rule (the best score of its node's fragmentation growth, then the node with the least free GPU,
+  then the least free CPU).
 * ``bestfit`` and ``random`` — the harness's own baselines on the same sequence, to check the harness
   against the paper's: best fit takes the node left with the least free GPU (then CPU) and, on it, the
   GPU with the least free share that fits; random takes a feasible node and a fitting GPU at random.
@@ -49,7 +50,7 @@ from pathlib import Path
 
 from inference_api.plan import OrderFacts, RuntimeFallbackFlag
 from inference_api.types import AcceleratorPolicy, PlacementType, SharingMode
-from planner.fragmentation import RecentDemand, Workload, workload_of
+from planner.fragmentation import RecentDemand, Workload, growth_score, workload_of
 from planner.inventory import Device, DeviceAllocation, DeviceClass, InventorySnapshot, Node
 from planner.planning import ExplicitDemand, PlanningRequest, plan_launch
 from planner.recipes import RecipeBook, load_recipe_book
@@ -344,7 +345,8 @@ class Planner(Policy):
             views = [(free // 10, frozenset({class_name(node.model)})) for free in state.gpus[i]]
             before = self.workload.fragmentation(state.cpu[i], state.mem[i], views)
             after = self.workload.fragmentation(state.cpu[i] - task.cpuMilli, state.mem[i] - task.memoryMiB, views)
-            score = (round(after - before, 6), (state.cpu[i] - task.cpuMilli) / node.cpuMilli, float(i))
+            # As the planner ranks: the growth's score, then best fit (the least free GPU, then CPU).
+            score = (-growth_score(after - before), float(sum(state.gpus[i])), float(state.cpu[i]), float(i))
             if best is None or score < best[0]:
                 best = (score, i)
         return None if best is None else (best[1], [])

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -124,6 +125,14 @@ class Workload:
         return usable if fitting >= g.count else None
 
 
+def growth_score(delta: float) -> int:
+    """The paper's score of a growth of ``delta`` percent of a device (FGD's plugin: 100 x sigmoid of
+    the decrease in devices, truncated): 50 for no growth, higher for a decrease, lower for a growth.
+    One step is about 4 % of a device near 0 and wider further out."""
+    x = max(-50.0, min(50.0, delta / WHOLE))
+    return int(100 / (1 + math.exp(x)))
+
+
 _WORKLOADS: dict[tuple[RecentDemand, ...], Workload] = {}
 
 
@@ -138,4 +147,4 @@ def workload_of(demands: Sequence[RecentDemand]) -> Workload:
     return found
 
 
-__all__ = ["WHOLE", "DeviceView", "RecentDemand", "Workload", "workload_of"]
+__all__ = ["WHOLE", "DeviceView", "RecentDemand", "Workload", "growth_score", "workload_of"]
