@@ -172,7 +172,8 @@ def test_the_growth_score_is_the_papers_node_score() -> None:
     assert growth_score(-3.9) == 50
     assert growth_score(9) == growth_score(10.8) == 47
     assert growth_score(-5.4) == 51
-    assert growth_score(800) == 0 and growth_score(-800) == 99
+    assert growth_score(800) == 0
+    assert growth_score(-800) == 99
     assert growth_score(1e12) == 0  # no overflow
 
 
@@ -213,11 +214,15 @@ def test_growths_within_one_score_step_are_equal_and_best_fit_decides() -> None:
     grow_b = workload.fragmentation(18000, 260096, [(90, t4), (0, t4)]) - workload.fragmentation(
         22000, 261120, [(100, t4), (0, t4)]
     )
-    assert grow_a == pytest.approx(9) and grow_b == pytest.approx(10.8)
+    assert grow_a == pytest.approx(9)
+    assert grow_b == pytest.approx(10.8)
     # The plan's trace says why: the growth, its score, and best fit among equal scores.
     outcome, trace = plan_launch_traced(planner.request(small), load_recipe_book())
-    assert outcome.plan is not None and outcome.plan.nodeName == "b"
-    assert "grows by 10.8 % of a device" in trace.choice and "(score 47)" in trace.choice
+    assert trace.choice is not None
+    assert outcome.plan is not None
+    assert outcome.plan.nodeName == "b"
+    assert "grows by 10.8 % of a device" in trace.choice
+    assert "(score 47)" in trace.choice
     assert "best fit among equal scores: the node had 100 % of a device and 22000m CPU free" in trace.choice
     assert planner.place(state, small) == (1, [0])
 
