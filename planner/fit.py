@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from inference_api.plan import LaunchPlanRequest, RecipeSource, Toleration
 from inference_api.types import PlacementType, SharingMode
-from planner.fragmentation import Workload
+from planner.fragmentation import Workload, growth_score
 from planner.inventory import AllocationId, Device, Occupancy
 from planner.model_facts import estimate_cpu, estimate_memory_gib, weights_gib
 from planner.nodes import ENDPOINT_FRONT_DEMAND, NodeProblem, PodDemand, free_cpu_milli, free_memory_mib, node_problem
@@ -47,6 +47,11 @@ class Candidate:
     wasteMiB: float
     # Growth of the node's expected fragmentation (``planner.fragmentation``); 0 without recent demands.
     fragDelta: float = 0.0
+    # With recent demands: the growth's score (``growth_score``, higher is better), then best fit among
+    # equal scores: the node's free device capacity (percent of a device) and free CPU (milli), before.
+    fragScore: int = 0
+    nodeFree: float = 0.0
+    nodeCpuFree: float = 0.0
 
     @property
     def count(self) -> int:
@@ -58,7 +63,9 @@ class Candidate:
             self.count,
             0 if self.mode is SharingMode.SHARED else 1,
             0 if self.held else 1,
-            round(self.fragDelta, 6),
+            -self.fragScore,
+            self.nodeFree,
+            self.nodeCpuFree,
             self.freeMiB,
             self.wasteMiB,
             self.classOrder,
@@ -164,6 +171,22 @@ class Judge:
         state = self.state(devices[0].node, occupancies)
         return self.delta(state, {d.key for d in devices}, percent, pod)
 
+    def judged(
+        self, candidate: Candidate, percent: int, pod: PodDemand, occupancies: Mapping[str, Occupancy]
+    ) -> Candidate:
+        """The candidate with its node's fragmentation growth, its score and the node's best-fit figures."""
+        if self.workload is None:
+            return candidate
+        state = self.state(candidate.devices[0].node, occupancies)
+        delta = self.delta(state, {d.key for d in candidate.devices}, percent, pod)
+        return dataclasses.replace(
+            candidate,
+            fragDelta=delta,
+            fragScore=growth_score(delta),
+            nodeFree=state.free,
+            nodeCpuFree=state.cpu if state.cpu is not None else 0,
+        )
+
     def delta(self, state: _NodeState, taken: Collection[str], percent: int, pod: PodDemand) -> float:
         assert self.workload is not None
         after = [
@@ -182,6 +205,11 @@ class _NodeState:
     members: list[tuple[str, Device, frozenset[str]]]
     frees: list[int]
     before: float
+
+    @property
+    def free(self) -> int:
+        """The node's free device capacity, in percent of a device."""
+        return sum(self.frees)
 
 
 def _fragment_members(index: SnapshotIndex, node: str) -> list[tuple[str, Device, frozenset[str]]]:
@@ -277,8 +305,7 @@ def fit(
                 trace.busy.extend((s.deviceClass, s.device) for s in group)
                 continue
             for candidate in _candidates(with_room, n, share, need, choice, occupancies, own):
-                delta = judge.frag_delta(candidate.devices, share.percent, judge.pod(n, choice), occupancies)
-                feasible.append(dataclasses.replace(candidate, fragDelta=delta) if delta else candidate)
+                feasible.append(judge.judged(candidate, share.percent, judge.pod(n, choice), occupancies))
     trace.nodeProblems.update(judge.problems)
     return feasible, sized_classes
 
@@ -318,20 +345,22 @@ def _fragmentation_single(
                 # Kept from an earlier plan: this plan's refusal must still learn why the node failed.
                 judge.node_problem(node, 1, choice)
             node_best = found
-        if node_best is not None and (best is None or node_best[:5] < best[:5]):
+        if node_best is not None and (best is None or node_best[:_RANKED] < best[:_RANKED]):
             best = node_best
     if best is None:
         return None
-    held, delta, free, _, _, slot = best
+    held, minus_score, node_free, cpu_free, free, _, _, delta, slot = best
     d = slot.device
     return Candidate(
         slot.deviceClass, slot.classOrder, (d,), slot.mode, share, choice, need,
-        held == 0, free, _waste(d, share, need), delta,
+        held == 0, free, _waste(d, share, need), delta, -minus_score, node_free, cpu_free,
     )  # fmt: skip
 
 
-# (0 when the order holds the device else 1, fragmentation growth, free memory, node, device name, slot)
-_NodeBest = tuple[int, float, float, str, str, Slot]
+# (0 when the order holds the device else 1, minus the growth's score, the node's free device capacity
+# and free CPU, the device's free memory, node, device name; then the growth and the slot, not ranked)
+_NodeBest = tuple[int, int, float, float, float, str, str, float, Slot]
+_RANKED = 7
 
 
 class _Unjudged:
@@ -362,11 +391,12 @@ def _node_best(
     own: frozenset[AllocationId] = frozenset(),
 ) -> _NodeBest | None:
     """The node's best device for the shape, ranked as ``_fragmentation_single`` ranks every device:
-    held, fragmentation growth, free memory, node, name. None: no device of the node can take it."""
+    held, the fragmentation growth's score, the node's free capacity and CPU (best fit), the device's
+    free memory, node, name. None: no device of the node can take it."""
     if judge.node_problem(node, 1, choice) is not None:
         return None
     state: _NodeState | None = None
-    levels: dict[int, float] = {}
+    levels: dict[int, tuple[int, float]] = {}
     best: _NodeBest | None = None
     for key, slot in pairs:
         d = slot.device
@@ -377,12 +407,14 @@ def _node_best(
             state = judge.state(node, occupancies)
         # The growth depends on the device's free share only: judged once per level.
         level = free_percent(d, occ)
-        delta = levels.get(level)
-        if delta is None:
-            delta = levels[level] = round(judge.delta(state, (key,), share.percent, pod), 6)
+        judged = levels.get(level)
+        if judged is None:
+            delta = round(judge.delta(state, (key,), share.percent, pod), 6)
+            judged = levels[level] = (-growth_score(delta), delta)
         held = 0 if own and _is_held(d, own) else 1
-        rank = (held, delta, free_mib(d, occ), node, d.name, slot)
-        if best is None or rank[:5] < best[:5]:
+        cpu = state.cpu if state.cpu is not None else 0
+        rank = (held, judged[0], state.free, cpu, free_mib(d, occ), node, d.name, judged[1], slot)
+        if best is None or rank[:_RANKED] < best[:_RANKED]:
             best = rank
     return best
 

@@ -24,9 +24,10 @@ Refusal reasons and messages are ``planner.refusals``; the class's policy with i
 Among the candidates that fit, the plan prefers, in order: a compiled recipe over a preset over the
 fallback; fewer devices; a shared placement over a dedicated one; the device the order already holds
 (a replan does not move a serving order for nothing); with recent demands, the place whose node's
-expected fragmentation grows least (``planner.fragmentation``); the device with the least free memory that
-still fits (best fit, so two half-card orders land on one card); the least memory assigned beyond
-the need; then names, so the outcome is deterministic.
+expected fragmentation grows least, by the paper's score of the growth (``planner.fragmentation``),
+then among equal scores the node with the least free device capacity, then the least free CPU; the
+device with the least free memory that still fits (best fit, so two half-card orders land on one
+card); the least memory assigned beyond the need; then names, so the outcome is deterministic.
 
 What is kept between plans, and what is not. Each plan builds its own snapshot index
 (``planner.snapshot``) and drops it: nothing is cached per snapshot, because the planner service and
@@ -264,10 +265,14 @@ def explain_choice(ranked: list[Candidate], fragmentation: bool) -> str:
     runner = next((c for c in ranked[1:] if c.devices[0].node != best.devices[0].node), None)
     text = (
         f"{where}: the node's expected fragmentation grows by {best.fragDelta:.1f} % of a device against the "
-        f"recent orders, the least among {len(ranked)} place(s) that fit"
+        f"recent orders (score {best.fragScore}), the best among {len(ranked)} place(s) that fit"
     )
     if runner is not None:
-        text += f" (next: {runner.devices[0].node}, +{runner.fragDelta:.1f}); best fit breaks ties"
+        text += f" (next: {runner.devices[0].node}, {runner.fragDelta:+.1f}, score {runner.fragScore})"
+    text += (
+        f"; best fit among equal scores: the node had {best.nodeFree:.0f} % of a device and "
+        f"{best.nodeCpuFree:.0f}m CPU free"
+    )
     return text
 
 

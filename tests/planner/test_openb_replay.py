@@ -25,7 +25,9 @@ from benchmarks.openb import (
     run,
     sequence,
 )
-from planner.fragmentation import RecentDemand, Workload
+from planner.fragmentation import RecentDemand, Workload, growth_score
+from planner.inventory import DeviceAllocation
+from planner.planning import plan_launch_traced
 from planner.recipes import load_recipe_book
 
 NODES = [
@@ -159,5 +161,107 @@ def test_the_table_prints_the_published_means_beside_ours(tmp_path: Path, capsys
     out = capsys.readouterr().out
     assert "published 06-FGD" in out
     assert "planner seed 42" in out
-    assert "plans/s" in out
+    assert "plans per CPU-second" in out
     assert [r.policy for _, r in results] == ["planner", "bestfit"]
+    # Only the first arrivals, to measure the plans' speed on a long list without replaying all of it.
+    (short,) = run(tmp_path, ["tiny"], [42], ["planner"], arrivals_limit=3)
+    assert short[1].tasks == 3
+    assert short[1].plans <= 3
+
+
+def test_the_growth_score_is_the_papers_node_score() -> None:
+    """FGD's plugin scores a node 100 x sigmoid(the growth's decrease in devices), truncated."""
+    assert growth_score(0) == 50
+    assert growth_score(0.5) == growth_score(4) == 49  # any growth up to 4 % of a device: one step below
+    assert growth_score(-3.9) == 50
+    assert growth_score(9) == growth_score(10.8) == 47
+    assert growth_score(-5.4) == 51
+    assert growth_score(800) == 0
+    assert growth_score(-800) == 99
+    assert growth_score(1e12) == 0  # no overflow
+
+
+def _booked(planner: Planner, state: State, i: int, gpus: list[int], t: Task) -> None:
+    """Book a task where the test says (on the harness's state and on the planner's snapshot)."""
+    node = state.nodes[i].name
+    for g in gpus:
+        planner.devices[f"{node}/gpu-{g}"].allocations.append(DeviceAllocation(holder=t.name))
+    planner.records[node].requestedCpuMilli += t.cpuMilli
+    planner.records[node].requestedMemoryMiB += t.memoryMiB
+    state.take(i, gpus, t)
+
+
+# Whole-card orders (10 %), tenth-of-a-card orders needing little CPU (88 %) and much CPU (2 %).
+STEP_DEMANDS = [
+    RecentDemand(weight=10, deviceCount=1, sharePercent=100, cpuMilli=1000, memoryMiB=1024),
+    RecentDemand(weight=88, deviceCount=1, sharePercent=10, cpuMilli=1000, memoryMiB=1024),
+    RecentDemand(weight=2, deviceCount=1, sharePercent=10, cpuMilli=20000, memoryMiB=1024),
+]
+
+
+def test_growths_within_one_score_step_are_equal_and_best_fit_decides() -> None:
+    """A 10 % order grows node a's expected fragmentation by 9 % of a device (its 90 % left is a
+    fragment for whole-card orders) and node b's by 10.8 % (the same, plus b's CPU falls below what
+    the CPU-hungry tenth-card orders need). The exact growth would take a; both score 47, so best fit
+    takes b, the node with less free capacity (as the paper's scheduler does: 89.0 % allocated on
+    gpushare80 where the exact growth gives 88.3 %)."""
+    nodes = [NodeSpec("a", 64000, 262144, 2, "T4"), NodeSpec("b", 26000, 262144, 2, "T4")]
+    planner = Planner(nodes, STEP_DEMANDS, load_recipe_book())
+    state = State(list(nodes))
+    _booked(planner, state, 1, [1], task("whole", 1, 1000, cpu=4000, memory=1024))
+    small = task("small", 1, 100, cpu=4000, memory=1024)
+    workload = planner.workload
+    t4 = frozenset({class_name("T4")})
+    grow_a = workload.fragmentation(60000, 260096, [(90, t4), (100, t4)]) - workload.fragmentation(
+        64000, 262144, [(100, t4), (100, t4)]
+    )
+    grow_b = workload.fragmentation(18000, 260096, [(90, t4), (0, t4)]) - workload.fragmentation(
+        22000, 261120, [(100, t4), (0, t4)]
+    )
+    assert grow_a == pytest.approx(9)
+    assert grow_b == pytest.approx(10.8)
+    # The plan's trace says why: the growth, its score, and best fit among equal scores.
+    outcome, trace = plan_launch_traced(planner.request(small), load_recipe_book())
+    assert trace.choice is not None
+    assert outcome.plan is not None
+    assert outcome.plan.nodeName == "b"
+    assert "grows by 10.8 % of a device" in trace.choice
+    assert "(score 47)" in trace.choice
+    assert "best fit among equal scores: the node had 100 % of a device and 22000m CPU free" in trace.choice
+    assert planner.place(state, small) == (1, [0])
+
+
+def test_a_lower_score_loses_to_a_higher_one_whatever_the_fit() -> None:
+    """Best fit only breaks ties of score: a growth a step worse loses even on the fuller node."""
+    nodes = [NodeSpec("a", 64000, 262144, 2, "T4"), NodeSpec("b", 64000, 262144, 2, "T4")]
+    demands = [RecentDemand(weight=1, deviceCount=1, sharePercent=50, cpuMilli=1000, memoryMiB=1024)]
+    planner = Planner(nodes, demands, load_recipe_book())
+    state = State(list(nodes))
+    # b's cards: 60 % and 0 % free. A 30 % order there leaves 30 % (a fragment for half-card orders):
+    # +30, score 42; on a's empty card it leaves 70 %: +0, score 50.
+    _booked(planner, state, 1, [1], task("whole", 1, 1000, cpu=1000, memory=1024))
+    _booked(planner, state, 1, [0], task("part", 1, 400, cpu=1000, memory=1024))
+    assert planner.place(state, task("third", 1, 300, cpu=1000, memory=1024))[0] == 0  # type: ignore[index]
+
+
+def test_a_multi_device_order_goes_to_the_fullest_node_among_equal_scores() -> None:
+    """Two-card orders on two four-card nodes, one with two cards taken: either place leaves every
+    recent order room (growth 0, score 50), and best fit takes the fuller node (the node name decided
+    before, leaving two nodes with two cards each instead of one empty node)."""
+    nodes = [NodeSpec("a", 64000, 262144, 4, "G2"), NodeSpec("b", 64000, 262144, 4, "G2")]
+    demands = [RecentDemand(weight=1, deviceCount=2, cpuMilli=1000, memoryMiB=1024)]
+    planner = Planner(nodes, demands, load_recipe_book())
+    state = State(list(nodes))
+    _booked(planner, state, 1, [0, 1], task("first", 2, 1000, cpu=1000, memory=1024))
+    assert planner.place(state, task("second", 2, 1000, cpu=1000, memory=1024)) == (1, [2, 3])
+
+
+def test_a_cpu_only_task_goes_where_no_gpu_is_left_to_strand() -> None:
+    """The replay places CPU-only tasks by the same rule: a node whose cards are all taken (growth 0)
+    before a node whose free card would become a fragment when its CPU runs short."""
+    nodes = [NodeSpec("a", 16000, 262144, 1, "T4"), NodeSpec("b", 16000, 262144, 1, "T4")]
+    demands = [RecentDemand(weight=1, deviceCount=1, sharePercent=50, cpuMilli=8000, memoryMiB=1024)]
+    planner = Planner(nodes, demands, load_recipe_book())
+    state = State(list(nodes))
+    _booked(planner, state, 1, [0], task("whole", 1, 1000, cpu=1000, memory=1024))
+    assert planner.place(state, task("cpu", 0, 0, cpu=10000, memory=1024)) == (1, [])
