@@ -105,8 +105,11 @@ async def scaling_stand(
 ) -> AsyncIterator[Stand]:
     overrides = {
         "health": {**ENGINE_STAND_OVERRIDES["health"], "scalingIntervalSeconds": 0.5},
-        # The HPA's scale-up window (60 s by default) shortened: the test reads its first decision.
-        "workload": {"scaleUpStabilizationSeconds": 0, "scaleDownStabilizationSeconds": 15},
+        # The HPA's scale-up window (60 s by default) shortened: the test reads its first decision. The
+        # scale-down window is the module's default (600 s): with 15 s, a dip of the engine's queue on a
+        # loaded machine scaled the tiny order back to one replica before preemption had made room for
+        # the second (CI run, 2026-12-01: the donor lowered at 61 s, the HPA back at 1 before).
+        "workload": {"scaleUpStabilizationSeconds": 0, "scaleDownStabilizationSeconds": 600},
     }
     with engine_classes(kube_admin):
         async with open_stand(local_cluster, kube_admin, temporal_env.client, overrides) as stand:
