@@ -296,8 +296,11 @@ async def test_the_engines_own_queue_makes_the_orders_hpa_ask_for_another_replic
             if value is not None:
                 peaks["hpa"] = max(peaks["hpa"], value)
             if desired is not None and desired >= 2:
-                marks["HPA desiredReplicas 2"] = at
-                break
+                marks.setdefault("HPA desiredReplicas 2", at)
+                # Not before a sample of the engine's own queue: the HPA can ask within a few seconds,
+                # before the loop caught the engine's /metrics with requests waiting (a full run did).
+                if peaks["engine"] > 0:
+                    break
             await asyncio.sleep(1)
     timeline = ", ".join(f"{what} at {at:.1f}s" for what, at in marks.items())
     print(
