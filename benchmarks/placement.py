@@ -44,7 +44,7 @@ from typing import Any
 
 import httpx
 
-from activities.builders.claim import ANNOTATION_PLANNED_PLACEMENTS
+from activities.builders.claim import ANNOTATION_PLANNED_PLACEMENTS, chosen_subrequest
 from activities.builders.common import LABEL_ORDER
 
 CLASSES = ("one", "pair", "default-llm")
@@ -117,8 +117,8 @@ def chosen_subrequests(claims: Iterable[Mapping[str, Any]]) -> Counter[str]:
     for claim in claims:
         allocation = (claim.get("status") or {}).get("allocation") or {}
         for result in (allocation.get("devices") or {}).get("results") or []:
-            _, slash, sub = str(result.get("request", "")).partition("/")
-            if slash:
+            sub = chosen_subrequest(str(result.get("request", "")))
+            if sub is not None:
                 out[sub] += 1
     return out
 
