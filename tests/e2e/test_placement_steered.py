@@ -163,16 +163,24 @@ def policy_device(local_cluster: LocalCluster, kube_admin: ApiClient) -> Iterato
     local_cluster.apply([node, slice_, device_class])
     dyn = dynamic(kube_admin)
     try:
+        # A new node carries node.kubernetes.io/not-ready:NoSchedule until kwok reports it Ready and the
+        # node lifecycle controller lifts it; the planner (rightly) refuses a tainted node until then.
         eventually(
-            lambda: any(d.node == POLICY_NODE for d in read_inventory(kube_admin).devices),
-            timeout=30,
-            what="the device listed",
+            partial(_listed_and_schedulable, kube_admin),
+            timeout=60,
+            what="the device listed on a node without taints",
         )
         yield POLICY_NODE
     finally:
         for kind, name in (("DeviceClass", POLICY_CLASS), ("ResourceSlice", f"{POLICY_NODE}-{DRIVER}")):
             dyn.delete(dyn.resources.get(api_version=RESOURCE, kind=kind), name=name)
         CoreV1Api(kube_admin).delete_node(POLICY_NODE)
+
+
+def _listed_and_schedulable(api: ApiClient) -> bool:
+    snapshot = read_inventory(api)
+    nodes = [n for n in snapshot.nodes or [] if n.name == POLICY_NODE]
+    return any(d.node == POLICY_NODE for d in snapshot.devices) and bool(nodes) and not nodes[0].taints
 
 
 def test_the_allocated_share_is_what_the_plan_booked_under_the_devices_share_policy(

@@ -482,7 +482,7 @@ class LocalCluster:
                 kube.wait_until(
                     lambda: expected <= _ready_nodes(core),
                     timeout=remaining(),
-                    what=f"kwok to make nodes {sorted(expected)} Ready",
+                    what=f"kwok to make nodes {sorted(expected)} Ready (and their not-ready taints lifted)",
                 )
         state.ready_seconds = round(time.monotonic() - started, 1)
         state.save(self._state_file)
@@ -705,11 +705,24 @@ def _api_message(e: ApiException) -> str:
         return str(e.reason)
 
 
+# Taints the API server puts on a new node (admission TaintNodesByCondition) and the node lifecycle
+# controller lifts some seconds after the node reports Ready: until then nothing schedules there, and
+# the planner (rightly) refuses the node.
+_CONDITION_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+
+
 def _ready_nodes(core: CoreV1Api) -> set[str]:
+    """Nodes that are Ready and free of the condition taints: where a pod can be scheduled now."""
     ready: set[str] = set()
     for node in core.list_node().items:
         conds = (node.status.conditions if node.status else None) or []
-        if node.metadata and node.metadata.name and any(c.type == "Ready" and c.status == "True" for c in conds):
+        taints = (node.spec.taints if node.spec else None) or []
+        if (
+            node.metadata
+            and node.metadata.name
+            and any(c.type == "Ready" and c.status == "True" for c in conds)
+            and not any(t.key in _CONDITION_TAINTS for t in taints)
+        ):
             ready.add(node.metadata.name)
     return ready
 
