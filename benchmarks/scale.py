@@ -174,19 +174,35 @@ def _process_label(pid: int, name: str) -> str:
     return name
 
 
+def cpu_seconds_between(before: dict[int, tuple[str, int]], after: dict[int, tuple[str, int]]) -> dict[str, float]:
+    """CPU-seconds every process used between two ``_cpu_ticks`` readings, grouped by what it is (a
+    process started meanwhile: all of it; one that ended meanwhile is not counted)."""
+    per_second = os.sysconf("SC_CLK_TCK")
+    used: dict[str, float] = {}
+    for pid, (name, ticks) in after.items():
+        spent = ticks - before.get(pid, (name, 0))[1]
+        label = _process_label(pid, name)
+        used[label] = used.get(label, 0.0) + spent / per_second
+    return used
+
+
 async def cpu_by_process(seconds: float) -> list[tuple[str, float]]:
     """CPU used over ``seconds`` by every process on the machine, grouped by what it is, as a
     percentage of one core, busiest first (those under 1 % left out)."""
     before = _cpu_ticks()
     await asyncio.sleep(seconds)
-    after = _cpu_ticks()
-    per_second = os.sysconf("SC_CLK_TCK")
-    used: dict[str, float] = {}
-    for pid, (name, ticks) in after.items():
-        spent = ticks - before.get(pid, (name, 0))[1]  # a process started meanwhile: all of it
-        label = _process_label(pid, name)
-        used[label] = used.get(label, 0.0) + 100.0 * spent / per_second / seconds
-    return sorted(((k, v) for k, v in used.items() if v >= 1.0), key=lambda kv: -kv[1])
+    used = cpu_seconds_between(before, _cpu_ticks())
+    shares = ((k, 100.0 * v / seconds) for k, v in used.items())
+    return sorted(((k, v) for k, v in shares if v >= 1.0), key=lambda kv: -kv[1])
+
+
+def burst_cpu(used: dict[str, float], orders: int, wall: float) -> str:
+    """Where a burst's time went: CPU-milliseconds per order by process (busiest first, those under 1 %
+    of the total left out), the total, and the machine's cores busy on average."""
+    total = sum(used.values())
+    parts = sorted(((k, v) for k, v in used.items() if v >= 0.01 * total), key=lambda kv: -kv[1])
+    shown = ", ".join(f"{name} {1000 * v / orders:.0f}" for name, v in parts)
+    return f"{shown}; in all {1000 * total / orders:.0f} ms per order, {total / wall:.2f} cores busy on average"
 
 
 # The packages the wheel ships (pyproject's packages.find).
@@ -672,6 +688,7 @@ async def engine_tier(
                 # The order alone (median of three), before anything else runs.
                 alone, alone_id = median_run([await run.one_order(f"alone-{i}", 120) for i in range(repeats)])
                 started = time.perf_counter()
+                cpu_before = _cpu_ticks()
                 refs = [run.start(f"order-{i}") for i in range(orders)]
                 keys = [r.key for r in refs]
                 await wait_for(
@@ -682,6 +699,7 @@ async def engine_tier(
                     progress=lambda: f"{sum(k in engine.ready_at for k in keys)} of {orders} Ready",
                 )
                 batch = max(engine.ready_at[k] for k in keys) - started
+                burst_used = cpu_seconds_between(cpu_before, _cpu_ticks())
                 # Late orders one after another while the N serve (median of as many as alone).
                 serving_cpu = await cpu_by_process(cpu_window)
                 late, late_id = median_run([await run.one_order(f"late-{i}", 300) for i in range(repeats)])
@@ -726,6 +744,7 @@ async def engine_tier(
     day_per_default = 86400 / OrderTimings().resyncSeconds
     report.add(f"one order alone (median of {repeats})", f"{alone:.2f} s to Ready")
     report.add(f"{orders} orders at once", f"{batch:.1f} s to all Ready, {orders / batch:.1f} orders/s")
+    report.add("  where the burst's time went (CPU-ms per order, by process)", burst_cpu(burst_used, orders, batch))
     report.late_order(orders, repeats, (alone, alone_steps), (late, late_steps), serving_cpu, cpu_window)
     if workflow_task_slots:
         report.add(
@@ -954,6 +973,7 @@ async def e2e_tier(
             requests_before = await asyncio.to_thread(apiserver_requests, api)
             names = [f"order-{i}" for i in range(orders)]
             started = time.perf_counter()
+            cpu_before = _cpu_ticks()
             for name in names:
                 await asyncio.to_thread(create, name)
             created = time.perf_counter() - started
@@ -971,6 +991,7 @@ async def e2e_tier(
                     say(f"{waited:.0f} s: {sum(n in ready for n in names)} of {orders} Ready; waiting: {why}")
                 await asyncio.sleep(1)
             batch = time.perf_counter() - started
+            burst_used = cpu_seconds_between(cpu_before, _cpu_ticks())
             requests_after = await asyncio.to_thread(apiserver_requests, api)
             serving_cpu = await cpu_by_process(cpu_window)
             late, late_id = median_run([await time_one(f"late-{i}") for i in range(repeats)])
@@ -998,6 +1019,7 @@ async def e2e_tier(
         f"{orders} orders at once",
         f"{batch:.1f} s to all Ready, {orders / batch:.2f} orders/s (created in {created:.1f} s)",
     )
+    report.add("  where the burst's time went (CPU-ms per order, by process)", burst_cpu(burst_used, orders, batch))
     report.late_order(orders, repeats, (alone, alone_steps), (late, late_steps), serving_cpu, cpu_window)
     for name in ("worker", "watcher", "planner"):
         report.add(f"{name} RSS", f"{rss.get(name, float('nan')):.0f} MiB")

@@ -20,7 +20,7 @@ import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 
-from benchmarks.scale import cpu_by_process, e2e_tier, engine_tier, steps_to_ready
+from benchmarks.scale import burst_cpu, cpu_by_process, e2e_tier, engine_tier, steps_to_ready
 from workflows import activity_names as act
 
 
@@ -79,6 +79,16 @@ def assert_steps_and_cpu(got: dict[str, str]) -> None:
         assert float(steps.split()[0]) > 0
     cpu = got["CPU while the 5 serve"]
     assert cpu == "none over 1 %" or re.fullmatch(r"[^,]+ \d+(, [^,]+ \d+)*", cpu), cpu
+    burst = got["  where the burst's time went"]
+    assert re.fullmatch(r"[^,;]+ \d+(, [^,;]+ \d+)*; in all \d+ ms per order, [\d.]+ cores busy on average", burst)
+    assert int(burst.split("in all ")[1].split()[0]) > 0, burst
+
+
+def test_the_bursts_cpu_is_told_per_order_by_process_busiest_first() -> None:
+    used = {"temporal-server": 30.0, "scale": 15.0, "postgres": 5.0, "sh": 0.1}
+    told = burst_cpu(used, orders=100, wall=25.0)
+    # 50.1 CPU-seconds over 100 orders and 25 s; sh under 1 % of the total is left out.
+    assert told == "temporal-server 300, scale 150, postgres 50; in all 501 ms per order, 2.00 cores busy on average"
 
 
 def _cpu_seconds(pid: int) -> float:
