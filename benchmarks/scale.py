@@ -86,7 +86,7 @@ from inference_api.payloads import (
     StatusUpdate,
     order_workflow_id,
 )
-from inference_api.settings import HealthSettings, WorkerSettings
+from inference_api.settings import HealthSettings, ObserverSettings, WorkerSettings
 from inference_api.types import Phase
 from tests.factories import make_class, make_order
 from tests.workflows.world import World
@@ -475,6 +475,8 @@ class EngineWorld:
     models: dict[str, str] = field(default_factory=dict)
     timings: dict[str, OrderTimings] = field(default_factory=dict)
     ready_at: dict[str, float] = field(default_factory=dict)
+    # What the observer does on an order's new status (its informer's update): the start window.
+    on_status: Callable[[StatusUpdate], None] | None = None
 
     def url(self, ref: OrderRef) -> str:
         return f"{self.standin}{ORDER_PREFIX}/{ref.namespace}/{ref.name}"
@@ -491,6 +493,8 @@ class EngineWorld:
             "conditions": [c.model_dump(mode="json") for c in update.conditions],
         }
         self.serving_state[update.ref.key] = d.serving({"metadata": {}, "status": status})
+        if self.on_status is not None:
+            self.on_status(update)
 
     def activities(self) -> list[Callable[..., Any]]:
         """The world's activities, with apply, first probe, status and read replaced."""
@@ -557,7 +561,8 @@ class EngineRun:
         self.engine.keys[ref.uid] = ref.key
         if timings is not None:
             self.engine.timings[ref.key] = timings
-        self.outbox.put(signal_to(ref, OrderSignal.SPEC_CHANGED, [1], start=True))
+        # A new order, as the observer sees one (no status yet): its start waits for the start window.
+        self.outbox.put(signal_to(ref, OrderSignal.SPEC_CHANGED, [1], start=True, new_order=True))
         return ref
 
     def ready(self, keys: list[str]) -> bool:
@@ -638,9 +643,11 @@ async def engine_tier(
     cached_workflows: int | None = None,
     cpu_window: float = CPU_WINDOW_SECONDS,
     backend: str = "Temporal dev server",
+    start_window: int | None = None,
 ) -> Report:
     """``client``: a Temporal client to use (a test's dev server); None starts a dev server of its own.
-    ``workflow_task_slots``: the worker's concurrent workflow tasks (None: the production worker's)."""
+    ``workflow_task_slots``: the worker's concurrent workflow tasks (None: the production worker's).
+    ``start_window``: the observer's start window (None: the module's, observer.startWindow; 0: none)."""
     report = Report(f"workflow-engine tier: {orders} orders ({backend}, fakes, real prober)")
     report.header()
     rng = random.Random(7)
@@ -654,7 +661,13 @@ async def engine_tier(
             world = World()
             world.classes["default-llm"] = make_class()
             engine = EngineWorld(world, standin, http)
-            outbox = Outbox(client, task_queue)
+            window = ObserverSettings().startWindow if start_window is None else start_window
+            outbox = Outbox(client, task_queue, start_window=window)
+            # The observer's informer sees each status the workflow writes: a settled one frees the
+            # order's place in the start window (decisions.start_settled, as the observer decides).
+            engine.on_status = lambda u: (
+                outbox.settled(workflow_id(u.ref)) if d.start_settled(u.phase.value, u.reason) else None
+            )
             run = EngineRun(client, engine, outbox)
 
             def candidates() -> Iterator[tuple[OrderRef, d.Serving]]:
@@ -752,6 +765,8 @@ async def engine_tier(
         )
     if cached_workflows is not None:
         report.add("worker workflow cache", str(cached_workflows), f"production: {WorkerSettings().cachedWorkflows}")
+    production = ObserverSettings().startWindow
+    report.add("observer start window", str(window) if window else "none", f"production: {production}")
     report.add("worker+observer process RSS", f"{worker_rss:.0f} MiB (peak {worker_peak:.0f} MiB)", "<= 1 GiB")
     report.add("multiplexed stand-in RSS", f"{standin_rss:.0f} MiB for {len(engine.tokens)} orders, one port")
     report.add("Temporal server RSS", f"{server_rss:.0f} MiB")
@@ -1094,6 +1109,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="workflows the worker keeps in memory (default: the production worker's, worker.cachedWorkflows)",
     )
+    engine.add_argument(
+        "--start-window",
+        type=int,
+        default=None,
+        help="new orders the observer starts at once (default: the module's, observer.startWindow; 0: no bound)",
+    )
     e2e = tiers.add_parser("e2e", help="end to end on the local control plane")
     e2e.add_argument("--orders", type=int, default=1_000)
     e2e.add_argument("--h100-nodes", type=int, default=None, help="H100 nodes (default: ~40 orders a node)")
@@ -1124,6 +1145,7 @@ def main(argv: list[str] | None = None) -> int:
                 cached_workflows=args.cached_workflows,
                 cpu_window=args.cpu_window,
                 backend=backend,
+                start_window=args.start_window,
             )
 
         async def on_postgres() -> Report:

@@ -287,6 +287,13 @@ class ObserverSettings(BaseModel):
     # 300 s: the toleration Kubernetes gives every pod for the not-ready/unreachable NoExecute taints
     # (DefaultTolerationSeconds), so the order moves when the cluster's own eviction would. 0: at once.
     nodeNotReadyGraceSeconds: float = Field(default=300, ge=0)
+    # New orders (no status yet) whose workflows are started and not yet settled (Ready, failed or
+    # waiting), at most, at once; the others wait in the observer, first come first started. Keeps a
+    # burst's orders in progress within the workers' caches (worker.cachedWorkflows, 1000 each): a
+    # burst of thousands started at once replays every workflow at every task. 0: no bound.
+    startWindow: int = Field(default=500, ge=0)
+    # The longest a started new order holds its place without a settled status.
+    startWindowSeconds: float = Field(default=120, gt=0)
     # Orders are split by uid: this observer handles int(sha256(uid)) % shards == shard.
     shards: int = Field(default=1, ge=1)
     shard: int = Field(default=0, ge=0)

@@ -165,6 +165,43 @@ def order_intent(event_type: str, new: Obj | None, memory: OrderMemory) -> Inten
     return Intent(OrderSignal.SPEC_CHANGED, current, start=True)
 
 
+# Reasons of a Pending order whose workflow is working through its steps now (a task every few
+# seconds): such an order still holds its place in the outbox's start window. Every other status —
+# Ready, Degraded, Failed, or Pending on a wait (a load, capacity, an edit, a refusal) — settles it.
+_WORKING_REASONS = frozenset(
+    {
+        Reason.CLASS_RESOLVED,
+        Reason.MODEL_RESOLVED,
+        Reason.LAUNCH_PLAN_CALCULATED,
+        Reason.WORKLOAD_APPLIED,
+        Reason.WAITING_FOR_PREVIOUS_STEP,
+    }
+)
+
+
+def is_new_order(order: Obj | None) -> bool:
+    """No workflow has carried the order yet: it has no status phase (its start is a new workflow's,
+    held by the start window)."""
+    return order is not None and not (order.get("status") or {}).get("phase")
+
+
+def start_settled(phase: str | None, reason: str | None) -> bool:
+    """Whether an order's status (phase, reason) frees its place in the start window: its workflow
+    carried it to Ready, Degraded or Failed, or to a wait. No phase, or Pending on a working step
+    (or with no reason yet): not settled."""
+    if not phase:
+        return False
+    if phase != Phase.PENDING:
+        return True
+    return bool(reason) and reason not in _WORKING_REASONS
+
+
+def order_start_settled(order: Obj | None) -> bool:
+    """``start_settled`` of the order object's status."""
+    status = (order or {}).get("status") or {}
+    return start_settled(status.get("phase"), status.get("reason"))
+
+
 def remember(memory: OrderMemory, intent: Intent) -> None:
     if intent.signal == OrderSignal.DELETE:
         memory.delete_sent = True

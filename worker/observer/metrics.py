@@ -45,6 +45,12 @@ RESYNC_ACTIONS = Counter(
 )
 ORDERS_KNOWN = Gauge("ai_inference_watcher_orders", "Orders of this observer's shard in its cache.")
 PENDING_SIGNALS = Gauge("ai_inference_watcher_pending_signals", "Signals queued or waiting for a retry.")
+START_WINDOW_ADMITTED = Gauge(
+    "ai_inference_watcher_orders_starting", "New orders started and not yet settled (the start window's places taken)."
+)
+START_WINDOW_HELD = Gauge(
+    "ai_inference_watcher_orders_waiting_to_start", "New orders whose workflow start waits for a place in the window."
+)
 
 
 class OrderStatusCollector(Collector):

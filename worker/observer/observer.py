@@ -35,7 +35,7 @@ from activities.health import probe_target, token_from_secret
 from activities.release import release_fingerprint
 from activities.scaling import priority_value, scaling_observation
 from inference_api.observation import HealthReport, ObservedChange, OrderSignal
-from inference_api.payloads import OrderRef
+from inference_api.payloads import OrderRef, order_workflow_id
 from inference_api.preemption import ScalingObservation
 from inference_api.settings import CatalogMode, ModuleSettings
 from inference_api.types import CLASSES, GROUP, VERSION, InferenceServiceClass
@@ -117,7 +117,14 @@ class Observer:
         self.watch_timeout_seconds = watch_timeout_seconds
         self.fingerprint = fingerprint or release_fingerprint(settings)
         # fence: with leader election, whether this observer still leads (asked before each send).
-        self.outbox = Outbox(client, settings.temporal.taskQueue, senders=senders, fence=fence)
+        self.outbox = Outbox(
+            client,
+            settings.temporal.taskQueue,
+            senders=senders,
+            fence=fence,
+            start_window=self.config.startWindow,
+            start_window_seconds=self.config.startWindowSeconds,
+        )
         self.resync = Resync(
             client, settings.temporal.taskQueue, self.outbox, self.fingerprint, self.config.shards, self.config.shard
         )
@@ -262,12 +269,16 @@ class Observer:
         if self.mine(uid):
             memory = self.memory.setdefault(uid, d.OrderMemory())
             intent = d.order_intent(change.type, change.new, memory)
+            ref = d.order_ref(obj)
             if intent is not None:
-                self.outbox.put(signal_to(d.order_ref(obj), intent.signal, intent.args, start=intent.start))
+                new_order = intent.signal == OrderSignal.SPEC_CHANGED and d.is_new_order(change.new)
+                self.outbox.put(signal_to(ref, intent.signal, intent.args, start=intent.start, new_order=new_order))
                 d.remember(memory, intent)
                 # Every order is told once after a start: those lines at debug, the changes at info.
                 say = log.debug if change.type == d.SYNC else log.info
                 say("order signalled", order=key, signal=intent.signal, generation=intent.arg)
+            if change.type == d.DELETED or d.order_start_settled(change.new):
+                self.outbox.settled(order_workflow_id(ref.namespace, ref.name, ref.uid))
             if change.type == d.DELETED:
                 self._forget(uid)
             elif not d.deleting(obj):
