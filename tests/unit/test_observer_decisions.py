@@ -17,7 +17,9 @@ from activities.health import models_verdict, probe_target, token_from_secret
 from activities.scaling import priority_value
 from inference_api.observation import HealthReport, ObservedChange, OrderSignal
 from inference_api.payloads import OrderRef
+from inference_api.reasons import Reason
 from inference_api.settings import ModuleSettings, ObserverSettings
+from inference_api.types import Phase
 from worker.observer import decisions as d
 from worker.observer.informer import Informer
 from worker.observer.outbox import Delivery, backoff_seconds, merge, signal_to
@@ -813,3 +815,41 @@ class TestOutboxMerge:
 
     def test_backoff(self) -> None:
         assert [backoff_seconds(n, cap=60) for n in (1, 2, 3, 7, 20)] == [1, 2, 4, 60, 60]
+
+
+# ------------------------------------------------------------------------------ start window
+
+WORKING = {
+    Reason.CLASS_RESOLVED,
+    Reason.MODEL_RESOLVED,
+    Reason.LAUNCH_PLAN_CALCULATED,
+    Reason.WORKLOAD_APPLIED,
+    Reason.WAITING_FOR_PREVIOUS_STEP,
+}
+
+
+@pytest.mark.parametrize("phase", [None, "", *Phase])
+@pytest.mark.parametrize("reason", [None, "", *Reason])
+def test_a_start_settles_on_any_status_but_a_pending_one_at_work(phase: str | None, reason: str | None) -> None:
+    """Every phase and reason: no phase (no workflow carried the order yet) and Pending on a working
+    step (or with no reason) hold the start window's place; Ready, Degraded, Failed and Pending on a
+    wait (a load, capacity, a refusal, a trouble) free it."""
+    expected = bool(phase) and (phase != Phase.PENDING or (bool(reason) and reason not in WORKING))
+    assert d.start_settled(phase, reason) is expected
+    status = {k: v for k, v in (("phase", phase), ("reason", reason)) if v is not None}
+    assert d.order_start_settled({"metadata": {}, "status": status}) is expected
+
+
+def test_an_order_is_new_until_a_workflow_writes_its_phase() -> None:
+    assert d.is_new_order({"metadata": {}})
+    assert d.is_new_order({"metadata": {}, "status": {}})
+    assert d.is_new_order({"metadata": {}, "status": {"conditions": []}})
+    assert not d.is_new_order({"metadata": {}, "status": {"phase": "Pending"}})
+    assert not d.is_new_order(None)
+    assert not d.order_start_settled(None)
+
+
+def test_a_pending_order_loading_or_waiting_for_capacity_has_settled() -> None:
+    for reason in (Reason.WORKLOAD_PROGRESSING, Reason.MODEL_LOADING, Reason.NO_CAPACITY, Reason.QUOTA_EXCEEDED):
+        assert d.start_settled("Pending", reason)
+    assert not d.start_settled("Pending", Reason.LAUNCH_PLAN_CALCULATED)
