@@ -17,7 +17,10 @@ writes, in the kubelet's own shape and words —
   started), the init container's status after a 404 (exit code 1, the fetcher's log tail as the
   message, which ``terminationMessagePolicy: FallbackToLogsOnError`` makes the kubelet put there);
 - the node's DRA driver withdraws its devices: its ResourceSlice publishes none (the local stack
-  publishes the slices itself: kwok has no DRA), and the real scheduler refuses the claim.
+  publishes the slices itself: kwok has no DRA), and the real scheduler refuses the claim;
+- a node whose kubelet is gone for good: its pods annotated ``kwok.x-k8s.io/kubelet=gone``, which
+  kwok's pod-delete Stage spares (deploy/controlplane/kwok-stages.yaml), so their graceful delete never
+  finishes, as nothing confirms it on a dead node; a force delete removes them, as it does there.
 """
 
 from __future__ import annotations
@@ -162,9 +165,8 @@ async def test_a_node_not_ready_is_named_and_the_order_moves_only_after_its_grac
             what=lambda: f"a replan (now {stand.describe('held')})",
         )
         replanned_at = (datetime.now(UTC) - since).total_seconds()
-    # The node is kwok's again, its old pod's delete finishes, and the order serves from its new place.
-    # (A StatefulSet makes no replacement while the old pod is Terminating on a node that does not
-    # answer: for a node that never comes back, an administrator deletes the Node: docs/operations.md.)
+    # The node is kwok's again and the order serves from its new place. (A node that never comes back:
+    # the next test.)
 
     def moved_and_ready() -> bool:
         where = _pod_node(stand, "held")
