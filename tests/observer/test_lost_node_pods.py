@@ -297,13 +297,13 @@ async def test_the_observer_force_deletes_once_past_the_grace(temporal_client: C
     deletes: list[tuple[str, str]] = []
     events: list[str] = []
 
-    def delete(pod: d.LostPod) -> None:
-        deletes.append((pod.key, pod.uid))
+    def delete(lost: d.LostPod) -> None:
+        deletes.append((lost.key, lost.uid))
         if answer is not None:
             raise ApiException(status=answer)
 
     obs._delete_pod = delete  # type: ignore[method-assign]
-    obs._record_release = lambda order, pod: events.append(pod.note())  # type: ignore[method-assign]
+    obs._record_release = lambda order, lost: events.append(lost.note())  # type: ignore[method-assign]
     obs.handle(Listed(inf.NODE, [listed_node(NODE)]))
     obs.handle(Listed(inf.ORDER, [order("chat", ORDER_UID, **SERVING)]))
     obs.handle(Listed(inf.STATEFULSET, [_order_sts()]))
@@ -344,7 +344,7 @@ async def test_with_the_setting_off_nothing_is_deleted(temporal_client: Client) 
     obs.config.nodeNotReadyGraceSeconds = 0
     obs.config.forceDeletePodsOnLostNodes = False
     deletes: list[str] = []
-    obs._delete_pod = lambda pod: deletes.append(pod.key)  # type: ignore[method-assign]
+    obs._delete_pod = lambda lost: deletes.append(lost.key)  # type: ignore[method-assign]
     obs.handle(Listed(inf.NODE, [listed_node(NODE, ready="False")]))
     obs.handle(Listed(inf.ORDER, [order("chat", ORDER_UID, **SERVING)]))
     obs.handle(Listed(inf.STATEFULSET, [_order_sts()]))
