@@ -280,7 +280,7 @@ def _order_sts() -> dict[str, Any]:
 @pytest.mark.temporal
 @pytest.mark.parametrize("answer", [None, 403])
 async def test_the_observer_force_deletes_once_past_the_grace(temporal_client: Client, answer: int | None) -> None:
-    """A node NotReady with a 1 s grace under a serving order's pod: nothing is deleted within it; after
+    """A node NotReady with a 3 s grace under a serving order's pod: nothing is deleted within it; after
     it, the pod is force-deleted once (by uid), the order's NodeLost message says so and an Event is
     recorded. A 403 is asked once and never again (it is logged), whatever the looks after it."""
     from kubernetes.client.exceptions import ApiException
@@ -293,7 +293,7 @@ async def test_the_observer_force_deletes_once_past_the_grace(temporal_client: C
     from worker.observer.informer import Listed, Watched
 
     obs = observer(temporal_client)
-    obs.config.nodeNotReadyGraceSeconds = 1.0
+    obs.config.nodeNotReadyGraceSeconds = 3.0
     deletes: list[tuple[str, str]] = []
     events: list[str] = []
 
@@ -314,7 +314,7 @@ async def test_the_observer_force_deletes_once_past_the_grace(temporal_client: C
     obs.handle(Watched(inf.NODE, d.MODIFIED, away))
     await settle()
     assert deletes == []  # within the grace
-    await asyncio.sleep(2.0)  # the grace (1 s from a whole second) and the look again
+    await asyncio.sleep(3.5)  # the grace (3 s from a whole second: at least 2 s left) and the look again
     assert deletes == [("team/chat-0", "p-chat-0")]
     for _ in range(3):  # more looks: nothing asked again
         obs.mark_trouble(obs.orders.get("team/chat"))  # type: ignore[arg-type]
