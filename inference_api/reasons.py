@@ -88,6 +88,8 @@ class EventReason(StrEnum):
     SETTLED_REGION_KEPT = "SettledRegionKept"
     CAPACITY_PREEMPTED = "CapacityPreempted"
     CAPACITY_RESTORED = "CapacityRestored"
+    # The observer force-deleted an order's pod from a lost node (observer.forceDeletePodsOnLostNodes).
+    POD_FORCE_DELETED = "PodForceDeleted"
 
 
 # Refusals about capacity: the order waits and retries on a backoff.

@@ -294,6 +294,13 @@ class ObserverSettings(BaseModel):
     startWindow: int = Field(default=500, ge=0)
     # The longest a started new order holds its place without a settled status.
     startWindowSeconds: float = Field(default=120, gt=0)
+    # An order's own pods bound to a lost node (deleted, or not Ready past the grace above) are
+    # force-deleted (gracePeriodSeconds 0), as `kubectl delete pod --force` or the out-of-service taint
+    # would: no kubelet confirms their deletion, so without it they stay Terminating and the StatefulSet
+    # never makes the replica again. The trade: a node that is only cut off may still run the old
+    # engine for a while (two copies serve briefly; an inference server holds no data to corrupt).
+    # False: the replica waits until the node comes back or an administrator deletes the Node.
+    forceDeletePodsOnLostNodes: bool = True
     # Orders are split by uid: this observer handles int(sha256(uid)) % shards == shard.
     shards: int = Field(default=1, ge=1)
     shard: int = Field(default=0, ge=0)

@@ -405,8 +405,16 @@ class OrderWorkflow(PreemptionMembership):
         self._interrupting = True
         task.cancel()
         try:
-            with contextlib.suppress(asyncio.CancelledError, ActivityError):
-                await task
+            await task
+        except ActivityError:
+            pass
+        except asyncio.CancelledError:
+            # The step's end, as asked: swallowed. Unless this coroutine itself is being cancelled: the
+            # SDK cancels every task of a workflow it evicts from its cache, and an eviction swallowed
+            # here would run the order's loop on (no commands: the SDK refuses them while evicting).
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
         finally:
             self._interrupting = False
         # Whatever the cancelled step left half-done is done again unless the order is really going.

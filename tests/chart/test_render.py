@@ -135,7 +135,7 @@ def test_helm_template_renders_every_object_once_into_the_module_namespace(docs:
         "Secret",  # the planner's and the embedded Temporal's certificates (Helm-made: no cert-manager here)
         "StatefulSet",  # the embedded Temporal server
         "PodDisruptionBudget",
-        "ValidatingAdmissionPolicy",  # the worker guard
+        "ValidatingAdmissionPolicy",  # the worker guard, the watcher guard
         "ValidatingAdmissionPolicyBinding",
         "Job",  # the CRD upgrade, a pre-upgrade hook (tests/chart/test_crd_upgrade.py)
         "NetworkPolicy",  # the module namespace's (tests/chart/test_network_policy.py)
@@ -609,6 +609,30 @@ def test_the_worker_guard_holds_the_worker_to_what_orders_own(docs: list[Doc], h
     assert of_kind(helm.render({"rbac.workerGuard.enabled": False}), "ValidatingAdmissionPolicy") == []
 
 
+def test_the_watcher_guard_holds_its_pod_deletes_to_the_modules_pods(docs: list[Doc]) -> None:
+    """The watcher may delete pods (an order's own pod on a lost node): admission holds that to pods
+    labelled as the module's, outside the protected namespaces (tests/rbac/test_watcher_guard.py: on
+    the real API server)."""
+    from activities.builders.common import LABEL_MANAGED_BY, MANAGED_BY
+
+    policy = find(docs, "ValidatingAdmissionPolicy", "d8-ai-inference-watcher-guard")
+    binding = find(docs, "ValidatingAdmissionPolicyBinding", "d8-ai-inference-watcher-guard")
+    assert binding["spec"] == {"policyName": "d8-ai-inference-watcher-guard", "validationActions": ["Deny"]}
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    (condition,) = spec["matchConditions"]
+    assert condition["expression"] == (
+        f'request.userInfo.username == "system:serviceaccount:{NAMESPACE}:ai-inference-watcher"'
+    )
+    assert spec["matchConstraints"]["resourceRules"] == [
+        {"apiGroups": [""], "apiVersions": ["*"], "resources": ["pods"], "operations": ["DELETE"]}
+    ]
+    namespaces, ownership = (v["expression"] for v in spec["validations"])
+    assert '["kube-","d8-"]' in namespaces
+    assert f"'{LABEL_MANAGED_BY}'" in ownership
+    assert f"== '{MANAGED_BY}'" in ownership
+
+
 # -- roles for people -------------------------------------------------------------------------
 
 
@@ -765,7 +789,8 @@ def test_process_roles_are_least_privilege(docs: list[Doc]) -> None:
     }
     assert not _grants(planner, "", "secrets", "get")
     # The observer reads what orders own (the auth Secret for a Token order's probes) and writes only
-    # the class status.
+    # the class status, and for an order's pod stranded on a lost node, its force delete and the Event
+    # saying so (held to the module's pods by the watcher guard).
     assert _grants(watcher, "", "secrets", "watch")
     watcher_writes = {
         (g, r)
@@ -774,7 +799,12 @@ def test_process_roles_are_least_privilege(docs: list[Doc]) -> None:
         for r in rule["resources"]
         if set(rule["verbs"]) - {"get", "list", "watch"}
     }
-    assert watcher_writes == {("ai.deckhouse.io", "inferenceserviceclasses/status")}
+    assert watcher_writes == {("ai.deckhouse.io", "inferenceserviceclasses/status"), ("", "pods"), ("", "events")}
+    for rule in _rules(watcher):
+        if "pods" in rule["resources"] and set(rule["verbs"]) - {"get", "list", "watch"}:
+            assert rule["verbs"] == ["delete"], rule
+        if "events" in rule["resources"] and set(rule["verbs"]) - {"get", "list", "watch"}:
+            assert rule["verbs"] == ["create"], rule
 
 
 def test_the_admin_guide_tables_the_workers_rules() -> None:

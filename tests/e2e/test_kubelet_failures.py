@@ -17,7 +17,10 @@ writes, in the kubelet's own shape and words —
   started), the init container's status after a 404 (exit code 1, the fetcher's log tail as the
   message, which ``terminationMessagePolicy: FallbackToLogsOnError`` makes the kubelet put there);
 - the node's DRA driver withdraws its devices: its ResourceSlice publishes none (the local stack
-  publishes the slices itself: kwok has no DRA), and the real scheduler refuses the claim.
+  publishes the slices itself: kwok has no DRA), and the real scheduler refuses the claim;
+- a node whose kubelet is gone for good: its pods annotated ``kwok.x-k8s.io/kubelet=gone``, which
+  kwok's pod-delete Stage spares (deploy/controlplane/kwok-stages.yaml), so their graceful delete never
+  finishes, as nothing confirms it on a dead node; a force delete removes them, as it does there.
 """
 
 from __future__ import annotations
@@ -162,9 +165,8 @@ async def test_a_node_not_ready_is_named_and_the_order_moves_only_after_its_grac
             what=lambda: f"a replan (now {stand.describe('held')})",
         )
         replanned_at = (datetime.now(UTC) - since).total_seconds()
-    # The node is kwok's again, its old pod's delete finishes, and the order serves from its new place.
-    # (A StatefulSet makes no replacement while the old pod is Terminating on a node that does not
-    # answer: for a node that never comes back, an administrator deletes the Node: docs/operations.md.)
+    # The node is kwok's again and the order serves from its new place. (A node that never comes back:
+    # the next test.)
 
     def moved_and_ready() -> bool:
         where = _pod_node(stand, "held")
@@ -407,4 +409,91 @@ async def test_a_claim_that_cannot_be_allocated_is_named_and_the_order_moves(mak
     print(
         f"\ndevices of {pool} withdrawn: ClaimNotAllocatable named {named:.1f}s after the pod was made again; "
         f"Ready on {_allocated_device(stand, _pod(stand, 'claimed'))[1:]} in {time.monotonic() - started:.1f}s"
+    )
+
+
+# A node that never comes back: short, so the test waits little for it.
+LOST_GRACE_SECONDS = 6
+# A pod with this annotation is one whose kubelet is gone: kwok's pod-delete Stage leaves it alone
+# (deploy/controlplane/kwok-stages.yaml), so its graceful delete never finishes, as on a dead node.
+# (kwok keeps confirming the deletes of pods on a node taken out of its hands: its node watch never
+# hears that the node stopped matching its annotation selector.)
+KUBELET_GONE = {"kwok.x-k8s.io/kubelet": "gone"}
+
+
+async def test_a_node_that_stays_not_ready_loses_its_pods_and_the_order_recovers_by_itself(
+    make_stand: MakeStand,
+) -> None:
+    """The node stays NotReady for good (a dead machine whose Node object remains): past the grace the
+    observer force-deletes the order's own pod there (stuck Terminating otherwise: no kubelet confirms
+    the delete, and the StatefulSet makes no replacement), the StatefulSet makes the replica again on
+    the node of the new plan, its claim is allocated there, and the order is Ready again by itself."""
+    stand = await make_stand({"observer": {"nodeNotReadyGraceSeconds": LOST_GRACE_SECONDS}})
+    stand.create_order("stranded", SMALL)
+    await stand.until_phase("stranded", "Ready")
+    first = _pod(stand, "stranded")
+    assert first is not None
+    node = str(first.spec.node_name)
+    old_device = _allocated_device(stand, first)
+    replans = _replans(stand, "stranded")
+    said = "container runtime is down: PLEG is not healthy"
+    with out_of_kwoks_hands(stand, node):  # never back while the order recovers
+        since = datetime.now(UTC).replace(microsecond=0)
+        condition = {
+            "type": "Ready",
+            "status": "False",
+            "reason": "KubeletNotReady",
+            "message": said,
+            "lastHeartbeatTime": _stamp(since),
+            "lastTransitionTime": _stamp(since),
+        }
+        stand.core.patch_node_status(node, {"status": {"conditions": [condition]}})
+        stand.core.patch_namespaced_pod(
+            first.metadata.name, stand.namespace, {"metadata": {"annotations": KUBELET_GONE}}
+        )
+
+        def old_pod_gone() -> bool:
+            # (Its delete by the StatefulSet's rolling update to the new plan alone never finishes: no
+            # kubelet confirms it.)
+            pods = stand.core.list_namespaced_pod(stand.namespace, label_selector=f"{LABEL_ORDER}=stranded").items
+            return all(p.metadata.uid != first.metadata.uid for p in pods)
+
+        await stand.until(
+            old_pod_gone,
+            timeout=LOST_GRACE_SECONDS + 30,
+            what=lambda: f"the old pod force-deleted (now {stand.describe('stranded')})\n  {stand.workload_report()}",
+        )
+        gone_at = (datetime.now(UTC) - since).total_seconds()
+        assert gone_at >= LOST_GRACE_SECONDS - 1, "force-deleted within the node's grace"
+
+        def serving_elsewhere() -> bool:
+            pod = _pod(stand, "stranded")
+            if pod is None or pod.spec.node_name == node or stand.phase("stranded") != ("Ready", None):
+                return False
+            return bool(pod.status.resource_claim_statuses) and _allocated_device(stand, pod)[1] != old_device[1]
+
+        await stand.until(
+            serving_elsewhere,
+            timeout=120,
+            what=lambda: f"Ready away from {node} (now {stand.describe('stranded')})\n  {stand.workload_report()}",
+        )
+        ready_at = (datetime.now(UTC) - since).total_seconds()
+        assert _replans(stand, "stranded") > replans
+        # The node is still not Ready: nothing waited for it to come back.
+        assert not any(
+            c.type == "Ready" and c.status == "True" for c in stand.core.read_node(node).status.conditions or []
+        )
+        # What was done, on the order: a Warning Event with the pod, the node, since when and the grace.
+        events = stand.core.list_namespaced_event(
+            stand.namespace, field_selector="involvedObject.name=stranded,reason=PodForceDeleted"
+        ).items
+        assert [e.message for e in events] == [
+            f"pod {stand.namespace}/{first.metadata.name} force-deleted from node {node}, "
+            f"not Ready since {_stamp(since)}, past its {LOST_GRACE_SECONDS} s grace"
+        ]
+        assert events[0].type == "Warning"
+        assert events[0].involved_object.kind == "InferenceService"
+    print(
+        f"\nnode {node} not Ready for good: its pod force-deleted {gone_at:.1f}s after (grace "
+        f"{LOST_GRACE_SECONDS} s); Ready on {_pod_node(stand, 'stranded')} {ready_at:.1f}s after"
     )

@@ -77,6 +77,10 @@ WATCHER: dict[Rule, str] = {
     **_informer(AI, "inferenceservices", "inferenceserviceclasses", what="orders and classes (worker/observer)"),
     (AI, "inferenceserviceclasses/status", "patch"): "the class's Validated and Ready (merge patch)",
     **_informer("", "pods", "services", what="what orders own (module labels)"),
+    ("", "pods", "delete"): (
+        "worker/observer/observer.py: an order's own pod on a lost node, force-deleted (preconditions.uid)"
+    ),
+    ("", "events", "create"): "worker/observer/observer.py: the PodForceDeleted Event on the order",
     **_informer("", "nodes", what="the nodes of the orders' pods: a node lost or NotReady is named and replanned"),
     **_informer(
         "",

@@ -189,3 +189,70 @@ def test_the_worker_guard_refuses_what_rbac_cannot(
     assert (
         _status(lambda: admin.create_namespaced_secret("kube-system", secret("theirs", False), dry_run=DRY))[0] == 200
     )
+
+
+@pytest.fixture(scope="module")
+def watcher_api(worker_api: ApiClient, local_cluster: LocalCluster, kube_admin: ApiClient) -> Iterator[ApiClient]:
+    """A client of the chart's watcher ServiceAccount (the chart installed by ``worker_api``)."""
+    issued = CoreV1Api(kube_admin).create_namespaced_service_account_token(
+        "ai-inference-watcher",
+        MODULE_NAMESPACE,
+        AuthenticationV1TokenRequest(spec=V1TokenRequestSpec(audiences=[], expiration_seconds=600)),
+    )
+    configuration = Configuration()
+    kube_config.load_kube_config(config_file=str(local_cluster.kubeconfig("admin")), client_configuration=configuration)
+    configuration.refresh_api_key_hook = None
+    configuration.api_key = {"BearerToken": f"Bearer {issued.status.token}"}
+    with ApiClient(configuration) as api:
+        yield api
+
+
+def test_the_watcher_may_force_delete_only_the_modules_pods(
+    watcher_api: ApiClient, kube_admin: ApiClient, make_namespace: Callable[..., str]
+) -> None:
+    """The observer's force delete of an order's pod on a lost node (observer.forceDeletePodsOnLostNodes)
+    and its Event: granted by its ClusterRole; held by the watcher guard to the module's pods outside
+    the protected namespaces. Dry runs: admission and RBAC judge them, nothing is deleted."""
+    namespace = make_namespace("watcher-guard", users=())
+    watcher, admin = CoreV1Api(watcher_api), CoreV1Api(kube_admin)
+
+    def pod(name: str, labelled: bool) -> dict[str, Any]:
+        labels = {LABEL_MANAGED_BY: MANAGED_BY} if labelled else {}
+        return {
+            "metadata": {"name": name, "labels": labels},
+            # No node will take it: it stays Pending, nothing runs.
+            "spec": {"nodeSelector": {"watcher-guard": "nowhere"}, "containers": [{"name": "c", "image": "x"}]},
+        }
+
+    def force_delete(name: str, where: str) -> tuple[int, str]:
+        return _status(lambda: watcher.delete_namespaced_pod(name, where, grace_period_seconds=0, dry_run=DRY))
+
+    admin.create_namespaced_pod(namespace, pod("replica-0", True))
+    admin.create_namespaced_pod(namespace, pod("users-own", False))
+    guarded = f"guarded-{uuid.uuid4().hex[:6]}"
+    admin.create_namespaced_pod("kube-system", pod(guarded, True))
+    try:
+        status, body = wait_until(
+            lambda: r if (r := force_delete("users-own", namespace))[0] == 403 else None,
+            timeout=30,
+            what="the watcher guard to refuse a delete of a pod the module did not make",
+        )
+        assert "deletes only pods labelled app.kubernetes.io/managed-by=ai-inference" in body
+        status, body = force_delete(guarded, "kube-system")
+        assert status == 403, body
+        assert "may not delete pods in namespace kube-system" in body
+        assert force_delete("replica-0", namespace)[0] == 200
+        # Its other writes are still none: no pod created or changed.
+        assert _status(lambda: watcher.create_namespaced_pod(namespace, pod("x", True), dry_run=DRY))[0] == 403
+        patch = {"metadata": {"labels": {"x": "y"}}}
+        assert _status(lambda: watcher.patch_namespaced_pod("replica-0", namespace, patch, dry_run=DRY))[0] == 403
+        event = {
+            "metadata": {"generateName": "replica-0."},
+            "involvedObject": {"kind": "Pod", "name": "replica-0", "namespace": namespace},
+            "reason": "PodForceDeleted",
+            "message": "dry run",
+            "type": "Warning",
+        }
+        assert _status(lambda: watcher.create_namespaced_event(namespace, event, dry_run=DRY))[0] in (200, 201)
+    finally:
+        admin.delete_namespaced_pod(guarded, "kube-system", grace_period_seconds=0)

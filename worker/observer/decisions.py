@@ -1018,3 +1018,152 @@ def trouble_signal(found: ReplicaTrouble | None, memory: TroubleMemory, shown: b
         return None
     memory.told = found
     return found
+
+
+# ---------------------------------------------------------------- pods on lost nodes
+
+
+@dataclass(frozen=True)
+class LostPod:
+    """A replica's Pod bound to a node that is lost (deleted, or not Ready past its grace): the
+    observer force-deletes it, so the StatefulSet makes the replica again and its claim is freed.
+    ``why``: the node's state, for the message that says what was done."""
+
+    namespace: str
+    name: str
+    uid: str
+    node: str
+    why: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def note(self) -> str:
+        """What was done, as the order's condition message says it (no secret: names and times)."""
+        return f"pod {self.key} force-deleted from node {self.node}, {self.why}"
+
+
+def _controller_uid(obj: Obj, kind: str) -> str | None:
+    for owner in meta(obj).get("ownerReferences") or []:
+        if owner.get("kind") == kind and owner.get("controller"):
+            return str(owner.get("uid") or "") or None
+    return None
+
+
+def _lost_why(node_name: str, nodes: Mapping[str, Obj], grace: NodeGrace) -> str | None:
+    """Why the node is lost by the rule ``_node_trouble`` applies, or None when it is not (Ready, or
+    not Ready within its grace)."""
+    node = nodes.get(node_name)
+    if node is None:
+        return "which is gone (deleted from the cluster)"
+    ready, _ = node_ready(node)
+    if ready or grace.within(node):
+        return None
+    since = not_ready_since(node)
+    if since is None or grace.seconds <= 0:
+        return "not Ready" + (f" since {_stamp(since)}" if since is not None else "")
+    return f"not Ready since {_stamp(since)}, past its {grace.seconds:g} s grace"
+
+
+def pods_on_lost_nodes(
+    order: Obj | None,
+    statefulset: Obj | None,
+    pods: Iterable[Obj],
+    nodes: Mapping[str, Obj] | None,
+    grace: NodeGrace,
+) -> list[LostPod]:
+    """The order's own Pods bound to a lost node, to force-delete (a pod there stays Terminating for
+    good: no kubelet confirms its deletion, and the StatefulSet makes no replacement while it stands).
+
+    Derived from the cluster only: the order (not being deleted), its StatefulSet (controller-owned by
+    the order's uid, in its namespace), Pods whose controller owner is that StatefulSet's uid, in the
+    order's namespace, bound (``spec.nodeName``) to a node that is deleted or not Ready past its grace.
+    Nothing while the Nodes are not listed yet (a node missing from an unsynced cache is not gone)."""
+    if order is None or statefulset is None or nodes is None or deleting(order):
+        return []
+    namespace = str(meta(order).get("namespace") or "")
+    order_uid = str(meta(order).get("uid") or "")
+    if not namespace or not owned_by(statefulset, order_uid) or meta(statefulset).get("namespace") != namespace:
+        return []
+    sts_uid = str(meta(statefulset).get("uid") or "")
+    if not sts_uid:
+        return []
+    lost: list[LostPod] = []
+    for pod in sorted(pods, key=object_key):
+        m = meta(pod)
+        node_name = str(((pod.get("spec") or {}).get("nodeName")) or "")
+        uid = str(m.get("uid") or "")
+        if (
+            not node_name
+            or not uid
+            or m.get("namespace") != namespace
+            or _controller_uid(pod, "StatefulSet") != sts_uid
+        ):
+            continue
+        why = _lost_why(node_name, nodes, grace)
+        if why is not None:
+            lost.append(LostPod(namespace=namespace, name=str(m.get("name")), uid=uid, node=node_name, why=why))
+    return lost
+
+
+def with_release_notes(found: ReplicaTrouble | None, notes: Mapping[str, str]) -> ReplicaTrouble | None:
+    """A NodeLost trouble about a node the observer force-deleted the order's pods from, its message
+    followed by what was done (``notes``: by node name)."""
+    if found is None or found.reason != Reason.NODE_LOST.value or found.subject not in notes:
+        return found
+    return found.model_copy(update={"message": redact(cut(f"{found.message}; {notes[found.subject]}"))})
+
+
+# Tries of one force delete that fails for want of an answer (the API server unreachable, 5xx, 429).
+RELEASE_ATTEMPTS = 5
+RELEASE_RETRY_BASE_SECONDS = 2.0
+
+
+class ReleaseOutcome(StrEnum):
+    DELETED = "Deleted"  # force-deleted now
+    GONE = "Gone"  # 404 (already gone) or 409 (the uid precondition: another pod has the name now)
+    REFUSED = "Refused"  # 403 or another 4xx: the same answer next time, never asked again
+    RETRY = "Retry"  # no answer, 429 or 5xx: asked again later
+    GIVEN_UP = "GivenUp"  # RETRY too many times
+
+
+@dataclass
+class ReleaseMemory:
+    """One order's force deletes of pods on lost nodes: those in flight, those done (whatever the
+    answer: never asked again), the failed tries of each, and what was done by node (for its message)."""
+
+    in_flight: set[str] = field(default_factory=set)
+    done: set[str] = field(default_factory=set)
+    attempts: dict[str, int] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
+
+    def may_try(self, pod_uid: str) -> bool:
+        return pod_uid not in self.in_flight and pod_uid not in self.done
+
+    def outcome(self, lost: LostPod, status: int | None) -> ReleaseOutcome:
+        """What a delete's answer (HTTP ``status``; None: no answer) means, remembered."""
+        if status is not None and 200 <= status < 300:
+            self.done.add(lost.uid)
+            self.attempts.pop(lost.uid, None)
+            self.notes[lost.node] = lost.note()
+            return ReleaseOutcome.DELETED
+        if status in (404, 409):
+            self.done.add(lost.uid)
+            self.attempts.pop(lost.uid, None)
+            return ReleaseOutcome.GONE
+        if status is not None and 400 <= status < 500 and status != 429:
+            self.done.add(lost.uid)
+            self.attempts.pop(lost.uid, None)
+            return ReleaseOutcome.REFUSED
+        self.attempts[lost.uid] = self.attempts.get(lost.uid, 0) + 1
+        if self.attempts[lost.uid] >= RELEASE_ATTEMPTS:
+            self.done.add(lost.uid)
+            self.attempts.pop(lost.uid, None)
+            return ReleaseOutcome.GIVEN_UP
+        return ReleaseOutcome.RETRY
+
+
+def release_retry_delay(memory: ReleaseMemory, pod_uid: str) -> float:
+    """Seconds before a failed force delete is tried again: doubling from RELEASE_RETRY_BASE_SECONDS."""
+    return RELEASE_RETRY_BASE_SECONDS * 2 ** max(0, memory.attempts.get(pod_uid, 1) - 1)

@@ -22,11 +22,21 @@ import contextlib
 import json
 import random
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import structlog
-from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
+from kubernetes.client import (
+    ApiClient,
+    CoreV1Api,
+    CoreV1Event,
+    CustomObjectsApi,
+    V1DeleteOptions,
+    V1EventSource,
+    V1ObjectMeta,
+    V1ObjectReference,
+    V1Preconditions,
+)
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 from temporalio.client import Client
@@ -37,6 +47,7 @@ from activities.scaling import priority_value, scaling_observation
 from inference_api.observation import HealthReport, ObservedChange, OrderSignal
 from inference_api.payloads import OrderRef, order_workflow_id
 from inference_api.preemption import ScalingObservation
+from inference_api.reasons import EventReason
 from inference_api.settings import CatalogMode, ModuleSettings
 from inference_api.types import CLASSES, GROUP, VERSION, InferenceServiceClass
 from worker.observer import decisions as d
@@ -150,6 +161,8 @@ class Observer:
         self._flushes: dict[str, asyncio.TimerHandle] = {}
         # By order uid: the look again when a node's NotReady grace ends (no event may come then).
         self._rechecks: dict[str, tuple[datetime, asyncio.TimerHandle]] = {}
+        # By order uid: its pods force-deleted from lost nodes (observer.forceDeletePodsOnLostNodes).
+        self.releases: dict[str, d.ReleaseMemory] = {}
         # Indexes by order key (namespace/name): its class, its catalog model, its Pods.
         self.by_class: dict[str, set[str]] = {}
         self.by_model: dict[tuple[str, str, str], set[str]] = {}
@@ -319,6 +332,7 @@ class Observer:
         self.scaling_dirty.discard(uid)
         self.scaling_last.pop(uid, None)
         self.troubles.pop(uid, None)
+        self.releases.pop(uid, None)
         self.trouble_dirty.discard(uid)
         handle = self._flushes.pop(uid, None)
         if handle is not None:
@@ -462,8 +476,10 @@ class Observer:
     def trouble_of(self, order: d.Obj) -> d.ReplicaTrouble | None:
         """The order's replica trouble now; when a node of its pods is within its NotReady grace, a look
         again is scheduled for the grace's end (level-triggered: a node that stays NotReady sends no
-        event, and the order must then hear NodeLost)."""
+        event, and the order must then hear NodeLost). Its own pods bound to a lost node are
+        force-deleted (``observer.forceDeletePodsOnLostNodes``), and a NodeLost message says so."""
         key = d.object_key(order)
+        uid = str(d.meta(order).get("uid"))
         pods = [p for p in (self.informers[inf.POD].get(k) for k in sorted(self.pods_of.get(key, ()))) if p]
         statefulset = self._owned(inf.STATEFULSET, order)
         sts_key = d.object_key(statefulset) if statefulset is not None else key
@@ -473,8 +489,98 @@ class Observer:
         grace = d.NodeGrace(now=datetime.now(UTC), seconds=self.config.nodeNotReadyGraceSeconds)
         ends = d.grace_ends(pods, nodes, grace)
         if ends is not None:
-            self._recheck_at(str(d.meta(order).get("uid")), ends, grace.now)
-        return d.order_trouble(pods, statefulset, events, nodes, grace)
+            self._recheck_at(uid, ends, grace.now)
+        if self.config.forceDeletePodsOnLostNodes:
+            for lost in d.pods_on_lost_nodes(order, statefulset, pods, nodes, grace):
+                self._release(uid, lost)
+        found = d.order_trouble(pods, statefulset, events, nodes, grace)
+        memory = self.releases.get(uid)
+        if memory is None:
+            return found
+        if found is None:
+            memory.notes.clear()
+        return d.with_release_notes(found, memory.notes)
+
+    def _release(self, order_uid: str, lost: d.LostPod) -> None:
+        """Force-delete one of the order's pods from a lost node, once at a time, in a thread; bounded:
+        a refusal (403, any 4xx) is not asked again, an outage at most ``RELEASE_ATTEMPTS`` times."""
+        memory = self.releases.setdefault(order_uid, d.ReleaseMemory())
+        if not memory.may_try(lost.uid):
+            return
+        fence = self.outbox.fence
+        if fence is not None and not fence():
+            return  # a standby does not act: the leader does
+        memory.in_flight.add(lost.uid)
+        self._spawn(self._force_delete(order_uid, lost, memory), f"release-{lost.key}")
+
+    async def _force_delete(self, order_uid: str, lost: d.LostPod, memory: d.ReleaseMemory) -> None:
+        status: int | None = None
+        try:
+            await asyncio.to_thread(self._delete_pod, lost)
+            status = 200
+        except ApiException as err:
+            status = int(err.status or 0) or None
+        except Exception as err:  # the API server unreachable: asked again later, a bounded number of times
+            log.warning("pod on a lost node not force-deleted", pod=lost.key, node=lost.node, error=type(err).__name__)
+        finally:
+            memory.in_flight.discard(lost.uid)
+        outcome = memory.outcome(lost, status)
+        order = self.order_by_uid(order_uid)
+        if outcome == d.ReleaseOutcome.DELETED:
+            log.info("pod force-deleted from a lost node", pod=lost.key, node=lost.node, why=lost.why)
+        elif outcome == d.ReleaseOutcome.REFUSED:
+            log.error(
+                "pod on a lost node not force-deleted: refused; grant the watcher delete on pods or set "
+                "observer.forceDeletePodsOnLostNodes to false",
+                pod=lost.key,
+                node=lost.node,
+                status=status,
+            )
+        elif outcome == d.ReleaseOutcome.RETRY and order is not None:
+            now = datetime.now(UTC)
+            self._recheck_at(order_uid, now + timedelta(seconds=d.release_retry_delay(memory, lost.uid)), now)
+        elif outcome == d.ReleaseOutcome.GIVEN_UP:
+            log.error("pod on a lost node not force-deleted: gave up", pod=lost.key, node=lost.node, status=status)
+        if outcome == d.ReleaseOutcome.DELETED and order is not None:
+            self.mark_trouble(order)  # the order's message says what was done (while it is NodeLost)
+            await asyncio.to_thread(self._record_release, order, lost)
+
+    def _record_release(self, order: d.Obj, lost: d.LostPod) -> None:
+        """A Warning Event on the order (``PodForceDeleted``): the lasting word on what was done, after
+        the condition has moved on. Best effort: a refused Event is logged, the delete is done."""
+        ref = d.order_ref(order)
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = CoreV1Event(
+            metadata=V1ObjectMeta(generate_name=f"{ref.name}."),
+            involved_object=V1ObjectReference(
+                api_version=f"{GROUP}/{VERSION}",
+                kind="InferenceService",
+                name=ref.name,
+                namespace=ref.namespace,
+                uid=ref.uid,
+            ),
+            reason=EventReason.POD_FORCE_DELETED.value,
+            message=d.cut(lost.note(), 1000),
+            type="Warning",
+            source=V1EventSource(component="ai-inference-watcher"),
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+        )
+        try:
+            CoreV1Api(self.api).create_namespaced_event(ref.namespace, event, _request_timeout=30)
+        except ApiException as err:
+            log.warning("event not recorded", order=ref.key, reason=event.reason, status=err.status)
+        except Exception as err:
+            log.warning("event not recorded", order=ref.key, reason=event.reason, error=type(err).__name__)
+
+    def _delete_pod(self, lost: d.LostPod) -> None:
+        """``DELETE`` of the pod with ``gracePeriodSeconds: 0`` (no kubelet will confirm it) and
+        ``preconditions.uid`` (a pod the StatefulSet made again under the same name is never touched)."""
+        options = V1DeleteOptions(grace_period_seconds=0, preconditions=V1Preconditions(uid=lost.uid))
+        CoreV1Api(self.api).delete_namespaced_pod(
+            lost.name, lost.namespace, body=options, grace_period_seconds=0, _request_timeout=30
+        )
 
     def _recheck_at(self, uid: str, at: datetime, now: datetime) -> None:
         """Look at the order's replica troubles again at ``at`` (just after), unless a look is due sooner."""
