@@ -294,7 +294,8 @@ def template_allocation(device: Device, holder: str, memory: Quantity | None) ->
 
 
 def build_nodes(nodes: list[Obj], pods: list[Obj]) -> list[Node]:
-    """Nodes as the scheduler judges them (NodeResourcesFit, TaintToleration, NodeUnschedulable):
+    """Nodes as the scheduler judges them (NodeResourcesFit, TaintToleration, NodeUnschedulable, and
+    whether the node is Ready):
     allocatable CPU, memory and pods; what the pods bound there and not finished request (the larger
     of the containers' sum and the largest init container, plus the pod overhead); taints; cordon;
     labels. Pure."""
@@ -329,10 +330,20 @@ def build_nodes(nodes: list[Obj], pods: list[Obj]) -> list[Node]:
                     for t in spec.get("taints") or []
                 ],
                 unschedulable=bool(spec.get("unschedulable")),
+                ready=_node_ready(obj),
                 labels=dict((obj.get("metadata") or {}).get("labels") or {}),
             )
         )
     return out
+
+
+def _node_ready(node: Obj) -> bool:
+    """The node's Ready condition is True (a node with no conditions at all, as a test's bare Node
+    object, counts as Ready: nothing says otherwise)."""
+    conditions = (node.get("status") or {}).get("conditions")
+    if not conditions:
+        return True
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 def pod_requests(spec: Obj) -> tuple[int, int]:

@@ -183,6 +183,11 @@ class Node(_Model):
     podCount: int = Field(default=0, ge=0, description="Pods bound to the node (not finished).")
     taints: list[Taint] = Field(default_factory=list)
     unschedulable: bool = Field(default=False, description="spec.unschedulable (cordoned).")
+    ready: bool = Field(
+        default=True,
+        description="The node's Ready condition is True. A node that is not takes no new pod, whatever a "
+        "blanket toleration of the module's workloads lets past its not-ready/unreachable taints.",
+    )
     labels: dict[str, str] = Field(default_factory=dict, description="For the workloads' nodeSelector.")
 
 

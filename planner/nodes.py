@@ -21,6 +21,7 @@ BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 
 class NodeProblem(StrEnum):
     MISSING = "missing"
+    NOT_READY = "not-ready"
     CORDONED = "cordoned"
     SELECTOR = "selector"
     TAINTED = "tainted"
@@ -75,6 +76,8 @@ def node_problem(
     there beyond the node's own record (bookings not yet bound)."""
     if node is None:
         return None
+    if not node.ready:
+        return NodeProblem.NOT_READY
     if node.unschedulable:
         return NodeProblem.CORDONED
     if node_selector and any(node.labels.get(k) != v for k, v in node_selector.items()):

@@ -178,7 +178,8 @@ def _capacity_message(
 
 
 _PROBLEM_TEXT = {
-    NodeProblem.MISSING: "not a node the planner knows (not Ready, or not listed)",
+    NodeProblem.MISSING: "not a node the planner knows (not listed)",
+    NodeProblem.NOT_READY: "not Ready (its Ready condition is not True)",
     NodeProblem.CORDONED: "cordoned (spec.unschedulable)",
     NodeProblem.SELECTOR: "not matched by the module's workload.nodeSelector",
     NodeProblem.TAINTED: "a NoSchedule/NoExecute taint the module's workloads do not tolerate",

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+from typing import Any
+
 from activities.inventory import build_nodes, pod_requests
 from inference_api.plan import OrderFacts, Toleration
 from inference_api.reasons import Reason
@@ -166,3 +169,30 @@ def test_with_recent_demands_a_node_refusal_still_names_the_nodes() -> None:
             assert outcome.refusal is not None  # type: ignore[attr-defined]
             assert outcome.refusal.reason is Reason.NO_SCHEDULABLE_NODE  # type: ignore[attr-defined]
             assert node.name in outcome.refusal.message  # type: ignore[attr-defined]
+
+
+def test_a_node_that_is_not_ready_takes_no_pod_even_past_a_blanket_toleration() -> None:
+    """The node lifecycle controller taints a NotReady node, but a module setting that tolerates every
+    taint (``operator: Exists`` without a key) lets a plan past the taint: the Ready condition decides."""
+    lost: dict[str, Any] = {
+        "metadata": {"name": "lost"},
+        "spec": {"taints": [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]},
+        "status": {
+            "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+            "conditions": [{"type": "MemoryPressure", "status": "False"}, {"type": "Ready", "status": "Unknown"}],
+        },
+    }
+    healthy = copy.deepcopy(lost)
+    healthy["metadata"]["name"] = "healthy"
+    healthy["spec"] = {}
+    healthy["status"]["conditions"][1]["status"] = "True"
+    bare = {"metadata": {"name": "bare"}, "status": {"allocatable": {"cpu": "8"}}}  # no conditions: nothing says
+    n_bare, n_healthy, n_lost = build_nodes([lost, healthy, bare], [])  # by name
+    assert (n_lost.ready, n_healthy.ready, n_bare.ready) == (False, True, True)
+    everything = [Toleration(operator="Exists")]
+    assert node_problem(n_lost, PodDemand(0, 0), everything) is NodeProblem.NOT_READY
+    assert node_problem(n_lost, PodDemand(0, 0), []) is NodeProblem.NOT_READY
+    assert node_problem(n_healthy, PodDemand(0, 0), everything) is None
+    # Not Ready comes first: a cordoned NotReady node is told as not Ready.
+    cordoned = n_lost.model_copy(update={"unschedulable": True})
+    assert node_problem(cordoned, PodDemand(0, 0), []) is NodeProblem.NOT_READY
