@@ -215,14 +215,17 @@ def test_a_pod_status_change_rebuilds_nothing() -> None:
     assert informers.version == version + 2
     node: dict[str, Any] = {
         "metadata": {"name": "a", "uid": "n", "resourceVersion": "1"},
-        "status": {"allocatable": {"cpu": "4"}},
+        "status": {
+            "allocatable": {"cpu": "4"},
+            "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": "t1"}],
+        },
     }
     informers.deliver(Watched("Node", "ADDED", node))
     version = informers.version
     heartbeat = {
         **node,
         "metadata": {**node["metadata"], "resourceVersion": "2"},
-        "status": {**node["status"], "conditions": [{"type": "Ready"}]},
+        "status": {**node["status"], "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": "t2"}]},
     }
     informers.deliver(Watched("Node", "MODIFIED", heartbeat))
     assert informers.version == version
@@ -402,3 +405,29 @@ def test_a_steered_orders_booking_settles_when_its_template_is_seen() -> None:
         holder="ns/llm", deviceClass="h100", deviceCount=1, sharePercent=5, memoryMiB=4096, replicas=1, bookedAt=0
     )
     assert outstanding(booking, counted) == 0  # the template's reservation holds the planned replica
+
+
+def test_a_slim_node_keeps_its_readiness_and_drops_its_heartbeats() -> None:
+    """The planner service's informer keeps Nodes slim: what the planner judges (Ready included) and
+    nothing that changes on every heartbeat."""
+    from worker.observer.inventory import slim_node
+
+    def node(ready: str, beat: str) -> dict[str, Any]:
+        return {
+            "metadata": {"name": "gpu-1", "resourceVersion": beat, "labels": {"pool": "gpu"}},
+            "spec": {"taints": [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]},
+            "status": {
+                "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+                "conditions": [
+                    {"type": "MemoryPressure", "status": "False", "lastHeartbeatTime": beat},
+                    {"type": "Ready", "status": ready, "lastHeartbeatTime": beat, "message": "kubelet stopped"},
+                ],
+            },
+        }
+
+    lost, again = slim_node(node("Unknown", "t1")), slim_node(node("Unknown", "t2"))
+    assert build_nodes([lost], []) == build_nodes([node("Unknown", "t1")], [])
+    assert not build_nodes([lost], [])[0].ready
+    assert build_nodes([slim_node(node("True", "t3"))], [])[0].ready
+    # A heartbeat changes nothing but the resourceVersion.
+    assert {**lost, "metadata": {}} == {**again, "metadata": {}}

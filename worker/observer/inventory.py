@@ -216,16 +216,21 @@ def slim_pod(pod: Obj) -> Obj:
 
 
 def slim_node(node: Obj) -> Obj:
-    """A Node as the planner reads it: name, labels, taints, cordon, allocatable."""
+    """A Node as the planner reads it: name, labels, taints, cordon, allocatable, and its Ready
+    condition's status alone (not its heartbeat times: a heartbeat leaves the slim node unchanged)."""
     meta = node.get("metadata") or {}
     spec = node.get("spec") or {}
+    status = node.get("status") or {}
+    ready = [
+        {"type": "Ready", "status": c.get("status")} for c in status.get("conditions") or [] if c.get("type") == "Ready"
+    ]
     return {
         "metadata": {
             **{k: meta[k] for k in ("name", "uid", "resourceVersion") if k in meta},
             "labels": dict(meta.get("labels") or {}),
         },
         "spec": {"taints": spec.get("taints") or [], "unschedulable": bool(spec.get("unschedulable"))},
-        "status": {"allocatable": dict((node.get("status") or {}).get("allocatable") or {})},
+        "status": {"allocatable": dict(status.get("allocatable") or {}), "conditions": ready},
     }
 
 
