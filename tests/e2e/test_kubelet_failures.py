@@ -47,6 +47,22 @@ def _stamp(at: datetime) -> str:
     return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _kubelet_not_ready(stand: Stand, node: str, said: str) -> datetime:
+    """The node's Ready condition turned False now, as a kubelet reports it (with kwok out of the way:
+    see ``out_of_kwoks_hands``); returns since when, to the second."""
+    since = datetime.now(UTC).replace(microsecond=0)
+    condition = {
+        "type": "Ready",
+        "status": "False",
+        "reason": "KubeletNotReady",
+        "message": said,
+        "lastHeartbeatTime": _stamp(since),
+        "lastTransitionTime": _stamp(since),
+    }
+    stand.core.patch_node_status(node, {"status": {"conditions": [condition]}})
+    return since
+
+
 def _pod(stand: Stand, name: str) -> Any | None:
     for pod in stand.core.list_namespaced_pod(stand.namespace, label_selector=f"{LABEL_ORDER}={name}").items:
         if pod.metadata.deletion_timestamp is None and pod.spec.node_name:
@@ -104,17 +120,7 @@ async def test_a_node_not_ready_is_named_and_the_order_moves_only_after_its_grac
     said = "container runtime status check may not have completed yet: PLEG is not healthy"
 
     def kubelet_not_ready() -> datetime:
-        since = datetime.now(UTC).replace(microsecond=0)
-        condition = {
-            "type": "Ready",
-            "status": "False",
-            "reason": "KubeletNotReady",
-            "message": said,
-            "lastHeartbeatTime": _stamp(since),
-            "lastTransitionTime": _stamp(since),
-        }
-        stand.core.patch_node_status(node, {"status": {"conditions": [condition]}})
-        return since
+        return _kubelet_not_ready(stand, node, said)
 
     # A blip: the kubelet is back within the grace. Named, then cleared; nothing planned again.
     with out_of_kwoks_hands(stand, node):
@@ -438,16 +444,7 @@ async def test_a_node_that_stays_not_ready_loses_its_pods_and_the_order_recovers
     replans = _replans(stand, "stranded")
     said = "container runtime is down: PLEG is not healthy"
     with out_of_kwoks_hands(stand, node):  # never back while the order recovers
-        since = datetime.now(UTC).replace(microsecond=0)
-        condition = {
-            "type": "Ready",
-            "status": "False",
-            "reason": "KubeletNotReady",
-            "message": said,
-            "lastHeartbeatTime": _stamp(since),
-            "lastTransitionTime": _stamp(since),
-        }
-        stand.core.patch_node_status(node, {"status": {"conditions": [condition]}})
+        since = _kubelet_not_ready(stand, node, said)
         stand.core.patch_namespaced_pod(
             first.metadata.name, stand.namespace, {"metadata": {"annotations": KUBELET_GONE}}
         )
