@@ -270,8 +270,8 @@ def explain_choice(ranked: list[Candidate], fragmentation: bool) -> str:
     if runner is not None:
         text += f" (next: {runner.devices[0].node}, {runner.fragDelta:+.1f}, score {runner.fragScore})"
     text += (
-        f"; best fit among equal scores: the node had {best.nodeFree:.0f} % of a device and "
-        f"{best.nodeCpuFree:.0f}m CPU free"
+        f"; among equal scores the node first by name (it had {best.nodeFree:.0f} % of a device and "
+        f"{best.nodeCpuFree:.0f}m CPU free)"
     )
     return text
 
