@@ -23,9 +23,9 @@ Policies:
   many whole devices of one node (Dedicated, ``ExplicitDemand.deviceCount``); ``gpu_spec`` becomes the
   class's allowed device classes; the task's CPU and memory are the pod's requests. The recent demands
   the fragmentation-aware choice weighs are the task list's kinds, weighted by how often they occur (the
-  paper's "typical tasks"). A CPU-only task is no order of this module: it is placed by the same
-  rule (the best score of its node's fragmentation growth, then the node with the least free GPU,
-  then the least free CPU).
+  paper's "typical tasks", CPU-only kinds included). A CPU-only task is no order of this module: it is
+  placed by the same rule (the best score of its node's fragmentation growth, then the node first by
+  name).
 * ``bestfit`` and ``random`` — the harness's own baselines on the same sequence, to check the harness
   against the paper's: best fit takes the node left with the least free GPU (then CPU) and, on it, the
   GPU with the least free share that fits; random takes a feasible node and a fitting GPU at random.
@@ -339,15 +339,15 @@ class Planner(Policy):
         return chosen
 
     def _cpu_only(self, state: State, task: Task) -> tuple[int, list[int]] | None:
-        best: tuple[tuple[float, ...], int] | None = None
+        best: tuple[tuple[int, str], int] | None = None
         for i, node in enumerate(state.nodes):
             if state.cpu[i] < task.cpuMilli or state.mem[i] < task.memoryMiB:
                 continue
             views = [(free // 10, frozenset({class_name(node.model)})) for free in state.gpus[i]]
             before = self.workload.fragmentation(state.cpu[i], state.mem[i], views)
             after = self.workload.fragmentation(state.cpu[i] - task.cpuMilli, state.mem[i] - task.memoryMiB, views)
-            # As the planner ranks: the growth's score, then best fit (the least free GPU, then CPU).
-            score = (-growth_score(after - before), float(sum(state.gpus[i])), float(state.cpu[i]), float(i))
+            # As the planner ranks: the growth's score, then the node first by name.
+            score = (-growth_score(after - before), node.name)
             if best is None or score < best[0]:
                 best = (score, i)
         return None if best is None else (best[1], [])

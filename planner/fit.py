@@ -47,9 +47,11 @@ class Candidate:
     wasteMiB: float
     # Growth of the node's expected fragmentation (``planner.fragmentation``); 0 without recent demands.
     fragDelta: float = 0.0
-    # With recent demands: the growth's score (``growth_score``, higher is better), then best fit among
-    # equal scores: the node's free device capacity (percent of a device) and free CPU (milli), before.
+    # With recent demands: the growth's score (``growth_score``, higher is better), then among equal
+    # scores the node first by name (``tieNode``; "" without recent demands). The node's free device
+    # capacity (percent of a device) and free CPU (milli) before, for the trace.
     fragScore: int = 0
+    tieNode: str = ""
     nodeFree: float = 0.0
     nodeCpuFree: float = 0.0
 
@@ -64,8 +66,7 @@ class Candidate:
             0 if self.mode is SharingMode.SHARED else 1,
             0 if self.held else 1,
             -self.fragScore,
-            self.nodeFree,
-            self.nodeCpuFree,
+            self.tieNode,
             self.freeMiB,
             self.wasteMiB,
             self.classOrder,
@@ -183,6 +184,7 @@ class Judge:
             candidate,
             fragDelta=delta,
             fragScore=growth_score(delta),
+            tieNode=candidate.devices[0].node,
             nodeFree=state.free,
             nodeCpuFree=state.cpu if state.cpu is not None else 0,
         )
@@ -319,8 +321,9 @@ def _fragmentation_single(
     judge: Judge,
 ) -> Candidate | None:
     """The one-device candidate of the shape whose use grows its node's expected fragmentation least:
-    the device the order holds first, then the least growth, then the least free memory (best fit),
-    then node and name."""
+    the device the order holds first, then the growth's score, then the node first by name (the paper's
+    scheduler's rule among equal scores), then the device with the least free memory (best fit), then
+    name."""
     need = _requested(share, choice.needMiB)
     pod = judge.pod(1, choice)
     best: _NodeBest | None = None
@@ -349,18 +352,18 @@ def _fragmentation_single(
             best = node_best
     if best is None:
         return None
-    held, minus_score, node_free, cpu_free, free, _, _, delta, slot = best
+    held, minus_score, node, free, _, node_free, cpu_free, delta, slot = best
     d = slot.device
     return Candidate(
         slot.deviceClass, slot.classOrder, (d,), slot.mode, share, choice, need,
-        held == 0, free, _waste(d, share, need), delta, -minus_score, node_free, cpu_free,
+        held == 0, free, _waste(d, share, need), delta, -minus_score, node, node_free, cpu_free,
     )  # fmt: skip
 
 
-# (0 when the order holds the device else 1, minus the growth's score, the node's free device capacity
-# and free CPU, the device's free memory, node, device name; then the growth and the slot, not ranked)
-_NodeBest = tuple[int, int, float, float, float, str, str, float, Slot]
-_RANKED = 7
+# (0 when the order holds the device else 1, minus the growth's score, node, the device's free memory,
+# device name; then the node's free device capacity and free CPU, the growth and the slot, not ranked)
+_NodeBest = tuple[int, int, str, float, str, float, float, float, Slot]
+_RANKED = 5
 
 
 class _Unjudged:
@@ -391,8 +394,8 @@ def _node_best(
     own: frozenset[AllocationId] = frozenset(),
 ) -> _NodeBest | None:
     """The node's best device for the shape, ranked as ``_fragmentation_single`` ranks every device:
-    held, the fragmentation growth's score, the node's free capacity and CPU (best fit), the device's
-    free memory, node, name. None: no device of the node can take it."""
+    held, the fragmentation growth's score, node, the device's free memory (best fit), name. None: no
+    device of the node can take it."""
     if judge.node_problem(node, 1, choice) is not None:
         return None
     state: _NodeState | None = None
@@ -413,7 +416,7 @@ def _node_best(
             judged = levels[level] = (-growth_score(delta), delta)
         held = 0 if own and _is_held(d, own) else 1
         cpu = state.cpu if state.cpu is not None else 0
-        rank = (held, judged[0], state.free, cpu, free_mib(d, occ), node, d.name, judged[1], slot)
+        rank = (held, judged[0], node, free_mib(d, occ), d.name, state.free, cpu, judged[1], slot)
         if best is None or rank[:_RANKED] < best[:_RANKED]:
             best = rank
     return best

@@ -11,16 +11,19 @@ capacity left stays usable by the orders that usually come.
 
 Growths are compared by the paper's score (``growth_score``: 100 x the sigmoid of the growth's
 decrease in devices, truncated to an integer, as the published FGD plugin scores a node), so that
-growths a few hundredths of a device apart count as equal and best fit decides among them (the
-planner's rank, ``planner.fit.Candidate.rank``: the node with the least free device capacity, then
-the least free CPU, then the device with the least free memory). On the openb trace the exact growth
-is too greedy: it spreads orders over nodes for differences no recent order would notice
-(gpushare80, seed 42, the plugin re-derived on the replay harness: 88.2-88.5 % allocated with the
-exact growth, 88.9-89.2 % with the score and best fit among equal scores; the planner now
-88.8-89.1 %; the paper's FGD 89.1-89.3 %; docs/planner.md).
+growths a few hundredths of a device apart count as equal, and among equal scores the node first by
+name wins, as in the paper's scheduler (its vendored Kubernetes scheduler picks the smallest node
+name among the best scores): a first fit over a fixed order, which fills a prefix of the nodes and
+keeps the rest whole (the planner's rank, ``planner.fit.Candidate.rank``; on the node, the device
+with the least free memory). On the openb trace the exact growth is too greedy: it spreads orders
+over nodes for differences no recent order would notice. gpushare80, seed 42, GPU allocation % at
+100-130 % arrived: exact growth 88.2-88.5, the score with best fit among equal scores 88.8-89.1, the
+score with the first node by name 89.0-89.2 (the paper's FGD 89.1-89.3; docs/planner.md).
 
-Capacity is counted in percent of a device (a whole device is 100). Orders that use no device
-fragment nothing (their figure would be the same for every placement). The figures are memoized by
+Capacity is counted in percent of a device (a whole device is 100). For orders that use no device
+all of a node's free capacity is a fragment, wherever they run (the paper's plugin counts its CPU-only
+tasks so): their share of the weights scales every growth down and shifts it by minus their share of
+the capacity the order takes, which moves the score's steps. The figures are memoized by
 what they depend on (the node's free CPU and memory up to the thresholds the recent orders draw, and
 its devices' free shares and classes), so that identical nodes are judged once.
 """
@@ -69,7 +72,10 @@ class Workload:
     """The recent demands compiled for judging nodes. Build once per demand list (``workload_of``)."""
 
     def __init__(self, demands: Sequence[RecentDemand]) -> None:
-        total = sum(d.weight for d in demands if d.deviceCount > 0) or 1.0
+        total = sum(d.weight for d in demands) or 1.0
+        # Kinds that use no device can use none of a node's free accelerator capacity: all of it is a
+        # fragment for them, wherever they run (as the paper's plugin counts CPU-only tasks).
+        self.idle = sum(d.weight for d in demands if d.deviceCount == 0) / total
         self.cpus = sorted({d.cpuMilli for d in demands})
         self.mems = sorted({d.memoryMiB for d in demands})
         grouped: dict[tuple[int, int, frozenset[str] | None], list[tuple[int, int, float]]] = {}
@@ -107,6 +113,7 @@ class Workload:
         total_free = sum(f for f, _ in views)
         value = 0.0
         if total_free > 0:
+            value = self.idle * total_free
             for g in self.groups:
                 runs = sum(w for c, m, w in g.members if c < ci and m < mi)
                 usable = self._usable(g, views)

@@ -25,7 +25,7 @@ Among the candidates that fit, the plan prefers, in order: a compiled recipe ove
 fallback; fewer devices; a shared placement over a dedicated one; the device the order already holds
 (a replan does not move a serving order for nothing); with recent demands, the place whose node's
 expected fragmentation grows least, by the paper's score of the growth (``planner.fragmentation``),
-then among equal scores the node with the least free device capacity, then the least free CPU; the
+then among equal scores the node first by name (the paper's scheduler's rule); the
 device with the least free memory that still fits (best fit, so two half-card orders land on one
 card); the least memory assigned beyond the need; then names, so the outcome is deterministic.
 
@@ -270,8 +270,8 @@ def explain_choice(ranked: list[Candidate], fragmentation: bool) -> str:
     if runner is not None:
         text += f" (next: {runner.devices[0].node}, {runner.fragDelta:+.1f}, score {runner.fragScore})"
     text += (
-        f"; best fit among equal scores: the node had {best.nodeFree:.0f} % of a device and "
-        f"{best.nodeCpuFree:.0f}m CPU free"
+        f"; among equal scores the node first by name (it had {best.nodeFree:.0f} % of a device and "
+        f"{best.nodeCpuFree:.0f}m CPU free)"
     )
     return text
 

@@ -131,12 +131,15 @@ def test_the_expected_fragmentation_of_a_node() -> None:
         [
             RecentDemand(weight=3, deviceCount=1, sharePercent=50, cpuMilli=1000, memoryMiB=1),
             RecentDemand(weight=1, deviceCount=2, cpuMilli=1000, memoryMiB=1),
-            RecentDemand(weight=4, deviceCount=0, cpuMilli=500, memoryMiB=1),  # uses no GPU: counts for nothing
+            RecentDemand(weight=4, deviceCount=0, cpuMilli=500, memoryMiB=1),  # uses no GPU
         ]
     )
-    # Two GPUs, 40 % and 100 % free. Half-card orders (3/4): 40 % is a fragment. Two-card orders (1/4):
-    # they cannot run, 140 % is a fragment.
-    assert workload.fragmentation(8000, 1024, [(40, t4), (100, t4)]) == pytest.approx(0.75 * 40 + 0.25 * 140)
+    # Two GPUs, 40 % and 100 % free. Half-card orders (3/8): 40 % is a fragment. Two-card orders (1/8):
+    # they cannot run, 140 % is a fragment. Orders using no GPU (4/8): they can use none of it, 140 %
+    # is a fragment for them too (as the paper's plugin counts its CPU-only tasks).
+    assert workload.fragmentation(8000, 1024, [(40, t4), (100, t4)]) == pytest.approx(
+        3 / 8 * 40 + 1 / 8 * 140 + 4 / 8 * 140
+    )
     # Without the CPU for any of them, every free share is a fragment.
     assert workload.fragmentation(900, 1024, [(40, t4), (100, t4)]) == pytest.approx(140)
     # A class the orders cannot use: the same (all of them are unconstrained here, so none).
@@ -169,6 +172,36 @@ def test_the_table_prints_the_published_means_beside_ours(tmp_path: Path, capsys
     assert short[1].plans <= 3
 
 
+def test_orders_using_no_device_shift_every_growth_by_the_share_placed() -> None:
+    """A quarter of the recent orders use no GPU: every placement's growth is three quarters of what
+    the GPU orders alone would make of it, less a quarter of the share the order takes, on any node
+    (which moves the growth's score steps; the choice among equal scores stays best fit's)."""
+    t4 = frozenset({class_name("T4")})
+    gpu_kinds = [RecentDemand(weight=3, deviceCount=1, sharePercent=40, cpuMilli=1000, memoryMiB=1)]
+    alone = Workload(gpu_kinds)
+    mixed = Workload([*gpu_kinds, RecentDemand(weight=1, deviceCount=0, cpuMilli=500, memoryMiB=1)])
+    before = [(100, t4), (100, t4)]
+    after = [(70, t4), (100, t4)]  # a 30 % order on the first card
+    grow_alone = alone.fragmentation(8000, 1024, after) - alone.fragmentation(9000, 1025, before)
+    grow_mixed = mixed.fragmentation(8000, 1024, after) - mixed.fragmentation(9000, 1025, before)
+    assert grow_alone == pytest.approx(0)
+    assert grow_mixed == pytest.approx(0.75 * grow_alone - 0.25 * 30)
+    assert growth_score(grow_mixed) == 51
+    assert growth_score(grow_alone) == 50
+    # A 30 % order leaving 10 % of a card, a fragment for the 40 % orders: +10 alone (score 47), +0 mixed
+    # (score 50): the shift moves the steps of the score.
+    tight = [(40, t4), (100, t4)]
+    left = [(10, t4), (100, t4)]
+    grow_alone = alone.fragmentation(8000, 1024, left) - alone.fragmentation(9000, 1025, tight)
+    grow_mixed = mixed.fragmentation(8000, 1024, left) - mixed.fragmentation(9000, 1025, tight)
+    assert grow_alone == pytest.approx(10)
+    assert growth_score(grow_alone) == 47
+    assert grow_mixed == pytest.approx(0)
+    assert growth_score(grow_mixed) == 50
+    # Only orders using no device: no GPU kind to judge by, the choice is best fit's.
+    assert Workload([RecentDemand(weight=1, deviceCount=0, cpuMilli=500, memoryMiB=1)]).empty
+
+
 def test_the_growth_score_is_the_papers_node_score() -> None:
     """FGD's plugin scores a node 100 x sigmoid(the growth's decrease in devices), truncated."""
     assert growth_score(0) == 50
@@ -199,36 +232,42 @@ STEP_DEMANDS = [
 ]
 
 
-def test_growths_within_one_score_step_are_equal_and_best_fit_decides() -> None:
-    """A 10 % order grows node a's expected fragmentation by 9 % of a device (its 90 % left is a
-    fragment for whole-card orders) and node b's by 10.8 % (the same, plus b's CPU falls below what
-    the CPU-hungry tenth-card orders need). The exact growth would take a; both score 47, so best fit
-    takes b, the node with less free capacity (as the paper's scheduler does: 89.0 % allocated on
-    gpushare80 where the exact growth gives 88.3 %)."""
-    nodes = [NodeSpec("a", 64000, 262144, 2, "T4"), NodeSpec("b", 26000, 262144, 2, "T4")]
+def test_growths_within_one_score_step_are_equal_and_the_first_node_by_name_decides() -> None:
+    """A 10 % order grows node b's expected fragmentation by 9 % of a device (its 90 % left is a
+    fragment for whole-card orders) and node a's by 10.8 % (the same, plus a's CPU falls below what
+    the CPU-hungry tenth-card orders need). The exact growth would take b; both score 47, so the node
+    first by name takes it, as the paper's scheduler does (89.0 % allocated on gpushare80 where the
+    exact growth gives 88.3 % and best fit among equal scores 88.9 %)."""
+    nodes = [NodeSpec("b", 64000, 262144, 2, "T4"), NodeSpec("a", 26000, 262144, 2, "T4")]
     planner = Planner(nodes, STEP_DEMANDS, load_recipe_book())
     state = State(list(nodes))
     _booked(planner, state, 1, [1], task("whole", 1, 1000, cpu=4000, memory=1024))
     small = task("small", 1, 100, cpu=4000, memory=1024)
     workload = planner.workload
     t4 = frozenset({class_name("T4")})
-    grow_a = workload.fragmentation(60000, 260096, [(90, t4), (100, t4)]) - workload.fragmentation(
+    grow_b = workload.fragmentation(60000, 260096, [(90, t4), (100, t4)]) - workload.fragmentation(
         64000, 262144, [(100, t4), (100, t4)]
     )
-    grow_b = workload.fragmentation(18000, 260096, [(90, t4), (0, t4)]) - workload.fragmentation(
+    grow_a = workload.fragmentation(18000, 260096, [(90, t4), (0, t4)]) - workload.fragmentation(
         22000, 261120, [(100, t4), (0, t4)]
     )
-    assert grow_a == pytest.approx(9)
-    assert grow_b == pytest.approx(10.8)
-    # The plan's trace says why: the growth, its score, and best fit among equal scores.
+    assert grow_b == pytest.approx(9)
+    assert grow_a == pytest.approx(10.8)
+    # The plan's trace says why: the growth, its score, and the first node by name among equal scores.
     outcome, trace = plan_launch_traced(planner.request(small), load_recipe_book())
     assert trace.choice is not None
     assert outcome.plan is not None
-    assert outcome.plan.nodeName == "b"
+    assert outcome.plan.nodeName == "a"
     assert "grows by 10.8 % of a device" in trace.choice
     assert "(score 47)" in trace.choice
-    assert "best fit among equal scores: the node had 100 % of a device and 22000m CPU free" in trace.choice
+    assert "among equal scores the node first by name (it had 100 % of a device and 22000m CPU free)" in trace.choice
     assert planner.place(state, small) == (1, [0])
+    # Named the other way round, the emptier node comes first and takes it: the name, not the fit, decides.
+    renamed = [NodeSpec("a", 64000, 262144, 2, "T4"), NodeSpec("b", 26000, 262144, 2, "T4")]
+    planner = Planner(renamed, STEP_DEMANDS, load_recipe_book())
+    state = State(list(renamed))
+    _booked(planner, state, 1, [1], task("whole", 1, 1000, cpu=4000, memory=1024))
+    assert planner.place(state, small) == (0, [0])
 
 
 def test_a_lower_score_loses_to_a_higher_one_whatever_the_fit() -> None:
@@ -244,16 +283,19 @@ def test_a_lower_score_loses_to_a_higher_one_whatever_the_fit() -> None:
     assert planner.place(state, task("third", 1, 300, cpu=1000, memory=1024))[0] == 0  # type: ignore[index]
 
 
-def test_a_multi_device_order_goes_to_the_fullest_node_among_equal_scores() -> None:
-    """Two-card orders on two four-card nodes, one with two cards taken: either place leaves every
-    recent order room (growth 0, score 50), and best fit takes the fuller node (the node name decided
-    before, leaving two nodes with two cards each instead of one empty node)."""
+def test_multi_device_orders_fill_the_first_node_by_name_before_the_next() -> None:
+    """Two-card orders on two empty four-card nodes: every place leaves each recent order room (growth
+    0, score 50), so the first node by name takes the first order and, still first, the second: one
+    node full and the other whole, never two nodes with two cards each (the node name alone decided
+    this before the score, and split them when the fuller node came second)."""
     nodes = [NodeSpec("a", 64000, 262144, 4, "G2"), NodeSpec("b", 64000, 262144, 4, "G2")]
     demands = [RecentDemand(weight=1, deviceCount=2, cpuMilli=1000, memoryMiB=1024)]
     planner = Planner(nodes, demands, load_recipe_book())
     state = State(list(nodes))
-    _booked(planner, state, 1, [0, 1], task("first", 2, 1000, cpu=1000, memory=1024))
-    assert planner.place(state, task("second", 2, 1000, cpu=1000, memory=1024)) == (1, [2, 3])
+    first = planner.place(state, task("first", 2, 1000, cpu=1000, memory=1024))
+    assert first == (0, [0, 1])
+    state.take(0, first[1], task("first", 2, 1000, cpu=1000, memory=1024))
+    assert planner.place(state, task("second", 2, 1000, cpu=1000, memory=1024)) == (0, [2, 3])
 
 
 def test_a_cpu_only_task_goes_where_no_gpu_is_left_to_strand() -> None:
