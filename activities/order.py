@@ -710,26 +710,29 @@ class OrderActivities:
         obj = self._read_order_object(event.ref)
         if obj is None:
             return
-        from kubernetes.client import CoreV1Event, V1EventSource, V1ObjectMeta, V1ObjectReference
+        self.core.create_namespaced_event(event.ref.namespace, order_event_body(event))
 
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        self.core.create_namespaced_event(
-            event.ref.namespace,
-            CoreV1Event(
-                metadata=V1ObjectMeta(generate_name=f"{event.ref.name}."),
-                involved_object=V1ObjectReference(
-                    api_version=f"{GROUP}/{VERSION}",
-                    kind="InferenceService",
-                    name=event.ref.name,
-                    namespace=event.ref.namespace,
-                    uid=event.ref.uid,
-                ),
-                reason=event.reason,
-                message=event.message,
-                type=event.type,
-                source=V1EventSource(component="ai-inference"),
-                first_timestamp=now,
-                last_timestamp=now,
-                count=1,
-            ),
-        )
+
+def order_event_body(event: OrderEvent, component: str = "ai-inference") -> Any:
+    """The Kubernetes Event an ``OrderEvent`` is recorded as, on its order (the worker's and the
+    observer's alike; ``component``: who says it)."""
+    from kubernetes.client import CoreV1Event, V1EventSource, V1ObjectMeta, V1ObjectReference
+
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return CoreV1Event(
+        metadata=V1ObjectMeta(generate_name=f"{event.ref.name}."),
+        involved_object=V1ObjectReference(
+            api_version=f"{GROUP}/{VERSION}",
+            kind="InferenceService",
+            name=event.ref.name,
+            namespace=event.ref.namespace,
+            uid=event.ref.uid,
+        ),
+        reason=event.reason,
+        message=event.message,
+        type=event.type,
+        source=V1EventSource(component=component),
+        first_timestamp=now,
+        last_timestamp=now,
+        count=1,
+    )

@@ -29,12 +29,8 @@ import structlog
 from kubernetes.client import (
     ApiClient,
     CoreV1Api,
-    CoreV1Event,
     CustomObjectsApi,
     V1DeleteOptions,
-    V1EventSource,
-    V1ObjectMeta,
-    V1ObjectReference,
     V1Preconditions,
 )
 from kubernetes.client.exceptions import ApiException
@@ -42,10 +38,11 @@ from pydantic import ValidationError
 from temporalio.client import Client
 
 from activities.health import probe_target, token_from_secret
+from activities.order import order_event_body
 from activities.release import release_fingerprint
 from activities.scaling import priority_value, scaling_observation
 from inference_api.observation import HealthReport, ObservedChange, OrderSignal
-from inference_api.payloads import OrderRef, order_workflow_id
+from inference_api.payloads import OrderEvent, OrderRef, order_workflow_id
 from inference_api.preemption import ScalingObservation
 from inference_api.reasons import EventReason
 from inference_api.settings import CatalogMode, ModuleSettings
@@ -549,24 +546,10 @@ class Observer:
         """A Warning Event on the order (``PodForceDeleted``): the lasting word on what was done, after
         the condition has moved on. Best effort: a refused Event is logged, the delete is done."""
         ref = d.order_ref(order)
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        event = CoreV1Event(
-            metadata=V1ObjectMeta(generate_name=f"{ref.name}."),
-            involved_object=V1ObjectReference(
-                api_version=f"{GROUP}/{VERSION}",
-                kind="InferenceService",
-                name=ref.name,
-                namespace=ref.namespace,
-                uid=ref.uid,
-            ),
-            reason=EventReason.POD_FORCE_DELETED.value,
-            message=d.cut(lost.note(), 1000),
-            type="Warning",
-            source=V1EventSource(component="ai-inference-watcher"),
-            first_timestamp=now,
-            last_timestamp=now,
-            count=1,
+        told = OrderEvent(
+            ref=ref, reason=EventReason.POD_FORCE_DELETED.value, message=d.cut(lost.note(), 1000), type="Warning"
         )
+        event = order_event_body(told, component="ai-inference-watcher")
         try:
             CoreV1Api(self.api).create_namespaced_event(ref.namespace, event, _request_timeout=30)
         except ApiException as err:
