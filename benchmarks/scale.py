@@ -1,7 +1,7 @@
 """The scale benchmark: how many serving orders one worker and one observer hold, in two tiers.
 
     .venv/bin/python -m benchmarks.scale engine [--orders 10000] [--probe-interval 600] [--temporal postgres]
-    .venv/bin/python -m benchmarks.scale e2e [--orders 1000] [--h100-nodes N]
+    .venv/bin/python -m benchmarks.scale e2e [--orders 1000] [--h100-nodes N] [--workers 1]
 
 It prints figures, each with the target it is judged against; it asserts nothing (speed is measured
 here, never in a timed test). ``tests/benchmarks/test_scale.py`` runs both tiers at a tiny size so
@@ -29,9 +29,10 @@ alone, worker and observer under 1 GiB, <= 50 history events per serving order-d
 
 **e2e** — end to end on the local control plane (real kube-apiserver, scheduler, controller-manager,
 kwok nodes, DRA) with a fleet sized to fit: ``ai-inference dev up`` in a state directory of its own
-(one worker, one observer, the planner service, the stand-in fleet on one multiplexed port, each
-its own process), then N orders of a small model created at once. Figures: time to all Ready,
-orders/s, late order ratio, RSS of worker/observer/planner, API requests per order (the API
+(one worker, or ``--workers N`` on the one task queue; one observer, the planner service, the
+stand-in fleet on one multiplexed port, each its own process), then N orders of a small model
+created at once. Figures: time to all Ready, orders/s, where the burst's CPU went by process (and
+by worker with several), late order ratio, RSS of worker/observer/planner, API requests per order (the API
 server's ``apiserver_request_total``, every client together: controller-manager, scheduler, kwok and
 the stand-in fleet included), history events per order (a sample).
 """
@@ -839,12 +840,13 @@ def apiserver_requests(api: Any) -> float:
     return total
 
 
-def lean_stack_up(stack: Any, fleet: Any, say: Callable[[str], None]) -> None:
+def lean_stack_up(stack: Any, fleet: Any, say: Callable[[str], None], workers: int = 1) -> None:
     """What ``ai-inference dev up`` starts for orders, and nothing else: the control plane with the
     sized fleet, the Temporal dev server, the stand-in catalog, the planner service (HTTPS, token
-    review), one worker, one observer and the stand-in fleet (one multiplexed port), each its own
-    process with its log in the state directory; the chart's classes, roles and PriorityClasses.
-    (No example orders, no metrics stack: they would be measured too.)"""
+    review), ``workers`` workers (``worker``, ``worker-1``, ... on one task queue), one observer and
+    the stand-in fleet (one multiplexed port), each its own process with its log in the state
+    directory; the chart's classes, roles and PriorityClasses. (No example orders, no metrics stack:
+    they would be measured too.)"""
     from devstack.cluster.build import CONTROL_PLANE_TOOLS, ensure_binaries
     from devstack.cluster.inventory import save_fleet
     from devstack.stack import free_port, wait_port
@@ -880,10 +882,12 @@ def lean_stack_up(stack: Any, fleet: Any, say: Callable[[str], None]) -> None:
     cluster.apply(objects)  # the worker role the planner token is bound to, default-llm, priorities
     stack.issue_planner_token(cluster)
     env = stack.module_env(ports)
-    for name, command in (("worker", "worker"), ("watcher", "watch"), ("fleet", "dev fleet")):
-        client_tls = stack.temporal_credentials().module_env(name) if name != "fleet" else {}
+    extra = tuple((f"worker-{i}", "worker") for i in range(1, workers))
+    for name, command in (("worker", "worker"), *extra, ("watcher", "watch"), ("fleet", "dev fleet")):
+        base = name.split("-", 1)[0]
+        client_tls = stack.temporal_credentials().module_env(base) if name != "fleet" else {}
         argv = [sys.executable, "-m", "worker.cli", *command.split(), "--kubeconfig", kubeconfig]
-        stack.spawn(name, argv, {**env, **client_tls})
+        stack.spawn(name, argv, {**env, **client_tls, "POD_NAME": name})
 
 
 def stack_down(stack: Any) -> None:
@@ -908,6 +912,7 @@ async def e2e_tier(
     keep: bool,
     repeats: int = 3,
     cpu_window: float = CPU_WINDOW_SECONDS,
+    workers: int = 1,
 ) -> Report:
     from kubernetes.client import CustomObjectsApi
     from kubernetes.client.exceptions import ApiException
@@ -915,7 +920,8 @@ async def e2e_tier(
     from devstack.stack import DevStack
     from inference_api.types import GROUP, ORDERS, VERSION
 
-    report = Report(f"end-to-end tier: {orders} orders (local control plane, worker, observer, planner)")
+    carried_by = "worker" if workers == 1 else f"{workers} workers"
+    report = Report(f"end-to-end tier: {orders} orders (local control plane, {carried_by}, observer, planner)")
     report.header()
     own_dir = state_dir is None
     root = Path(tempfile.mkdtemp(prefix="scale-e2e-")) if state_dir is None else state_dir
@@ -923,7 +929,7 @@ async def e2e_tier(
     fleet = fleet_for(orders, h100_nodes)
     say = lambda line: print(f"   {line}", file=sys.stderr, flush=True)  # noqa: E731
     try:
-        lean_stack_up(stack, fleet, say)
+        lean_stack_up(stack, fleet, say, workers)
         cluster = stack.cluster()
         namespace = f"scale-{uuid.uuid4().hex[:6]}"
         cluster.create_namespace(namespace, users=())
@@ -1006,7 +1012,13 @@ async def e2e_tier(
                     say(f"{waited:.0f} s: {sum(n in ready for n in names)} of {orders} Ready; waiting: {why}")
                 await asyncio.sleep(1)
             batch = time.perf_counter() - started
-            burst_used = cpu_seconds_between(cpu_before, _cpu_ticks())
+            cpu_after = _cpu_ticks()
+            burst_used = cpu_seconds_between(cpu_before, cpu_after)
+            by_worker = {
+                name: (cpu_after.get(pid, ("", 0))[1] - cpu_before.get(pid, ("", 0))[1]) / os.sysconf("SC_CLK_TCK")
+                for name, pid in stack.running().items()
+                if name.split("-", 1)[0] == "worker"
+            }
             requests_after = await asyncio.to_thread(apiserver_requests, api)
             serving_cpu = await cpu_by_process(cpu_window)
             late, late_id = median_run([await time_one(f"late-{i}") for i in range(repeats)])
@@ -1035,8 +1047,12 @@ async def e2e_tier(
         f"{batch:.1f} s to all Ready, {orders / batch:.2f} orders/s (created in {created:.1f} s)",
     )
     report.add("  where the burst's time went (CPU-ms per order, by process)", burst_cpu(burst_used, orders, batch))
+    if workers > 1:
+        # Whether the second worker carried a share: each worker process's own CPU over the burst.
+        shares = ", ".join(f"{name} {1000 * used / orders:.0f}" for name, used in sorted(by_worker.items()))
+        report.add("  the burst by worker (CPU-ms per order)", shares)
     report.late_order(orders, repeats, (alone, alone_steps), (late, late_steps), serving_cpu, cpu_window)
-    for name in ("worker", "watcher", "planner"):
+    for name in ("worker", *(f"worker-{i}" for i in range(1, workers)), "watcher", "planner"):
         report.add(f"{name} RSS", f"{rss.get(name, float('nan')):.0f} MiB")
     report.add(
         "API requests per order (all clients)",
@@ -1124,6 +1140,7 @@ def main(argv: list[str] | None = None) -> int:
     e2e.add_argument("--timeout", type=float, default=3600)
     e2e.add_argument("--repeats", type=int, default=3, help="runs of the order alone (the median counts)")
     e2e.add_argument("--cpu-window", type=float, default=CPU_WINDOW_SECONDS, help="seconds of CPU sampled")
+    e2e.add_argument("--workers", type=int, default=1, help="worker processes on the one task queue")
     args = parser.parse_args(argv)
     quiet_logs()
     compile_bytecode()
@@ -1164,6 +1181,7 @@ def main(argv: list[str] | None = None) -> int:
             args.keep,
             args.repeats,
             cpu_window=args.cpu_window,
+            workers=args.workers,
         )
     if not asyncio.run(stoppable(tier)):
         print("  (stopped)", file=sys.stderr, flush=True)

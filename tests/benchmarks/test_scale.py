@@ -115,16 +115,29 @@ def test_the_cpu_figure_finds_a_busy_process() -> None:
 
 @pytest.mark.cluster
 @pytest.mark.temporal
-def test_the_end_to_end_tier_runs_at_a_tiny_size(tmp_path: Path) -> None:
+def test_the_end_to_end_tier_runs_at_a_tiny_size_with_two_workers(tmp_path: Path) -> None:
+    """Two worker processes on the one task queue (``--workers 2``): each is started, measured by its
+    own RSS and CPU over the burst, and the orders are Ready with no slot held."""
     tier = e2e_tier(
-        orders=5, state_dir=tmp_path, h100_nodes=1, sample=5, timeout=300, keep=False, repeats=1, cpu_window=1
+        orders=5,
+        state_dir=tmp_path,
+        h100_nodes=1,
+        sample=5,
+        timeout=300,
+        keep=False,
+        repeats=1,
+        cpu_window=1,
+        workers=2,
     )
     report = asyncio.run(tier)
     got = figures(report.lines)
     assert got["activity slots held by serving orders"] == "0"
     assert float(got["API requests per order"].split()[0]) > 0
-    for name in ("worker", "watcher", "planner"):
+    for name in ("worker", "worker-1", "watcher", "planner"):
         assert float(got[f"{name} RSS"].split()[0]) > 0
+    by_worker = dict(part.rsplit(" ", 1) for part in got["  the burst by worker"].split(", "))
+    assert set(by_worker) == {"worker", "worker-1"}, by_worker
+    assert sum(float(ms) for ms in by_worker.values()) > 0, by_worker  # the burst ran on them
     assert_steps_and_cpu(got)
 
 
