@@ -47,6 +47,7 @@ import logging
 import math
 import os
 import random
+import re
 import shutil
 import signal
 import statistics
@@ -831,13 +832,29 @@ def metrics_page(api: Any) -> str:
     return str(response.data.decode())
 
 
-def apiserver_requests(api: Any) -> float:
-    """The API server's ``apiserver_request_total``, summed over every label."""
-    total = 0.0
-    for line in metrics_page(api).splitlines():
-        if line.startswith("apiserver_request_total{"):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+def apiserver_requests(api: Any) -> Counter[str]:
+    """The API server's requests so far, by kind (``request_counts``)."""
+    return request_counts(metrics_page(api))
+
+
+def request_counts(page: str) -> Counter[str]:
+    """``apiserver_request_total`` of a metrics page by kind, ``VERB resource[/subresource]`` (the
+    group left out; discovery as ``GET /api`` and ``GET /apis``), summed over the other labels."""
+    kinds: Counter[str] = Counter()
+    for line in page.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line[: line.rindex("}")]))
+        resource, sub = labels.get("resource", ""), labels.get("subresource", "")
+        what = f"{resource}/{sub}" if resource and sub else resource or f"/{sub}"
+        kinds[f"{labels.get('verb', '?')} {what}"] += int(float(line.rsplit(" ", 1)[1]))
+    return kinds
+
+
+def request_kinds(before: Counter[str], after: Counter[str], orders: int, top: int = 8) -> str:
+    """The largest kinds of API request between two readings, per order."""
+    grown = after - before
+    return ", ".join(f"{kind} {n / orders:.1f}" for kind, n in grown.most_common(top))
 
 
 def lean_stack_up(stack: Any, fleet: Any, say: Callable[[str], None], workers: int = 1) -> None:
@@ -1054,10 +1071,9 @@ async def e2e_tier(
     report.late_order(orders, repeats, (alone, alone_steps), (late, late_steps), serving_cpu, cpu_window)
     for name in ("worker", *(f"worker-{i}" for i in range(1, workers)), "watcher", "planner"):
         report.add(f"{name} RSS", f"{rss.get(name, float('nan')):.0f} MiB")
-    report.add(
-        "API requests per order (all clients)",
-        f"{(requests_after - requests_before) / orders:.0f} ({requests_after - requests_before:.0f} in all)",
-    )
+    requests = sum((requests_after - requests_before).values())
+    report.add("API requests per order (all clients)", f"{requests / orders:.0f} ({requests} in all)")
+    report.add("  the most frequent, per order", request_kinds(requests_before, requests_after, orders))
     report.add(f"history events per order (sample of {len(picked)})", f"{statistics.mean(histories):.1f}")
     report.add(f"activity slots held by serving orders (sample of {len(picked)})", str(held), "target 0")
     return report

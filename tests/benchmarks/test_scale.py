@@ -14,13 +14,22 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 
-from benchmarks.scale import burst_cpu, cpu_by_process, e2e_tier, engine_tier, steps_to_ready
+from benchmarks.scale import (
+    burst_cpu,
+    cpu_by_process,
+    e2e_tier,
+    engine_tier,
+    request_counts,
+    request_kinds,
+    steps_to_ready,
+)
 from workflows import activity_names as act
 
 
@@ -35,6 +44,26 @@ def test_the_steps_to_ready_end_at_the_first_status_that_says_ready() -> None:
     assert act.FINALIZE_ORDER not in steps.running  # the deletion came after Ready
     whole = (events[-1].event_time.ToNanoseconds() - events[0].event_time.ToNanoseconds()) / 1e9
     assert 0 < steps.span < whole
+
+
+def test_api_requests_are_told_by_verb_and_resource_summed_over_the_other_labels() -> None:
+    page = "\n".join(
+        [
+            "# TYPE apiserver_request_total counter",
+            'apiserver_request_total{code="200",group="",resource="pods",scope="cluster",subresource="",verb="LIST"} 7',
+            'apiserver_request_total{code="200",group="",resource="pods",scope="namespace",verb="LIST"} 3',
+            'apiserver_request_total{code="200",group="apps",resource="statefulsets",subresource="scale",verb="GET"} 4',
+            'apiserver_request_total{code="200",group="",resource="",subresource="apis",verb="GET"} 2',
+            'apiserver_request_total{code="409",group="apps",resource="statefulsets",subresource="scale",verb="GET"} 1',
+            'apiserver_request_duration_seconds_count{resource="pods",verb="LIST"} 99',
+        ]
+    )
+    counts = request_counts(page)
+    assert counts == {"LIST pods": 10, "GET statefulsets/scale": 5, "GET /apis": 2}
+    later = counts + Counter({"LIST pods": 10, "GET /apis": 2})
+    # Only what grew between the readings, the most first, per order.
+    assert request_kinds(counts, later, orders=2, top=1) == "LIST pods 5.0"
+    assert request_kinds(counts, later, orders=2) == "LIST pods 5.0, GET /apis 1.0"
 
 
 def figures(lines: list[tuple[str, str, str]]) -> dict[str, str]:
