@@ -9,7 +9,9 @@ claim's holder when the claim does not name it: the pods carrying the order labe
 ``slim_node``/``slim_pod``, and a pod's status or a node's heartbeat rebuilds nothing). Each
 delivery updates a cache (:class:`worker.observer.informer.Informer`) and bumps a version; a plan reads
 the snapshot, rebuilt by ``activities.inventory.build_snapshot`` (nodes by ``build_nodes``, as the
-worker's in-process path judges them) only when something changed since the last plan. So a plan
+worker's in-process path judges them) only when something changed since the last plan, and then
+deriving again only the objects whose resourceVersion changed (``activities.inventory.Memo``: what
+each object derives is kept by its version between builds). So a plan
 costs the API server nothing, and what changed (a slice, a claim allocated, a taint, a pod bound) is
 seen by the next plan as soon as its watch event arrived.
 
