@@ -735,7 +735,7 @@ class _Held:
     def __init__(self, holder: str, consumed: dict[str, str], source: Hashable | None = None) -> None:
         self.holder = holder
         self.consumed = consumed
-        # The claim's version and the result's index (None: not memoized).
+        # The claim's version, the device and the result's index (None: not memoized).
         self.source = source
 
 
@@ -781,7 +781,7 @@ def _allocations(
         holder = claim_holder(claim, order_pods)
         version = object_version(claim) if memo is not None else None
         for i, (key, consumed) in enumerate(results):
-            out.setdefault(key, []).append(_Held(holder, consumed, None if version is None else (version, i)))
+            out.setdefault(key, []).append(_Held(holder, consumed, None if version is None else (version, key, i)))
     return out
 
 
