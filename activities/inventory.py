@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterator, Mapping
 from fractions import Fraction
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
@@ -66,6 +66,68 @@ SHARE_PERCENT = "sharePercent"
 Obj = dict[str, Any]
 
 _NODES_UNREADABLE_LOGGED = False
+
+_T = TypeVar("_T")
+_MISSING: Any = object()
+
+
+class Memo:
+    """What the builders derive of each object (a claim's allocation results, a pod's requests, a
+    template's planned placements, a node's allocatable, the devices of the slices), kept between
+    builds by the object's identity and ``metadata.resourceVersion``, so that a rebuild after one
+    object changed derives that object alone. Passed to the pure builders by a caller that rebuilds
+    often (the planner service's informers); without one they derive everything.
+
+    Each build keeps what it used: :meth:`sweep` (after a build) drops every entry the build did not
+    ask for (an object deleted, or replaced by a new resourceVersion), so the memo holds what one
+    build derives, never more. An object without a resourceVersion is derived every time."""
+
+    def __init__(self) -> None:
+        self._kept: dict[Hashable, Any] = {}
+        self._used: dict[Hashable, Any] = {}
+        # Derivations run (a memo miss, or an object with no version): what a test counts.
+        self.derived = 0
+
+    def get(self, key: Hashable | None, derive: Callable[[], _T]) -> _T:
+        if key is None:
+            self.derived += 1
+            return derive()
+        value = self._used.get(key, _MISSING)
+        if value is _MISSING:
+            value = self._kept.pop(key, _MISSING)
+            if value is _MISSING:
+                value = derive()
+                self.derived += 1
+            self._used[key] = value
+        return value
+
+    def sweep(self) -> None:
+        """End of a build: keep what it used, drop the rest."""
+        self._kept = self._used
+        self._used = {}
+
+    def __len__(self) -> int:
+        return len(self._kept) + len(self._used)
+
+    def keys(self) -> set[Hashable]:
+        return set(self._kept) | set(self._used)
+
+
+def object_version(obj: Obj) -> tuple[str, str, str, str] | None:
+    """(namespace, name, uid, resourceVersion) of an API object; None without a resourceVersion."""
+    meta = obj.get("metadata") or {}
+    rv = meta.get("resourceVersion")
+    if not rv:
+        return None
+    return (meta.get("namespace") or "", meta.get("name") or "", meta.get("uid") or "", rv)
+
+
+def memoized(memo: Memo | None, what: str, obj: Obj, derive: Callable[[Obj], _T], *extra: Hashable) -> _T:
+    """``derive(obj)``, kept in ``memo`` (when one is given) by ``what``, the object's version and ``extra``."""
+    if memo is None:
+        return derive(obj)
+    version = object_version(obj)
+    return memo.get(None if version is None else (what, version, *extra), lambda: derive(obj))
 
 
 # ------------------------------------------------------------------------------ reads
@@ -176,38 +238,61 @@ def build_snapshot(
     drivers: Collection[str] = (GPU_DRIVER,),
     nodes: list[Node] | None = None,
     claim_templates: Collection[Obj] = (),
+    memo: Memo | None = None,
 ) -> InventorySnapshot:
     """The snapshot from the objects as the API server returns them (plain dicts). Pure. ``nodes``
     (``build_nodes``): None, nodes are not judged. ``claim_templates``: a pinned order's template
-    reserves each planned placement no claim of the order is allocated on yet (``planned_reservations``)."""
+    reserves each planned placement no claim of the order is allocated on yet (``planned_reservations``).
+    ``memo``: what was derived of each object by an earlier build is taken from it (:class:`Memo`)."""
     classes = [_device_class(obj) for obj in sorted(device_classes, key=lambda o: o["metadata"]["name"])]
-    raw_devices = list(_slice_devices(resource_slices, drivers))
-    gpus = _index_gpus(physical_gpus)
-    allocations = _allocations(resource_claims, order_pods, drivers)
+    base, by_pool = _fleet(resource_slices, physical_gpus, drivers, memo)
+    allocations = _allocations(resource_claims, order_pods, drivers, memo)
 
-    devices: list[Device] = []
-    by_pool: dict[tuple[str, str, str], int] = {}
-    seen: set[tuple[str, str]] = set()
-    for raw in raw_devices:
-        device = _device(raw, gpus)
-        if (device.node, device.name) in seen:
-            log.warning("device published twice; the second is ignored", node=device.node, device=device.name)
-            continue
-        seen.add((device.node, device.name))
-        by_pool[(raw.driver, raw.pool, raw.name)] = len(devices)
-        devices.append(device)
-    devices = _with_parents(devices, raw_devices, gpus)
+    # Every device a list of its own (a caller may append allocations to a snapshot's device; the
+    # memo's devices are shared by every build).
+    devices = [d.model_copy(update={"allocations": []}) for d in base]
     for key, held in allocations.items():
         index = by_pool.get(key)
         if index is None:
             continue  # allocated on a device no current slice publishes (a pool being replaced)
         device = devices[index]
-        devices[index] = device.model_copy(update={"allocations": [_allocation(device, h) for h in held]})
+        devices[index] = device.model_copy(update={"allocations": [_held_allocation(device, h, memo) for h in held]})
     by_key = {d.key: i for i, d in enumerate(devices)}
-    for reserved in planned_reservations(claim_templates, devices):
+    for reserved in planned_reservations(claim_templates, devices, memo=memo):
         i = by_key[reserved.key]
         devices[i] = devices[i].model_copy(update={"allocations": [*devices[i].allocations, reserved.allocation]})
     return InventorySnapshot(devices=devices, deviceClasses=classes, nodes=nodes)
+
+
+def _fleet(
+    resource_slices: list[Obj], physical_gpus: list[Obj], drivers: Collection[str], memo: Memo | None
+) -> tuple[list[Device], dict[tuple[str, str, str], int]]:
+    """The devices the slices publish, with nothing allocated, and each one's index by (driver, pool,
+    device); kept in ``memo`` while no slice and no PhysicalGPU changed."""
+
+    def derive() -> tuple[list[Device], dict[tuple[str, str, str], int]]:
+        raw_devices = list(_slice_devices(resource_slices, drivers))
+        gpus = _index_gpus(physical_gpus)
+        devices: list[Device] = []
+        by_pool: dict[tuple[str, str, str], int] = {}
+        seen: set[tuple[str, str]] = set()
+        for raw in raw_devices:
+            device = _device(raw, gpus)
+            if (device.node, device.name) in seen:
+                log.warning("device published twice; the second is ignored", node=device.node, device=device.name)
+                continue
+            seen.add((device.node, device.name))
+            by_pool[(raw.driver, raw.pool, raw.name)] = len(devices)
+            devices.append(device)
+        return _with_parents(devices, raw_devices, gpus), by_pool
+
+    if memo is None:
+        return derive()
+    versions = [object_version(o) for o in (*resource_slices, *physical_gpus)]
+    if any(v is None for v in versions):
+        return memo.get(None, derive)
+    key = ("fleet", tuple(sorted(versions[: len(resource_slices)])), tuple(sorted(versions[len(resource_slices) :])))  # type: ignore[type-var]
+    return memo.get((*key, tuple(sorted(drivers))), derive)
 
 
 class Reserved:
@@ -221,7 +306,7 @@ class Reserved:
         self.deviceClass = device_class
 
 
-def planned_reservations(templates: Collection[Obj], devices: list[Device]) -> list[Reserved]:
+def planned_reservations(templates: Collection[Obj], devices: list[Device], memo: Memo | None = None) -> list[Reserved]:
     """What pinned orders' planned placements hold before their claims are allocated. Pure.
 
     A pinned order's ResourceClaimTemplate names each replica's planned node and devices (the
@@ -229,25 +314,20 @@ def planned_reservations(templates: Collection[Obj], devices: list[Device]) -> l
     own whether the replica runs yet or not (a replica the autoscaler starts later lands there): each
     planned device that does not already hold as many of the order's allocations as the plan put
     there holds one more, as a claim from the template would (its memory request on a shareable
-    device, else the whole device), with the order as holder (a replan counts it as its own)."""
+    device, else the whole device), with the order as holder (a replan counts it as its own).
+    ``memo``: each template's annotation is parsed once per resourceVersion (:class:`Memo`)."""
     by_key = {d.key: d for d in devices}
+    # Each holder's allocations wherever they are, counted once (not once per template).
+    anywhere_of: dict[str, int] = {}
+    for d in devices:
+        for a in d.allocations:
+            anywhere_of[a.holder] = anywhere_of.get(a.holder, 0) + 1
     out: list[Reserved] = []
     for template in sorted(templates, key=lambda t: (t["metadata"].get("namespace", ""), t["metadata"]["name"])):
-        meta = template.get("metadata") or {}
-        raw = (meta.get("annotations") or {}).get(ANNOTATION_PLANNED_PLACEMENTS)
-        order = (meta.get("labels") or {}).get(LABEL_ORDER)
-        if raw is None or not order or meta.get("deletionTimestamp"):
+        parsed = memoized(memo, "planned", template, _planned)
+        if parsed is None:
             continue
-        try:
-            planned = [(str(p["node"]), str(name)) for p in json.loads(raw) for name in p["devices"]]
-        except (ValueError, KeyError, TypeError):
-            continue
-        requests = (((template.get("spec") or {}).get("spec") or {}).get("devices") or {}).get("requests") or []
-        # Pinned: the one exact request; steered (firstAvailable): the planned subrequest, first.
-        exactly = request_alternatives(requests[0])[0] if len(requests) == 1 else {}
-        memory_raw = ((exactly.get("capacity") or {}).get("requests") or {}).get(MEMORY_CAPACITY)
-        memory = Quantity.parse(str(memory_raw)) if memory_raw is not None and is_quantity(str(memory_raw)) else None
-        holder = f"{meta.get('namespace', '')}/{order}"
+        holder, planned, memory, device_class = parsed
         wanted: dict[str, int] = {}
         for node, name in planned:
             wanted[f"{node}/{name}"] = wanted.get(f"{node}/{name}", 0) + 1
@@ -256,7 +336,7 @@ def planned_reservations(templates: Collection[Obj], devices: list[Device]) -> l
         # replica the allocator put on another device of the kind took the place of a planned one: the
         # planned place is given back, as the allocation says), each on a planned device with fewer of
         # them than planned (the allocator may have stacked two replicas where the plan spread them).
-        anywhere = sum(1 for d in devices for a in d.allocations if a.holder == holder)
+        anywhere = anywhere_of.get(holder, 0)
         remaining = max(0, len(planned) - max(anywhere, sum(have.values())))
         for key, count in wanted.items():
             device = by_key.get(key)
@@ -264,10 +344,31 @@ def planned_reservations(templates: Collection[Obj], devices: list[Device]) -> l
                 continue
             for _ in range(min(remaining, count - have[key])):
                 remaining -= 1
-                out.append(
-                    Reserved(key, template_allocation(device, holder, memory), str(exactly.get("deviceClassName", "")))
-                )
+                out.append(Reserved(key, template_allocation(device, holder, memory), device_class))
     return out
+
+
+# A template's planned placements as planned_reservations reads them: (holder, [(node, device)], the
+# memory request, the device class); None: the template reserves nothing.
+Planned = tuple[str, list[tuple[str, str]], Quantity | None, str]
+
+
+def _planned(template: Obj) -> Planned | None:
+    meta = template.get("metadata") or {}
+    raw = (meta.get("annotations") or {}).get(ANNOTATION_PLANNED_PLACEMENTS)
+    order = (meta.get("labels") or {}).get(LABEL_ORDER)
+    if raw is None or not order or meta.get("deletionTimestamp"):
+        return None
+    try:
+        planned = [(str(p["node"]), str(name)) for p in json.loads(raw) for name in p["devices"]]
+    except (ValueError, KeyError, TypeError):
+        return None
+    requests = (((template.get("spec") or {}).get("spec") or {}).get("devices") or {}).get("requests") or []
+    # Pinned: the one exact request; steered (firstAvailable): the planned subrequest, first.
+    exactly = request_alternatives(requests[0])[0] if len(requests) == 1 else {}
+    memory_raw = ((exactly.get("capacity") or {}).get("requests") or {}).get(MEMORY_CAPACITY)
+    memory = Quantity.parse(str(memory_raw)) if memory_raw is not None and is_quantity(str(memory_raw)) else None
+    return f"{meta.get('namespace', '')}/{order}", planned, memory, str(exactly.get("deviceClassName", ""))
 
 
 def template_allocation(device: Device, holder: str, memory: Quantity | None) -> DeviceAllocation:
@@ -293,19 +394,20 @@ def template_allocation(device: Device, holder: str, memory: Quantity | None) ->
     )
 
 
-def build_nodes(nodes: list[Obj], pods: list[Obj]) -> list[Node]:
+def build_nodes(nodes: list[Obj], pods: list[Obj], memo: Memo | None = None) -> list[Node]:
     """Nodes as the scheduler judges them (NodeResourcesFit, TaintToleration, NodeUnschedulable, and
     whether the node is Ready):
     allocatable CPU, memory and pods; what the pods bound there and not finished request (the larger
     of the containers' sum and the largest init container, plus the pod overhead); taints; cordon;
-    labels. Pure."""
+    labels. Pure. ``memo``: each pod's requests and each node's allocatable are parsed once per
+    resourceVersion (:class:`Memo`)."""
     requested: dict[str, list[int]] = {}
     for pod in pods:
         spec = pod.get("spec") or {}
         node = spec.get("nodeName")
         if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             continue
-        cpu, memory = pod_requests(spec)
+        cpu, memory = memoized(memo, "requests", pod, _pod_requests)
         held = requested.setdefault(node, [0, 0, 0])
         held[0] += cpu
         held[1] += memory
@@ -313,15 +415,15 @@ def build_nodes(nodes: list[Obj], pods: list[Obj]) -> list[Node]:
     out = []
     for obj in sorted(nodes, key=lambda o: o["metadata"]["name"]):
         name = obj["metadata"]["name"]
-        allocatable = (obj.get("status") or {}).get("allocatable") or {}
         spec = obj.get("spec") or {}
         cpu, memory, count = requested.get(name, [0, 0, 0])
+        cpu_milli, memory_mib, pod_count = memoized(memo, "allocatable", obj, _allocatable)
         out.append(
             Node(
                 name=name,
-                cpuMilli=_milli(allocatable.get("cpu")),
-                memoryMiB=_node_mib(allocatable.get("memory")),
-                pods=_count(allocatable.get("pods")),
+                cpuMilli=cpu_milli,
+                memoryMiB=memory_mib,
+                pods=pod_count,
                 requestedCpuMilli=cpu,
                 requestedMemoryMiB=memory,
                 podCount=count,
@@ -335,6 +437,16 @@ def build_nodes(nodes: list[Obj], pods: list[Obj]) -> list[Node]:
             )
         )
     return out
+
+
+def _pod_requests(pod: Obj) -> tuple[int, int]:
+    return pod_requests(pod.get("spec") or {})
+
+
+def _allocatable(node: Obj) -> tuple[int | None, int | None, int | None]:
+    """A node's allocatable (CPU milli, memory MiB, pods)."""
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    return _milli(allocatable.get("cpu")), _node_mib(allocatable.get("memory")), _count(allocatable.get("pods"))
 
 
 def _node_ready(node: Obj) -> bool:
@@ -618,11 +730,13 @@ def _with_parents(devices: list[Device], raws: list[_RawDevice], gpus: GpuIndex)
 
 
 class _Held:
-    __slots__ = ("consumed", "holder")
+    __slots__ = ("consumed", "holder", "source")
 
-    def __init__(self, holder: str, consumed: dict[str, str]) -> None:
+    def __init__(self, holder: str, consumed: dict[str, str], source: Hashable | None = None) -> None:
         self.holder = holder
         self.consumed = consumed
+        # The claim's version, the device and the result's index (None: not memoized).
+        self.source = source
 
 
 def _needs_pods(claim: Obj, drivers: Collection[str]) -> bool:
@@ -656,22 +770,39 @@ def claim_holder(claim: Obj, order_pods: Mapping[tuple[str, str], str]) -> str:
 
 
 def _allocations(
-    claims: list[Obj], order_pods: Mapping[tuple[str, str], str], drivers: Collection[str]
+    claims: list[Obj], order_pods: Mapping[tuple[str, str], str], drivers: Collection[str], memo: Memo | None = None
 ) -> dict[tuple[str, str, str], list[_Held]]:
     """(driver, pool, device) → what each allocated claim holds there."""
     out: dict[tuple[str, str, str], list[_Held]] = {}
     for claim in sorted(claims, key=lambda c: (c["metadata"].get("namespace", ""), c["metadata"].get("name", ""))):
-        allocation = (claim.get("status") or {}).get("allocation") or {}
-        results = (allocation.get("devices") or {}).get("results") or []
-        holder: str | None = None
-        for result in results:
-            if result.get("driver") not in drivers or result.get("adminAccess"):
-                continue  # admin access observes a device without taking any of it
-            holder = holder or claim_holder(claim, order_pods)
-            consumed = {str(k): str(v) for k, v in (result.get("consumedCapacity") or {}).items()}
-            key = (result["driver"], result.get("pool", ""), result.get("device", ""))
-            out.setdefault(key, []).append(_Held(holder, consumed))
+        results = memoized(memo, "results", claim, lambda c: _claim_results(c, drivers), *sorted(drivers))
+        if not results:
+            continue
+        holder = claim_holder(claim, order_pods)
+        version = object_version(claim) if memo is not None else None
+        for i, (key, consumed) in enumerate(results):
+            out.setdefault(key, []).append(_Held(holder, consumed, None if version is None else (version, key, i)))
     return out
+
+
+def _claim_results(claim: Obj, drivers: Collection[str]) -> list[tuple[tuple[str, str, str], dict[str, str]]]:
+    """What an allocated claim holds: ((driver, pool, device), consumed capacity) of each result of ``drivers``."""
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    out = []
+    for result in (allocation.get("devices") or {}).get("results") or []:
+        if result.get("driver") not in drivers or result.get("adminAccess"):
+            continue  # admin access observes a device without taking any of it
+        consumed = {str(k): str(v) for k, v in (result.get("consumedCapacity") or {}).items()}
+        out.append(((result["driver"], result.get("pool", ""), result.get("device", "")), consumed))
+    return out
+
+
+def _held_allocation(device: Device, held: _Held, memo: Memo | None) -> DeviceAllocation:
+    """``_allocation``, kept in ``memo`` by the claim's version, the result and what of the device it reads."""
+    if memo is None or held.source is None:
+        return _allocation(device, held)
+    key = ("allocation", held.source, held.holder, device.driver, device.allowMultipleAllocations)
+    return memo.get(key, lambda: _allocation(device, held))
 
 
 def _allocation(device: Device, held: _Held) -> DeviceAllocation:

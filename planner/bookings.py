@@ -135,14 +135,25 @@ def outstanding(booking: Booking, claims: Iterable[OrderClaim]) -> int:
     return max(0, booking.replicas - allocated)
 
 
+def by_holder(claims: Iterable[OrderClaim]) -> dict[str, list[OrderClaim]]:
+    """The claims of each holder, in the order given. A booking matches its own holder's claims alone
+    (``Booking.matches``), so each booking looks at these, not at every claim of the cluster: a plan
+    in a burst of orders looked at bookings x claims (a million matches at 1,000 orders)."""
+    out: dict[str, list[OrderClaim]] = {}
+    for claim in claims:
+        out.setdefault(claim.holder, []).append(claim)
+    return out
+
+
 def prune(bookings: Iterable[Booking], claims: Sequence[OrderClaim], now: float, ttl: float) -> Pruned:
     """Drop the bookings whose claims are all allocated (the allocations count now) and those older than ``ttl``."""
     kept: list[Booking] = []
     dropped: dict[str, str] = {}
+    claims_of = by_holder(claims)
     for booking in bookings:
         if now - booking.bookedAt >= ttl:
             dropped[booking.holder] = "expired"
-        elif outstanding(booking, claims) == 0:
+        elif outstanding(booking, claims_of.get(booking.holder, ())) == 0:
             dropped[booking.holder] = "allocated"
         else:
             kept.append(booking)
@@ -179,9 +190,11 @@ def needs(bookings: Iterable[Booking], claims: Sequence[OrderClaim]) -> list[Nee
     plan's) are reserved on their own."""
     out: list[Need] = []
     pending = sorted((c for c in claims if not c.allocated), key=lambda c: (c.holder, c.name))
+    claims_of = by_holder(claims)
+    pending_of = by_holder(pending)
     covered: set[tuple[str, str]] = set()
     for booking in sorted(bookings, key=lambda b: (b.bookedAt, b.holder)):
-        count = outstanding(booking, claims)
+        count = outstanding(booking, claims_of.get(booking.holder, ()))
         for i in range(count):
             # Where the plan put the replica (each placement it made, in order); else where it fits best.
             node, devices = booking.placement(i)
@@ -196,7 +209,7 @@ def needs(bookings: Iterable[Booking], claims: Sequence[OrderClaim]) -> list[Nee
                     devices,
                 )
             )
-        mine = [c for c in pending if booking.matches(c)]
+        mine = [c for c in pending_of.get(booking.holder, ()) if booking.matches(c)]
         covered.update((c.holder, c.name) for c in mine[:count])
     for claim in pending:
         if (claim.holder, claim.name) in covered:
@@ -423,6 +436,7 @@ __all__ = [
     "OrderClaim",
     "Pruned",
     "Reservation",
+    "by_holder",
     "needs",
     "outstanding",
     "prune",

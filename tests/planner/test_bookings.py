@@ -461,3 +461,76 @@ def test_reserving_depends_on_booking_time_not_on_the_order_given() -> None:
     results = {reserve(sim_snapshot(), list(order), []).snapshot.model_dump_json() for order in orders}
     assert len(orders) > 5
     assert len(results) == 1
+
+
+def _naive_prune(bookings: list[Booking], claims: list[OrderClaim], now: float, ttl: float) -> tuple[object, ...]:
+    """prune as it was before claims were indexed by holder: every booking against every claim."""
+    kept, dropped = [], {}
+    for booking in bookings:
+        if now - booking.bookedAt >= ttl:
+            dropped[booking.holder] = "expired"
+        elif max(0, booking.replicas - sum(1 for c in claims if c.allocated and booking.matches(c))) == 0:
+            dropped[booking.holder] = "allocated"
+        else:
+            kept.append(booking)
+    return tuple(kept), dropped
+
+
+def _naive_needs(bookings: list[Booking], claims: list[OrderClaim]) -> list[Need]:
+    """needs as it was before claims were indexed by holder."""
+    out: list[Need] = []
+    pending = sorted((c for c in claims if not c.allocated), key=lambda c: (c.holder, c.name))
+    covered: set[tuple[str, str]] = set()
+    for booking in sorted(bookings, key=lambda b: (b.bookedAt, b.holder)):
+        count = max(0, booking.replicas - sum(1 for c in claims if c.allocated and booking.matches(c)))
+        for i in range(count):
+            node, devices = booking.placement(i)
+            out.append(
+                Need(
+                    booking.holder,
+                    booking.deviceClass,
+                    booking.deviceCount,
+                    booking.sharePercent,
+                    booking.memoryMiB,
+                    node,
+                    devices,
+                )
+            )
+        mine = [c for c in pending if booking.matches(c)]
+        covered.update((c.holder, c.name) for c in mine[:count])
+    for c in pending:
+        if (c.holder, c.name) not in covered:
+            out.append(Need(c.holder, c.deviceClass, c.deviceCount, 100 if c.memoryMiB is None else None, c.memoryMiB))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_prune_and_needs_by_holder_answer_as_every_booking_against_every_claim(seed: int) -> None:
+    rng = random.Random(seed)
+    holders = [f"ns/o{i}" for i in range(8)]
+    bookings = [
+        shared_booking(
+            holder,
+            memoryMiB=rng.choice([None, 4096, 8192]),
+            replicas=rng.randint(1, 3),
+            bookedAt=rng.choice([0.0, 5.0, 50.0]),
+            deviceCount=rng.choice([1, 2]),
+        )
+        for holder in rng.sample(holders, 6)
+    ]
+    claims = [
+        claim(
+            rng.choice(holders),
+            f"c{i}",
+            allocated=rng.random() < 0.5,
+            memoryMiB=rng.choice([None, 4096, 8192]),
+            deviceCount=rng.choice([1, 2]),
+            deviceClass=rng.choice([SHARED_CLASS, "other"]),
+            reserved=rng.random() < 0.1,
+        )
+        for i in range(rng.randint(0, 25))
+    ]
+    rng.shuffle(claims)
+    pruned = prune(bookings, claims, now=60.0, ttl=30.0)
+    assert (pruned.kept, dict(pruned.dropped)) == _naive_prune(bookings, claims, 60.0, 30.0)
+    assert needs(bookings, claims) == _naive_needs(bookings, claims)

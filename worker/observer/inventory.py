@@ -9,7 +9,9 @@ claim's holder when the claim does not name it: the pods carrying the order labe
 ``slim_node``/``slim_pod``, and a pod's status or a node's heartbeat rebuilds nothing). Each
 delivery updates a cache (:class:`worker.observer.informer.Informer`) and bumps a version; a plan reads
 the snapshot, rebuilt by ``activities.inventory.build_snapshot`` (nodes by ``build_nodes``, as the
-worker's in-process path judges them) only when something changed since the last plan. So a plan
+worker's in-process path judges them) only when something changed since the last plan, and then
+deriving again only the objects whose resourceVersion changed (``activities.inventory.Memo``: what
+each object derives is kept by its version between builds). So a plan
 costs the API server nothing, and what changed (a slice, a claim allocated, a taint, a pod bound) is
 seen by the next plan as soon as its watch event arrived.
 
@@ -35,7 +37,15 @@ from kubernetes.client.exceptions import ApiException
 
 from activities.builders.claim import ANNOTATION_PLANNED_PLACEMENTS, MEMORY_CAPACITY, request_alternatives
 from activities.builders.common import LABEL_ORDER
-from activities.inventory import RESOURCE_GROUP, RESOURCE_VERSION, Obj, build_nodes, build_snapshot
+from activities.inventory import (
+    RESOURCE_GROUP,
+    RESOURCE_VERSION,
+    Memo,
+    Obj,
+    build_nodes,
+    build_snapshot,
+    memoized,
+)
 from inference_api.gpu_types import GPU_GROUP, GPU_PLURAL, GPU_VERSION
 from planner.bookings import OrderClaim
 from planner.inventory import GPU_DRIVER, InventorySnapshot
@@ -153,27 +163,46 @@ def order_claim(claim: Obj, order_pods: Mapping[tuple[str, str], str]) -> OrderC
     )
 
 
-def order_claims(claims: Iterable[Obj], order_pods: Mapping[tuple[str, str], str]) -> list[OrderClaim]:
-    return [found for claim in claims if (found := order_claim(claim, order_pods)) is not None]
+def order_claims(
+    claims: Iterable[Obj], order_pods: Mapping[tuple[str, str], str], memo: Memo | None = None
+) -> list[OrderClaim]:
+    """Each claim's :func:`order_claim`; ``memo``: kept by the claim's version and its order."""
+    if memo is None:
+        return [found for claim in claims if (found := order_claim(claim, order_pods)) is not None]
+    out = []
+    for claim in claims:
+        found = memoized(memo, "order_claim", claim, lambda c: order_claim(c, order_pods), _order_of(claim, order_pods))
+        if found is not None:
+            out.append(found)
+    return out
 
 
-def with_reservations(claims: list[OrderClaim], templates: Iterable[Obj]) -> list[OrderClaim]:
+def _planned_count(template: Obj) -> tuple[str, int] | None:
+    """(holder, planned placements with devices) of a pinned order's template; None: it reserves nothing."""
+    meta = template.get("metadata") or {}
+    order = (meta.get("labels") or {}).get(LABEL_ORDER)
+    raw = (meta.get("annotations") or {}).get(ANNOTATION_PLANNED_PLACEMENTS)
+    if not order or raw is None or meta.get("deletionTimestamp"):
+        return None
+    try:
+        count = sum(len(p["devices"]) > 0 for p in json.loads(raw))
+    except (ValueError, KeyError, TypeError):
+        return None
+    return f"{meta.get('namespace', '')}/{order}", count
+
+
+def with_reservations(claims: list[OrderClaim], templates: Iterable[Obj], memo: Memo | None = None) -> list[OrderClaim]:
     """The order claims as the bookings count them when pinned orders' templates reserve their planned
     placements on the snapshot (``activities.inventory.planned_reservations``): each planned placement
     counts as a settled replica (the snapshot holds it, allocated or reserved), and an unallocated claim
-    of such an order is not reserved a second time."""
+    of such an order is not reserved a second time. ``memo``: each template is read once per
+    resourceVersion."""
     reserved: dict[str, int] = {}
     for template in templates:
-        meta = template.get("metadata") or {}
-        order = (meta.get("labels") or {}).get(LABEL_ORDER)
-        raw = (meta.get("annotations") or {}).get(ANNOTATION_PLANNED_PLACEMENTS)
-        if not order or raw is None or meta.get("deletionTimestamp"):
+        found = memoized(memo, "planned_count", template, _planned_count)
+        if found is None:
             continue
-        try:
-            count = sum(len(p["devices"]) > 0 for p in json.loads(raw))
-        except (ValueError, KeyError, TypeError):
-            continue
-        holder = f"{meta.get('namespace', '')}/{order}"
+        holder, count = found
         reserved[holder] = reserved.get(holder, 0) + count
     if not reserved:
         return claims
@@ -258,7 +287,7 @@ class InventoryInformers:
         self.drivers = tuple(drivers)
         self.informers = {r.kind: Informer(r.kind) for r in resources}
         self.judge_nodes = any(r.kind == NODE for r in resources)
-        for kind in (DEVICE_CLASS, RESOURCE_SLICE, RESOURCE_CLAIM, PHYSICAL_GPU, ORDER_POD, NODE, CLAIM_TEMPLATE):
+        for kind in KINDS:
             if kind not in self.informers:
                 # A kind not watched (no PhysicalGPU CRD here) is empty, and synced as such.
                 self.informers[kind] = Informer(kind)
@@ -267,6 +296,9 @@ class InventoryInformers:
         self.version = 0
         self.deliveries = 0
         self._lock = threading.Lock()
+        # One build at a time (the memo is the builds'); deliveries take ``_lock`` alone.
+        self._building = threading.Lock()
+        self.memo = Memo()
         self._built: tuple[int, InventorySnapshot, list[OrderClaim]] | None = None
         self._watches: list[ListWatch] = []
 
@@ -328,40 +360,66 @@ class InventoryInformers:
         """The inventory now (rebuilt only when a delivery changed something since the last call)."""
         return self.view()[0]
 
+    def objects(self) -> dict[str, list[Obj]]:
+        """Every kind's cached objects now (the lists are the caller's)."""
+        with self._lock:
+            return self._objects()
+
+    def _objects(self) -> dict[str, list[Obj]]:
+        out = {kind: cast(list[Obj], list(self.informers[kind].cache.values())) for kind in KINDS}
+        if not self.judge_nodes:
+            del out[NODE]
+        return out
+
     def view(self) -> tuple[InventorySnapshot, Sequence[OrderClaim]]:
         """The inventory now and the order claims of the same state (both rebuilt only when a delivery
-        changed something since the last call)."""
-        with self._lock:
-            if not self.synced:
-                raise InventoryNotSyncedError("the inventory informers have not listed every kind yet")
-            if self._built is not None and self._built[0] == self.version:
-                return self._built[1], self._built[2]
-            version = self.version
-            classes = cast(list[Obj], list(self.informers[DEVICE_CLASS].cache.values()))
-            slices = cast(list[Obj], list(self.informers[RESOURCE_SLICE].cache.values()))
-            claims = cast(list[Obj], list(self.informers[RESOURCE_CLAIM].cache.values()))
-            gpus = cast(list[Obj], list(self.informers[PHYSICAL_GPU].cache.values()))
-            pods = cast(list[Obj], list(self.informers[ORDER_POD].cache.values()))
-            nodes = cast(list[Obj], list(self.informers[NODE].cache.values())) if self.judge_nodes else None
-            templates = cast(list[Obj], list(self.informers[CLAIM_TEMPLATE].cache.values()))
-        order_pods: dict[tuple[str, str], str] = {}
-        for pod in pods:
-            meta = pod.get("metadata") or {}
-            order = (meta.get("labels") or {}).get(LABEL_ORDER)
-            if order:
-                order_pods[(meta.get("namespace", ""), meta.get("name", ""))] = order
-        snapshot = build_snapshot(
-            classes,
-            slices,
-            claims,
-            gpus,
-            order_pods,
-            drivers=self.drivers,
-            nodes=build_nodes(nodes, pods) if nodes is not None else None,
-            claim_templates=templates,
-        )
-        claimed = with_reservations(order_claims(claims, order_pods), templates)
-        with self._lock:
-            if self._built is None or self._built[0] < version:
-                self._built = (version, snapshot, claimed)
-        return snapshot, claimed
+        changed something since the last call; what each object derives is kept by its version in
+        ``self.memo``, so a rebuild derives the objects that changed alone)."""
+        with self._building:
+            with self._lock:
+                if not self.synced:
+                    raise InventoryNotSyncedError("the inventory informers have not listed every kind yet")
+                if self._built is not None and self._built[0] == self.version:
+                    return self._built[1], self._built[2]
+                version = self.version
+                objects = self._objects()
+            snapshot, claimed = build_view(objects, self.drivers, self.memo)
+            self.memo.sweep()
+            with self._lock:
+                if self._built is None or self._built[0] < version:
+                    self._built = (version, snapshot, claimed)
+            return snapshot, claimed
+
+
+KINDS = (DEVICE_CLASS, RESOURCE_SLICE, RESOURCE_CLAIM, PHYSICAL_GPU, ORDER_POD, NODE, CLAIM_TEMPLATE)
+
+
+def build_view(
+    objects: Mapping[str, list[Obj]], drivers: Collection[str] = (GPU_DRIVER,), memo: Memo | None = None
+) -> tuple[InventorySnapshot, list[OrderClaim]]:
+    """The snapshot and the order claims from every kind's objects (``objects``: kind → objects; no
+    ``Node`` kind: nodes are not judged). Pure; ``memo`` (:class:`activities.inventory.Memo`): what an
+    earlier build derived of an object of the same version is taken from it, with the same result."""
+    pods = objects.get(ORDER_POD, [])
+    nodes = objects.get(NODE)
+    templates = objects.get(CLAIM_TEMPLATE, [])
+    claims = objects.get(RESOURCE_CLAIM, [])
+    order_pods: dict[tuple[str, str], str] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        order = (meta.get("labels") or {}).get(LABEL_ORDER)
+        if order:
+            order_pods[(meta.get("namespace", ""), meta.get("name", ""))] = order
+    snapshot = build_snapshot(
+        objects.get(DEVICE_CLASS, []),
+        objects.get(RESOURCE_SLICE, []),
+        claims,
+        objects.get(PHYSICAL_GPU, []),
+        order_pods,
+        drivers=drivers,
+        nodes=build_nodes(nodes, pods, memo) if nodes is not None else None,
+        claim_templates=templates,
+        memo=memo,
+    )
+    claimed = with_reservations(order_claims(claims, order_pods, memo), templates, memo)
+    return snapshot, claimed
