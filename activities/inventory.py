@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Collection, Hashable, Iterator, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping
 from fractions import Fraction
 from typing import Any, TypeVar
 
@@ -163,7 +163,11 @@ def _order_pods(api: ApiClient, timeout: float | None) -> dict[tuple[str, str], 
             log.debug("pods not readable: claims without the order label keep their own name", status=err.status)
             return {}
         raise
-    pods = json.loads(response.data).get("items") or []
+    return order_pod_names(json.loads(response.data).get("items") or [])
+
+
+def order_pod_names(pods: Iterable[Obj]) -> dict[tuple[str, str], str]:
+    """(namespace, pod) → order name, for the pods that carry the order label."""
     out: dict[tuple[str, str], str] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}

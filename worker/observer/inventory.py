@@ -45,6 +45,7 @@ from activities.inventory import (
     build_nodes,
     build_snapshot,
     memoized,
+    order_pod_names,
 )
 from inference_api.gpu_types import GPU_GROUP, GPU_PLURAL, GPU_VERSION
 from planner.bookings import OrderClaim
@@ -404,12 +405,7 @@ def build_view(
     nodes = objects.get(NODE)
     templates = objects.get(CLAIM_TEMPLATE, [])
     claims = objects.get(RESOURCE_CLAIM, [])
-    order_pods: dict[tuple[str, str], str] = {}
-    for pod in pods:
-        meta = pod.get("metadata") or {}
-        order = (meta.get("labels") or {}).get(LABEL_ORDER)
-        if order:
-            order_pods[(meta.get("namespace", ""), meta.get("name", ""))] = order
+    order_pods = order_pod_names(pods)
     snapshot = build_snapshot(
         objects.get(DEVICE_CLASS, []),
         objects.get(RESOURCE_SLICE, []),
