@@ -152,6 +152,14 @@ TROUBLE_PATCH = "replica-troubles-named"
 SERVING_RUN_PATCH = "serving-run-starts-fresh"
 SERVING_RUN_EVENTS = 100
 
+# A trouble that ends before the order showed it (it ended the first-load wait, and its end came while
+# the reconcile wrote the status) still wakes an order that does not serve: it applies and probes
+# again. Before, the end woke it only when WorkloadReady named the trouble, and an order whose quota
+# refusal came and went that way slept on the day-long resync saying WorkloadProgressing while its
+# replica served (the fault suite at 100 orders). Patched, asked only on that path: runs recorded before
+# slept there, and a run that never takes it records no marker (docs/upgrade.md, rollback).
+TROUBLE_END_PATCH = "trouble-end-wakes-loading-order"
+
 
 def _duration(seconds: float) -> str:
     """A delay as people read it: 15 s, 8 min, 1 h."""
@@ -938,6 +946,8 @@ class OrderWorkflow(PreemptionMembership):
             state.troubleReplans, state.troubleReplanAt = 0, None
             shown = get_condition(state.conditions, ConditionType.WORKLOAD_READY)
             if shown is None or shown.reason not in TROUBLE_REASONS:
+                if not (state.everReady and state.healthy) and workflow.patched(TROUBLE_END_PATCH):
+                    state.dirty = True  # not serving: look again whatever the status said
                 return False
             if state.everReady and state.healthy:
                 self._cond(ConditionType.WORKLOAD_READY, True, Reason.WORKLOAD_APPLIED, "a replica is ready")

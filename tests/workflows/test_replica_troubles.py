@@ -73,6 +73,37 @@ async def test_a_loading_order_names_an_image_pull_failure_at_once_and_waits_for
     assert await handle.result() == "deleted"
 
 
+async def test_a_trouble_over_before_the_order_showed_it_still_wakes_the_loading_order(harness: Harness) -> None:
+    """A quota refuses the first pod and goes again before the order's loop shows it (found at 100
+    orders in the fault suite): the refusal ends the first-load wait, and its end and the replica's
+    load arrive while the status is written. The order looks again and serves; before, it slept on the
+    day-long resync saying WorkloadProgressing while its replica served."""
+    world = harness.world
+    world.loading.add("support/quota")
+    world.publish_gate = asyncio.Event()
+    handle = await harness.start(make_order("quota"))
+    await asyncio.wait_for(world.publish_held.wait(), 20)  # the status write after the apply
+    quota = ReplicaTrouble(
+        reason=Reason.QUOTA_EXCEEDED,
+        message='pods "quota-0" is forbidden: exceeded quota: q, requested: pods=1, used: pods=1, limited: pods=1',
+        action=TroubleAction.WAIT_FOR_EDIT,
+        subject="support/quota",
+    )
+    await handle.signal(REPLICA_TROUBLE, quota)
+    held, world.publish_gate = world.publish_gate, asyncio.Event()
+    world.publish_held.clear()
+    held.set()
+    await asyncio.wait_for(world.publish_held.wait(), 20)  # the status write that ends the reconcile
+    await handle.signal(REPLICA_TROUBLE, ReplicaTrouble())
+    await world.let_load("quota")
+    gate, world.publish_gate = world.publish_gate, None
+    gate.set()
+    await harness.until(harness.phase_is(Phase.READY))
+    world.delete_order("quota")
+    await handle.signal(OrderWorkflow.delete)
+    assert await handle.result() == "deleted"
+
+
 async def test_a_serving_orders_lost_node_replans_at_once_then_backs_off_while_it_stands(harness: Harness) -> None:
     asked = recording_plans(harness)
     timings = FAST.model_copy(update={"retryBaseSeconds": 1.0, "replanBackoffMaxSeconds": 2.0})
