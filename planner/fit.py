@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import functools
 import math
-import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -324,8 +322,8 @@ def _fragmentation_single(
 ) -> Candidate | None:
     """The one-device candidate of the shape whose use grows its node's expected fragmentation least:
     the device the order holds first, then the growth's score, then the node first by name (the paper's
-    scheduler's rule among equal scores), then the device first by index on that node (the plugin's rule
-    among equal scores), then the device with the least free memory."""
+    scheduler's rule among equal scores), then the device with the least free memory (best fit), then
+    name."""
     need = _requested(share, choice.needMiB)
     pod = judge.pod(1, choice)
     best: _NodeBest | None = None
@@ -354,7 +352,7 @@ def _fragmentation_single(
             best = node_best
     if best is None:
         return None
-    held, minus_score, node, _, free, node_free, cpu_free, delta, slot = best
+    held, minus_score, node, free, _, node_free, cpu_free, delta, slot = best
     d = slot.device
     return Candidate(
         slot.deviceClass, slot.classOrder, (d,), slot.mode, share, choice, need,
@@ -362,10 +360,9 @@ def _fragmentation_single(
     )  # fmt: skip
 
 
-# (0 when the order holds the device else 1, minus the growth's score, node, the device's index on the
-# node, the device's free memory; then the node's free device capacity and free CPU, the growth and the
-# slot, not ranked)
-_NodeBest = tuple[int, int, str, tuple[object, ...], float, float, float, float, Slot]
+# (0 when the order holds the device else 1, minus the growth's score, node, the device's free memory,
+# device name; then the node's free device capacity and free CPU, the growth and the slot, not ranked)
+_NodeBest = tuple[int, int, str, float, str, float, float, float, Slot]
 _RANKED = 5
 
 
@@ -397,8 +394,8 @@ def _node_best(
     own: frozenset[AllocationId] = frozenset(),
 ) -> _NodeBest | None:
     """The node's best device for the shape, ranked as ``_fragmentation_single`` ranks every device:
-    held, the fragmentation growth's score, node, the device's index (the lowest among equal scores, as
-    the paper's plugin picks), the device's free memory. None: no device of the node can take it."""
+    held, the fragmentation growth's score, node, the device's free memory (best fit), name. None: no
+    device of the node can take it."""
     if judge.node_problem(node, 1, choice) is not None:
         return None
     state: _NodeState | None = None
@@ -419,21 +416,10 @@ def _node_best(
             judged = levels[level] = (-growth_score(delta), delta)
         held = 0 if own and _is_held(d, own) else 1
         cpu = state.cpu if state.cpu is not None else 0
-        rank = (held, judged[0], node, device_index(d.name), free_mib(d, occ), state.free, cpu, judged[1], slot)
+        rank = (held, judged[0], node, free_mib(d, occ), d.name, state.free, cpu, judged[1], slot)
         if best is None or rank[:_RANKED] < best[:_RANKED]:
             best = rank
     return best
-
-
-_DIGITS = re.compile(r"(\d+)")
-
-
-@functools.lru_cache(maxsize=65536)
-def device_index(name: str) -> tuple[object, ...]:
-    """A device name's place among its node's devices: its runs of digits compared as numbers
-    (``gpu-2`` before ``gpu-10``), the rest as text."""
-    parts = _DIGITS.split(name)
-    return tuple(int(p) if i % 2 else p for i, p in enumerate(parts))
 
 
 def _has_room(device: Device, occ: Occupancy, share: ShareDecision, need_mib: int) -> bool:
