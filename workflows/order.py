@@ -945,15 +945,16 @@ class OrderWorkflow(PreemptionMembership):
         if trouble is None:
             state.troubleReplans, state.troubleReplanAt = 0, None
             shown = get_condition(state.conditions, ConditionType.WORKLOAD_READY)
-            if shown is None or shown.reason not in TROUBLE_REASONS:
-                if not (state.everReady and state.healthy) and workflow.patched(TROUBLE_END_PATCH):
-                    state.dirty = True  # not serving: look again whatever the status said
-                return False
+            troubled = shown is not None and shown.reason in TROUBLE_REASONS
             if state.everReady and state.healthy:
+                if not troubled:
+                    return False
                 self._cond(ConditionType.WORKLOAD_READY, True, Reason.WORKLOAD_APPLIED, "a replica is ready")
                 return True
-            # Not serving: the replicas are well again; the order looks at them (apply, probe) now.
-            state.dirty = True
+            # Not serving: the replicas are well again; the order looks at them (apply, probe) now —
+            # whatever the status said (TROUBLE_END_PATCH: asked only where the status did not name it).
+            if troubled or workflow.patched(TROUBLE_END_PATCH):
+                state.dirty = True
             return False
         if trouble.action == TroubleAction.WAIT and state.everReady and state.healthy:
             return False  # a replica loads beside the serving ones: no news for the order

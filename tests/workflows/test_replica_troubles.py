@@ -9,8 +9,10 @@ from the start at every task (nondeterminism fails the test)."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
+from temporalio.client import WorkflowHandle
 
 from inference_api.payloads import ApplyInput, ApplyResult, PlanInput
 from inference_api.plan import PlanOutcome
@@ -49,6 +51,13 @@ def recording_plans(harness: Harness) -> list[PlanInput]:
     return asked
 
 
+async def ends_deleted(harness: Harness, handle: WorkflowHandle[Any, Any], name: str) -> None:
+    """The order deleted as kubectl would: the workflow ends "deleted"."""
+    harness.world.delete_order(name)
+    await handle.signal(OrderWorkflow.delete)
+    assert await handle.result() == "deleted"
+
+
 async def test_a_loading_order_names_an_image_pull_failure_at_once_and_waits_for_an_edit(harness: Harness) -> None:
     """Not HealthCheckFailed after the serve wait: the kubelet's own message, at once; then no retry
     (no apply) while it stands; its end and the replica's load make the order Ready."""
@@ -68,9 +77,7 @@ async def test_a_loading_order_names_an_image_pull_failure_at_once_and_waits_for
     await harness.world.let_load("pull")
     await harness.until(harness.phase_is(Phase.READY))
     assert harness.world.condition("pull", "WorkloadReady") == (ConditionStatus.TRUE, Reason.WORKLOAD_APPLIED)
-    harness.world.delete_order("pull")
-    await handle.signal(OrderWorkflow.delete)
-    assert await handle.result() == "deleted"
+    await ends_deleted(harness, handle, "pull")
 
 
 async def test_a_trouble_over_before_the_order_showed_it_still_wakes_the_loading_order(harness: Harness) -> None:
@@ -99,9 +106,7 @@ async def test_a_trouble_over_before_the_order_showed_it_still_wakes_the_loading
     gate, world.publish_gate = world.publish_gate, None
     gate.set()
     await harness.until(harness.phase_is(Phase.READY))
-    world.delete_order("quota")
-    await handle.signal(OrderWorkflow.delete)
-    assert await handle.result() == "deleted"
+    await ends_deleted(harness, handle, "quota")
 
 
 async def test_a_serving_orders_lost_node_replans_at_once_then_backs_off_while_it_stands(harness: Harness) -> None:
@@ -137,9 +142,7 @@ async def test_a_serving_orders_lost_node_replans_at_once_then_backs_off_while_i
     await asyncio.sleep(2.5)
     assert len(asked) == settled  # over: no more replans
     assert harness.world.phase("moved")[0] == Phase.READY
-    harness.world.delete_order("moved")
-    await handle.signal(OrderWorkflow.delete)
-    assert await handle.result() == "deleted"
+    await ends_deleted(harness, handle, "moved")
 
 
 async def test_a_loading_engine_says_it_loads_then_serves(harness: Harness) -> None:
@@ -159,9 +162,7 @@ async def test_a_loading_engine_says_it_loads_then_serves(harness: Harness) -> N
     await harness.until(harness.phase_is(Phase.READY))
     # It never said HealthCheckFailed on the way.
     assert all(s.reason != Reason.HEALTH_CHECK_FAILED for s in harness.world.statuses if s.ref.name == "slow")
-    harness.world.delete_order("slow")
-    await handle.signal(OrderWorkflow.delete)
-    assert await handle.result() == "deleted"
+    await ends_deleted(harness, handle, "slow")
 
 
 async def test_a_crash_loop_on_a_serving_order_is_named_beside_ready_and_an_edit_reconciles(harness: Harness) -> None:
@@ -189,9 +190,7 @@ async def test_a_crash_loop_on_a_serving_order_is_named_beside_ready_and_an_edit
     harness.world.orders["support/crashy"] = edited
     await handle.signal(OrderWorkflow.spec_changed, 2)
     await harness.until(lambda: len(harness.world.applies_of("crashy")) > applies, what="the edit applied")
-    harness.world.delete_order("crashy")
-    await handle.signal(OrderWorkflow.delete)
-    assert await handle.result() == "deleted"
+    await ends_deleted(harness, handle, "crashy")
 
 
 async def test_a_first_probe_that_fails_while_the_engine_loads_says_loading_not_health_check_failed(
@@ -216,9 +215,7 @@ async def test_a_first_probe_that_fails_while_the_engine_loads_says_loading_not_
     harness.world.healthy = True
     await handle.signal(REPLICA_TROUBLE, ReplicaTrouble())
     await harness.until(harness.phase_is(Phase.READY))
-    harness.world.delete_order("early")
-    await handle.signal(OrderWorkflow.delete)
-    assert await handle.result() == "deleted"
+    await ends_deleted(harness, handle, "early")
 
 
 async def test_a_serving_orders_class_deleted_keeps_it_serving_and_says_so(harness: Harness) -> None:
@@ -236,9 +233,7 @@ async def test_a_serving_orders_class_deleted_keeps_it_serving_and_says_so(harne
     harness.world.classes["default-llm"] = cls
     await handle.signal(OrderWorkflow.class_changed, 5)
     await harness.until(harness.phase_is(Phase.READY, None))
-    harness.world.delete_order("orphaned")
-    await handle.signal(OrderWorkflow.delete)
-    assert await handle.result() == "deleted"
+    await ends_deleted(harness, handle, "orphaned")
 
 
 async def test_a_rebuild_says_so_while_it_loads_and_stops_saying_so_once_it_serves(harness: Harness) -> None:
@@ -274,6 +269,4 @@ async def test_a_rebuild_says_so_while_it_loads_and_stops_saying_so_once_it_serv
     await harness.until(harness.phase_is(Phase.READY, None))
     assert world.condition("rebuilt", "RuntimeCurrent") == (ConditionStatus.TRUE, Reason.RUNTIME_UP_TO_DATE)
     world.apply_override = None
-    world.delete_order("rebuilt")
-    await handle.signal(OrderWorkflow.delete)
-    assert await handle.result() == "deleted"
+    await ends_deleted(harness, handle, "rebuilt")
