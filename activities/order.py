@@ -20,7 +20,6 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic.exceptions import ConflictError as DynamicConflictError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError, RPCStatusCode
 
 from activities.builders.auth import build_auth_secret, new_token, requires_token
 from activities.builders.autoscaling import constraints_status
@@ -57,6 +56,7 @@ from activities.builders.statefulset import build_statefulset
 from activities.catalog import KubernetesCatalogReader, lookup_model, model_resolution
 from activities.health import probe_models, probe_target, token_from_secret
 from activities.kube import Applier, refusals_are_final, watch_events
+from activities.preemption_ledger import ceiling_told
 from activities.release import order_timings, release_fingerprint
 from activities.trusted_apply import (
     Ownership,
@@ -103,11 +103,7 @@ from inference_api.types import (
 from planner.recipes import load_recipe_book
 from planner.scaling import autoscaled
 from workflows import activity_names as act
-from workflows.preemption import PreemptionState
 from workflows.validation import check_class, check_model_policy
-
-# The preemption workflow's query of its state (workflows/preemption.py).
-PREEMPTION_STATE_QUERY = "state"
 
 log = structlog.get_logger(__name__)
 
@@ -360,18 +356,14 @@ class OrderActivities:
             raise
 
     async def _verified_ceiling(self, request: ApplyInput) -> int | None:
-        """The donor ceiling the device class's preemption workflow holds for this order, whatever the
-        request says (a ``set_replica_ceiling`` signal can be sent by hand)."""
+        """The donor ceiling the device class's preemption workflow told this order, whatever the request
+        says (a ``set_replica_ceiling`` signal can be sent by hand). Read from that workflow's history, not
+        asked of it: the answer does not wait on its worker (activities/preemption_ledger.py)."""
         info = activity.info()
-        workflow_id = preemption_workflow_id(info.task_queue, request.plan.deviceClass)
-        handle = activity.client().get_workflow_handle(workflow_id)
-        try:
-            state = await handle.query(PREEMPTION_STATE_QUERY, result_type=PreemptionState)
-        except RPCError as err:
-            if err.status == RPCStatusCode.NOT_FOUND:
-                return None  # no preemption on this device class: nobody lowered anything
-            raise
-        ceiling = verified_ceiling(state.ledger.ceilings, info.workflow_id or "")
+        preemption = preemption_workflow_id(info.task_queue, request.plan.deviceClass)
+        order_workflow = info.workflow_id or ""
+        told = await ceiling_told(activity.client(), preemption, order_workflow)
+        ceiling = verified_ceiling({order_workflow: told} if told is not None else None, order_workflow)
         if ceiling != request.replicaCeiling:
             log.warning(
                 "replica ceiling not verified: the preemption ledger's is applied",

@@ -18,8 +18,8 @@ functions, against what the API server and the release say at apply time:
   device count);
 * **the Secret a model download reads** is the one the order names (``authSecretRef`` of the order,
   a Secret in the order's own namespace — a ``secretKeyRef`` cannot leave the pod's namespace);
-* **a replica ceiling** is honoured only as the preemption workflow's ledger holds it for this order
-  (``verified_ceiling``);
+* **a replica ceiling** is honoured only as the preemption workflow told it to this order, read from
+  that workflow's history (``verified_ceiling``, activities/preemption_ledger.py);
 * **objects** are the order's only when their controller ownerReference carries the order's uid
   (``ownership``): a decoy with the module's labels is never adopted, patched or deleted.
 """
@@ -260,7 +260,7 @@ def verified_ceiling(ledger_ceilings: Mapping[str, int] | None, workflow_id: str
 
     What the order workflow believes (its ``replicaCeiling``, set by a ``set_replica_ceiling`` signal
     anyone can send) is not used: only the ledger of the device class's preemption workflow, read at
-    apply time, lowers an order's bounds.
+    apply time from its history, lowers an order's bounds.
     """
     if not ledger_ceilings:
         return None

@@ -7,19 +7,29 @@ the preemption activities (signal-with-start, metrics) are the real ones.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import Awaitable
-from typing import Any, TypeVar
+from types import SimpleNamespace
+from typing import Any, TypeVar, cast
 
+import pytest
+from kubernetes.client import ApiClient
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
+from temporalio.service import RPCError
+from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Replayer
 
 from activities.metrics import PreemptionMetricsCollector
-from inference_api.payloads import OrderRef, order_workflow_id
+from activities.order import OrderActivities
+from activities.preemption_ledger import ceiling_told
+from inference_api.payloads import ApplyInput, OrderRef, PlanInput, order_workflow_id
+from inference_api.plan import PlanOutcome
 from inference_api.preemption import PreemptionMetrics
 from inference_api.reasons import EventReason, Reason
+from inference_api.settings import ModuleSettings
 from inference_api.types import ConditionStatus, Phase
 from tests.factories import make_order
 from tests.polling import WaitTimeoutError, until
@@ -318,3 +328,51 @@ async def test_a_ceiling_set_before_the_first_apply_is_used_and_survives_continu
         history = await step("history", first.fetch_history())
     replayer = Replayer(workflows=[OrderWorkflow], data_converter=temporal_client.data_converter)
     await step("replay", replayer.replay_workflow(history))
+
+
+def not_planned_here(request: PlanInput) -> PlanOutcome:
+    raise AssertionError("the ceiling's check plans nothing")
+
+
+async def test_an_apply_reads_a_donors_ceiling_from_the_history_even_while_nothing_runs_the_preemption_workflow(
+    temporal_client: Client,
+) -> None:
+    """The apply's check of a ceiling (activities/preemption_ledger.py) reads what the preemption workflow
+    told the order from its history: it agrees with the ledger, and it answers with no worker to run the
+    workflow — where a query waits on one (a preemption workflow whose task fails left every apply
+    retrying its query, docs/upgrade.md)."""
+    world = new_world(capacity=400)
+    metrics = PreemptionMetricsCollector()
+    task_queue = f"preemption-{uuid.uuid4().hex[:8]}"
+    async with running_worker(temporal_client, task_queue, world, metrics):
+        stand = Stand(temporal_client, world, task_queue, metrics)
+        await fill(stand)
+        low, high = stand.handles["low"].id, stand.handles["high"].id
+        preemption = stand.preemption().id
+        assert await ceiling_told(temporal_client, preemption, low) is None
+
+        stand.sim("high").load = 2
+        await stand.until(lambda: stand.sim("low").ceiling == 2, what="low held")
+        ledger = (await stand.preemption_state()).ledger.ceilings
+        assert ledger == {low: 2}
+        assert await ceiling_told(temporal_client, preemption, low) == 2
+        assert await ceiling_told(temporal_client, preemption, high) is None
+
+    # No worker now: the workflow's state cannot be asked, its history still says what it told — and
+    # the apply's own check answers from it (before, it queried, and waited as long as no worker ran).
+    with pytest.raises((TimeoutError, RPCError)):
+        await asyncio.wait_for(stand.preemption_state(), 3)
+    apply_check = ActivityEnvironment(client=temporal_client)
+    apply_check.info = dataclasses.replace(apply_check.info, task_queue=task_queue, workflow_id=low)
+    order_activities = OrderActivities(ApiClient(), ModuleSettings(), planner=not_planned_here)
+    # What the check reads of the request: the plan's device class, the asked ceiling, the order's name.
+    asked = SimpleNamespace(deviceClass=world.device_class)
+    request = cast(ApplyInput, SimpleNamespace(plan=asked, replicaCeiling=None, ref=SimpleNamespace(key="support/low")))
+    checked = apply_check.run(order_activities._verified_ceiling, request)
+    assert await asyncio.wait_for(checked, 10) == 2
+
+    async with running_worker(temporal_client, task_queue, world, metrics):
+        stand.sim("high").load = 1
+        await stand.until(lambda: stand.sim("low").ceiling is None, timeout=60, what="low restored")
+        assert await ceiling_told(temporal_client, preemption, low) is None
+    assert await ceiling_told(temporal_client, f"preemption/{task_queue}/no-such-class", low) is None
