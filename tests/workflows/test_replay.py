@@ -308,9 +308,9 @@ DIVERGED = sorted((HISTORIES / "diverged").glob("*.json"))
 @pytest.mark.xfail(
     strict=True,
     raises=AssertionError,
-    reason="open: a history the live worker wrote does not replay on the same code (docs/upgrade.md, "
-    "the fault suite at 100 orders per case); strict, so a fix makes this test fail until it moves to "
-    "the recorded histories",
+    reason="a record of a live divergence (docs/upgrade.md, the fault suite at 100 orders per case): the "
+    "live run applied signals on a partial history, so the code replays it only if it decides as that run "
+    "did; strict, so a change that makes it replay shows",
 )
 @pytest.mark.parametrize("path", DIVERGED, ids=[p.stem for p in DIVERGED])
 async def test_a_history_that_diverged_live_replays_on_this_code(path: Path) -> None:
