@@ -43,6 +43,13 @@ RESYNC_ACTIONS = Counter(
     "What resyncs decided (start, move, delete, terminate, redelete, settings).",
     ["action"],
 )
+REPAIRS = Counter(
+    "ai_inference_watcher_workflow_repairs",
+    "Runs whose workflow task failed nondeterministically, as the resync found them (outcome: reset to "
+    "their first workflow task; failed, tried at the next resync; no_reset_point, left: it never "
+    "completed a workflow task). docs/operations.md, a workflow stuck on a nondeterminism error.",
+    ["workflow_type", "outcome"],
+)
 ORDERS_KNOWN = Gauge("ai_inference_watcher_orders", "Orders of this observer's shard in its cache.")
 PENDING_SIGNALS = Gauge("ai_inference_watcher_pending_signals", "Signals queued or waiting for a retry.")
 START_WINDOW_ADMITTED = Gauge(

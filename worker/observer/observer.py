@@ -53,6 +53,7 @@ from worker.observer.informer import Change, Informer, InformerItem, Listed, Lis
 from worker.observer.metrics import EVENTS_HANDLED, ORDER_STATUS, ORDERS_KNOWN
 from worker.observer.outbox import Outbox, signal_to
 from worker.observer.prober import Prober, ProbeSpec
+from worker.observer.repair import Repair
 from worker.observer.resync import Resync
 from workflows.class_status import class_status_patch
 from workflows.order_state import REPLICA_TROUBLE
@@ -136,6 +137,7 @@ class Observer:
         self.resync = Resync(
             client, settings.temporal.taskQueue, self.outbox, self.fingerprint, self.config.shards, self.config.shard
         )
+        self.repair = Repair(client, settings.temporal.taskQueue, self.config.shards, self.config.shard, fence=fence)
         self.prober = Prober(
             settings.health,
             self.config.probeConcurrency,
@@ -720,6 +722,11 @@ class Observer:
                 status = getattr(getattr(err, "status", None), "name", None)
                 log.warning("resync failed", error=type(err).__name__, status=status)
                 delay = min(period, 30.0)
+            try:
+                await self.repair.run_once()
+            except Exception as err:  # a visibility store without the attribute, Temporal away: next time
+                status = getattr(getattr(err, "status", None), "name", None)
+                log.warning("stuck-workflow repair failed", error=type(err).__name__, status=status)
             await asyncio.sleep(delay)
 
     @property
