@@ -82,7 +82,13 @@ async def worker(client: Client, task_queue: str, preemption: type[PreemptionWor
 async def test_a_run_stuck_on_a_nondeterminism_error_is_reset_and_decides_every_report_again(
     temporal_client: Client,
 ) -> None:
-    client = temporal_client
+    await a_stuck_run_is_reset_and_decides_every_report_again(temporal_client, named_within=90)
+
+
+async def a_stuck_run_is_reset_and_decides_every_report_again(client: Client, named_within: float) -> None:
+    """The whole story on ``client``'s Temporal (the dev server here; the production one in
+    tests/prodtemporal/test_repair_on_sql_visibility.py): ``named_within`` seconds for the server to
+    name the stuck run (its threshold of failed attempts)."""
     task_queue = f"repair-{uuid.uuid4().hex[:8]}"
     workflow_id = preemption_workflow_id(task_queue, DEVICE_CLASS)
     handle = client.get_workflow_handle(workflow_id)
@@ -115,7 +121,9 @@ async def test_a_run_stuck_on_a_nondeterminism_error_is_reset_and_decides_every_
             listed = [e.id async for e in client.list_workflows(stuck_query(task_queue))]
             return listed == [workflow_id]
 
-        await until(named_by_the_server, timeout=90, interval=1, what="TemporalReportedProblems names the run")
+        await until(
+            named_by_the_server, timeout=named_within, interval=1, what="TemporalReportedProblems names the run"
+        )
 
         repair = Repair(client, task_queue)
         assert await repair.run_once() == [workflow_id]
