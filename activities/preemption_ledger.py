@@ -17,14 +17,14 @@ answers; a run is at most ``PreemptionTimings.maxHistoryEvents`` long.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
-from temporalio.api.common.v1 import Payloads, WorkflowExecution
+from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
 from temporalio.client import Client
+from temporalio.converter import PayloadConverter
 from temporalio.service import RPCError, RPCStatusCode
 
 from workflows.preemption import SET_REPLICA_CEILING, PreemptionState
@@ -39,43 +39,32 @@ class Told:
     ceiling: int | None
 
 
-def ceiling_told_by(
-    event: HistoryEvent,
-    order_workflow_id: str,
-    read_ceiling: Callable[[Payloads], int | None],
-    read_state: Callable[[Payloads], PreemptionState],
-) -> Told | None:
-    """The ceiling ``event`` tells ``order_workflow_id``, or None when it says nothing about it.
-
-    Pure; the payload readers are the client's data converter."""
+def ceiling_told_by(event: HistoryEvent, order_workflow_id: str, converter: PayloadConverter) -> Told | None:
+    """The ceiling ``event`` tells ``order_workflow_id``, or None when it says nothing about it. Pure;
+    ``converter`` reads the payloads (the client's)."""
     if event.event_type == EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED:
         attributes = event.signal_external_workflow_execution_initiated_event_attributes
         if attributes.signal_name != SET_REPLICA_CEILING:
             return None
         if attributes.workflow_execution.workflow_id != order_workflow_id:
             return None
-        return Told(read_ceiling(attributes.input) if attributes.input.payloads else None)
+        if not attributes.input.payloads:
+            return Told(None)
+        [value] = converter.from_payloads(attributes.input.payloads, [int | None])  # type: ignore[list-item]
+        return Told(int(value) if value is not None else None)
     if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
         started = event.workflow_execution_started_event_attributes
         if not started.input.payloads:
             return Told(None)
-        return Told(read_state(started.input).ceilings.get(order_workflow_id))
+        [state] = converter.from_payloads(started.input.payloads, [PreemptionState])
+        assert isinstance(state, PreemptionState)
+        return Told(state.ceilings.get(order_workflow_id))
     return None
 
 
 async def ceiling_told(client: Client, preemption_workflow_id: str, order_workflow_id: str) -> int | None:
     """The ceiling the preemption workflow's current run last told the order (None: none, or lifted)."""
     converter = client.data_converter.payload_converter
-
-    def read_ceiling(payloads: Payloads) -> int | None:
-        [value] = converter.from_payloads(payloads.payloads, [int | None])  # type: ignore[list-item]
-        return int(value) if value is not None else None
-
-    def read_state(payloads: Payloads) -> PreemptionState:
-        [state] = converter.from_payloads(payloads.payloads, [PreemptionState])
-        assert isinstance(state, PreemptionState)
-        return state
-
     request = GetWorkflowExecutionHistoryReverseRequest(
         namespace=client.namespace,
         execution=WorkflowExecution(workflow_id=preemption_workflow_id),
@@ -89,7 +78,7 @@ async def ceiling_told(client: Client, preemption_workflow_id: str, order_workfl
                 return None
             raise
         for event in page.history.events:
-            told = ceiling_told_by(event, order_workflow_id, read_ceiling, read_state)
+            told = ceiling_told_by(event, order_workflow_id, converter)
             if told is not None:
                 return told.ceiling
         if not page.next_page_token:

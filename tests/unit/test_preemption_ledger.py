@@ -27,17 +27,6 @@ def payloads(*values: Any) -> Payloads:
     return Payloads(payloads=CONVERTER.to_payloads(list(values)))
 
 
-def read_ceiling(p: Payloads) -> int | None:
-    [value] = CONVERTER.from_payloads(p.payloads, [int | None])  # type: ignore[list-item]
-    return value
-
-
-def read_state(p: Payloads) -> PreemptionState:
-    [state] = CONVERTER.from_payloads(p.payloads, [PreemptionState])
-    assert isinstance(state, PreemptionState)
-    return state
-
-
 def sent(signal: str, to: str, *args: Any) -> HistoryEvent:
     return HistoryEvent(
         event_type=EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED,
@@ -55,7 +44,7 @@ def started(state: PreemptionState) -> HistoryEvent:
 
 
 def told(event: HistoryEvent, order: str = DONOR) -> Told | None:
-    return ceiling_told_by(event, order, read_ceiling, read_state)
+    return ceiling_told_by(event, order, CONVERTER)
 
 
 def test_a_ceiling_signal_the_preemption_workflow_sent_to_the_order_tells_it() -> None:

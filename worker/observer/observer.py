@@ -719,14 +719,12 @@ class Observer:
                 self.prober.forget_reports()
                 delay = period * self._rng.uniform(0.9, 1.1)
             except Exception as err:  # Temporal down: try again sooner, the outbox keeps the rest
-                status = getattr(getattr(err, "status", None), "name", None)
-                log.warning("resync failed", error=type(err).__name__, status=status)
+                log.warning("resync failed", **_error_fields(err))
                 delay = min(period, 30.0)
             try:
                 await self.repair.run_once()
             except Exception as err:  # a visibility store without the attribute, Temporal away: next time
-                status = getattr(getattr(err, "status", None), "name", None)
-                log.warning("stuck-workflow repair failed", error=type(err).__name__, status=status)
+                log.warning("stuck-workflow repair failed", **_error_fields(err))
             await asyncio.sleep(delay)
 
     @property
@@ -786,3 +784,8 @@ class Observer:
 
 async def run_observer(client: Client, api: ApiClient, settings: ModuleSettings) -> None:
     await Observer(api, client, settings).run()
+
+
+def _error_fields(err: Exception) -> dict[str, str | None]:
+    """What a log line says of a failed Temporal call: the error's type and its gRPC status, never its text."""
+    return {"error": type(err).__name__, "status": getattr(getattr(err, "status", None), "name", None)}

@@ -33,7 +33,7 @@ from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryRequest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from worker.observer.decisions import shard_of
+from worker.observer.decisions import in_shard
 from worker.observer.metrics import REPAIRS
 
 log = structlog.get_logger(__name__)
@@ -98,9 +98,6 @@ class Repair:
         self.limiter = RepairLimiter(min_interval_seconds)
         self.rpc_timeout = timedelta(seconds=rpc_timeout_seconds)
 
-    def _mine(self, workflow_id: str) -> bool:
-        return self.shards <= 1 or shard_of(workflow_id, self.shards) == self.shard
-
     async def run_once(self) -> list[str]:
         """Reset every stuck run of this shard that is due; the ids of the workflows reset."""
         stuck = [
@@ -111,7 +108,9 @@ class Repair:
         ]
         done = []
         for workflow_id, run_id, workflow_type in stuck:
-            if not self._mine(workflow_id) or not self.limiter.due(workflow_id, time.monotonic()):
+            if not in_shard(workflow_id, self.shards, self.shard) or not self.limiter.due(
+                workflow_id, time.monotonic()
+            ):
                 continue
             if self.fence is not None and not self.fence():
                 break  # no longer leading: the next leader lists them again
