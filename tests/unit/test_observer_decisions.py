@@ -651,6 +651,16 @@ class TestResyncPlan:
         plan = d.plan_resync([d.ListedOrder(ref("a"), 2)], [], "fp", recently_started={"order/team/o/a"})
         assert plan.start == []
 
+    def test_a_workflow_started_moments_ago_is_not_told_the_settings_its_first_reconcile_reads(self) -> None:
+        # The event path started it; its first reconcile has not set OrderRelease yet. Told
+        # settings_changed now, it would reconcile (and apply) a second time.
+        listed = [d.ListedOrder(ref("a"), 1)]
+        started = d.plan_resync(listed, [wf("a", release=None)], "fp", recently_started={"order/team/o/a"})
+        assert started.counts() == dict.fromkeys(started.counts(), 0)
+        # Once the start is no longer recent, a workflow still without the release in force hears it.
+        later = d.plan_resync(listed, [wf("a", release=None)], "fp")
+        assert later.settings == [ref("a")]
+
     def test_missing_workflow_of_a_deleting_order_is_started_with_delete(self) -> None:
         plan = d.plan_resync([d.ListedOrder(ref("a"), 2, deleting=True)], [], "fp")
         assert plan.start == [(ref("a"), d.Intent(OrderSignal.DELETE, start=True))]

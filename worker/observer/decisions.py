@@ -592,7 +592,7 @@ def plan_resync(
     is terminated. ``told_release``: workflow id → the fingerprint already signalled to it (a
     workflow that heard it is not told again until the fingerprint changes). ``recently_started``:
     workflow ids this observer started moments ago, which visibility may not list yet: not started
-    again.
+    again, and not told settings_changed (the reconcile their start asked for reads the settings).
     """
     told = told_release or {}
     plan = ResyncPlan()
@@ -618,6 +618,10 @@ def plan_resync(
             continue
         if order.deleting:
             plan.redelete.append(order.ref)
+        elif wf.workflow_id in recently_started:
+            # Signalled-with-start moments ago: the reconcile that start asked for reads the settings in
+            # force (its OrderRelease may be unset yet). Told now, it would reconcile twice.
+            continue
         elif wf.release != fingerprint and told.get(wf.workflow_id) != fingerprint:
             plan.settings.append(order.ref)
     for uid, order in by_uid.items():
