@@ -56,7 +56,7 @@ from activities.builders.statefulset import build_statefulset
 from activities.catalog import KubernetesCatalogReader, lookup_model, model_resolution
 from activities.health import probe_models, probe_target, token_from_secret
 from activities.kube import Applier, refusals_are_final, watch_events
-from activities.preemption_ledger import ceiling_told
+from activities.preemption_ledger import CeilingReader
 from activities.release import order_timings, release_fingerprint
 from activities.trusted_apply import (
     Ownership,
@@ -156,6 +156,8 @@ class OrderActivities:
         self.custom = CustomObjectsApi(api)
         self.applier = Applier(api)
         self.catalog_reader = KubernetesCatalogReader(api, settings.aiModels.catalogLookup.timeoutSeconds)
+        # What each preemption run told every order, kept across applies (reads only new events).
+        self.ceilings = CeilingReader()
 
     def all(self) -> list[Callable[..., Any]]:
         return [
@@ -358,11 +360,12 @@ class OrderActivities:
     async def _verified_ceiling(self, request: ApplyInput) -> int | None:
         """The donor ceiling the device class's preemption workflow told this order, whatever the request
         says (a ``set_replica_ceiling`` signal can be sent by hand). Read from that workflow's history, not
-        asked of it: the answer does not wait on its worker (activities/preemption_ledger.py)."""
+        asked of it: the answer does not wait on its worker; only the events since this process last
+        read are read (activities/preemption_ledger.py)."""
         info = activity.info()
         preemption = preemption_workflow_id(info.task_queue, request.plan.deviceClass)
         order_workflow = info.workflow_id or ""
-        told = await ceiling_told(activity.client(), preemption, order_workflow)
+        told = await self.ceilings.ceiling(activity.client(), preemption, order_workflow)
         ceiling = verified_ceiling({order_workflow: told} if told is not None else None, order_workflow)
         if ceiling != request.replicaCeiling:
             log.warning(

@@ -11,18 +11,26 @@ and it holds only what the preemption workflow's own commands wrote. What the ce
 * else what the run was started with (``PreemptionState.ceilings``, carried by continue-as-new);
 * else nothing (no preemption workflow for the device class: nobody lowered anything).
 
-Read newest first (``GetWorkflowExecutionHistoryReverse``), so it stops at the first event that
-answers; a run is at most ``PreemptionTimings.maxHistoryEvents`` long.
+Read newest first (``GetWorkflowExecutionHistoryReverse``). :class:`CeilingReader`, one per worker
+process, keeps what a run told every order up to the last event it read (a :class:`CeilingsTold`) and
+reads only the events written since: an apply costs a describe and the run's new events, not the
+run's whole history (a run is at most ``PreemptionTimings.maxHistoryEvents`` long, read once per
+process; ``benchmarks/ceiling_read.py`` measures both). A new run (continue-as-new) is read afresh.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
-from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
+from temporalio.api.workflowservice.v1 import (
+    DescribeWorkflowExecutionRequest,
+    GetWorkflowExecutionHistoryReverseRequest,
+)
 from temporalio.client import Client
 from temporalio.converter import PayloadConverter
 from temporalio.service import RPCError, RPCStatusCode
@@ -30,6 +38,9 @@ from temporalio.service import RPCError, RPCStatusCode
 from workflows.preemption import SET_REPLICA_CEILING, PreemptionState
 
 PAGE_SIZE = 200
+# A ledger's next read: most applies find a few new events, or none. The server answers whole batches
+# of events (signals that arrived together are one), so a page may hold more than asked.
+NEWER_PAGE_SIZE = 32
 
 
 @dataclass(frozen=True)
@@ -62,8 +73,114 @@ def ceiling_told_by(event: HistoryEvent, order_workflow_id: str, converter: Payl
     return None
 
 
+@dataclass
+class CeilingsTold:
+    """What one run of a preemption workflow told every order, up to event ``upto`` (0: nothing read)."""
+
+    runId: str
+    upto: int = 0
+    started: dict[str, int] = field(default_factory=dict)
+    told: dict[str, int | None] = field(default_factory=dict)
+
+    def ceiling(self, order_workflow_id: str) -> int | None:
+        if order_workflow_id in self.told:
+            return self.told[order_workflow_id]
+        return self.started.get(order_workflow_id)
+
+
+def fold(ledger: CeilingsTold, events: Iterable[HistoryEvent], converter: PayloadConverter) -> CeilingsTold:
+    """``ledger`` with ``events`` (of its run, oldest first) folded in; events at or before ``upto`` are
+    skipped, so a page read twice changes nothing. Pure: returns a new ledger."""
+    out = CeilingsTold(ledger.runId, ledger.upto, dict(ledger.started), dict(ledger.told))
+    for event in events:
+        if event.event_id <= out.upto:
+            continue
+        out.upto = event.event_id
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+            started = event.workflow_execution_started_event_attributes
+            if started.input.payloads:
+                [state] = converter.from_payloads(started.input.payloads, [PreemptionState])
+                assert isinstance(state, PreemptionState)
+                out.started = dict(state.ceilings)
+        elif event.event_type == EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED:
+            attributes = event.signal_external_workflow_execution_initiated_event_attributes
+            order = attributes.workflow_execution.workflow_id
+            told = ceiling_told_by(event, order, converter)
+            if told is not None:
+                out.told[order] = told.ceiling
+    return out
+
+
+class CeilingReader:
+    """Reads ceilings through a :class:`CeilingsTold` per preemption workflow, kept across applies."""
+
+    def __init__(self) -> None:
+        self.ledgers: dict[str, CeilingsTold] = {}
+        self.events_read = 0
+        self.pages_read = 0
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def ceiling(self, client: Client, preemption_workflow_id: str, order_workflow_id: str) -> int | None:
+        """The ceiling the preemption workflow's current run last told the order (None: none, or lifted)."""
+        lock = self._locks.setdefault(preemption_workflow_id, asyncio.Lock())
+        async with lock:
+            run_id = await _current_run(client, preemption_workflow_id)
+            if run_id is None:
+                self.ledgers.pop(preemption_workflow_id, None)
+                return None
+            ledger = self.ledgers.get(preemption_workflow_id)
+            if ledger is None or ledger.runId != run_id:
+                ledger = CeilingsTold(run_id)
+            newer = await self._events_after(client, preemption_workflow_id, ledger)
+            if newer is None:  # the run went away between the describe and the read
+                return None
+            ledger = fold(ledger, reversed(newer), client.data_converter.payload_converter)
+            self.ledgers[preemption_workflow_id] = ledger
+            return ledger.ceiling(order_workflow_id)
+
+    async def _events_after(self, client: Client, workflow_id: str, ledger: CeilingsTold) -> list[HistoryEvent] | None:
+        """The run's events after ``ledger.upto``, newest first (None: not found)."""
+        request = GetWorkflowExecutionHistoryReverseRequest(
+            namespace=client.namespace,
+            execution=WorkflowExecution(workflow_id=workflow_id, run_id=ledger.runId),
+            maximum_page_size=NEWER_PAGE_SIZE if ledger.upto else PAGE_SIZE,
+        )
+        newer: list[HistoryEvent] = []
+        while True:
+            try:
+                page = await client.workflow_service.get_workflow_execution_history_reverse(request, retry=True)
+            except RPCError as err:
+                if err.status == RPCStatusCode.NOT_FOUND:
+                    return None
+                raise
+            self.pages_read += 1
+            self.events_read += len(page.history.events)
+            for event in page.history.events:
+                if event.event_id <= ledger.upto:
+                    return newer
+                newer.append(event)
+            if not page.next_page_token:
+                return newer
+            request.next_page_token = page.next_page_token
+
+
+async def _current_run(client: Client, workflow_id: str) -> str | None:
+    """The run id of the workflow's latest run (running or closed), None when there is none."""
+    request = DescribeWorkflowExecutionRequest(
+        namespace=client.namespace, execution=WorkflowExecution(workflow_id=workflow_id)
+    )
+    try:
+        described = await client.workflow_service.describe_workflow_execution(request, retry=True)
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+    return described.workflow_execution_info.execution.run_id or None
+
+
 async def ceiling_told(client: Client, preemption_workflow_id: str, order_workflow_id: str) -> int | None:
-    """The ceiling the preemption workflow's current run last told the order (None: none, or lifted)."""
+    """The ceiling the preemption workflow's current run last told the order (None: none, or lifted),
+    read without a ledger: newest first, stopping at the first event that answers."""
     converter = client.data_converter.payload_converter
     request = GetWorkflowExecutionHistoryReverseRequest(
         namespace=client.namespace,

@@ -15,7 +15,7 @@ from temporalio.api.history.v1 import (
 )
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from activities.preemption_ledger import Told, ceiling_told_by
+from activities.preemption_ledger import CeilingsTold, Told, ceiling_told_by, fold
 from workflows.preemption import SCALING_BLOCKED, SET_REPLICA_CEILING, PreemptionState
 
 DONOR = "order/support/low/uid-1"
@@ -27,8 +27,9 @@ def payloads(*values: Any) -> Payloads:
     return Payloads(payloads=CONVERTER.to_payloads(list(values)))
 
 
-def sent(signal: str, to: str, *args: Any) -> HistoryEvent:
+def sent(signal: str, to: str, *args: Any, event_id: int = 0) -> HistoryEvent:
     return HistoryEvent(
+        event_id=event_id,
         event_type=EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED,
         signal_external_workflow_execution_initiated_event_attributes=SignalExternalWorkflowExecutionInitiatedEventAttributes(
             signal_name=signal, workflow_execution=WorkflowExecution(workflow_id=to), input=payloads(*args)
@@ -38,6 +39,7 @@ def sent(signal: str, to: str, *args: Any) -> HistoryEvent:
 
 def started(state: PreemptionState) -> HistoryEvent:
     return HistoryEvent(
+        event_id=1,
         event_type=EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED,
         workflow_execution_started_event_attributes=WorkflowExecutionStartedEventAttributes(input=payloads(state)),
     )
@@ -84,3 +86,45 @@ def test_a_run_started_without_input_tells_no_ceiling() -> None:
         workflow_execution_started_event_attributes=WorkflowExecutionStartedEventAttributes(),
     )
     assert told(bare) == Told(None)
+
+
+# ------------------------------------------------------------------ the ledger kept across applies
+
+
+def run_events() -> list[HistoryEvent]:
+    """A run started with DONOR at 3, then told DONOR 2, OTHER 1, DONOR lifted (oldest first)."""
+    return [
+        started(PreemptionState(deviceClass="gpu", ceilings={DONOR: 3})),
+        sent(SET_REPLICA_CEILING, DONOR, 2, event_id=5),
+        sent(SCALING_BLOCKED, OTHER, "no donor", event_id=6),
+        sent(SET_REPLICA_CEILING, OTHER, 1, event_id=9),
+        sent(SET_REPLICA_CEILING, DONOR, None, event_id=12),
+    ]
+
+
+def test_the_ledger_answers_what_the_newest_event_about_each_order_says() -> None:
+    events = run_events()
+    for upto in range(len(events) + 1):
+        ledger = fold(CeilingsTold("run"), events[:upto], CONVERTER)
+        for order in (DONOR, OTHER, "order/support/never/uid-3"):
+            newest_first = list(reversed(events[:upto]))
+            expected = next((t.ceiling for e in newest_first if (t := told(e, order)) is not None), None)
+            assert ledger.ceiling(order) == expected, (upto, order)
+
+
+def test_folding_in_pieces_is_folding_at_once_and_a_page_read_twice_changes_nothing() -> None:
+    events = run_events()
+    whole = fold(CeilingsTold("run"), events, CONVERTER)
+    first = fold(CeilingsTold("run"), events[:2], CONVERTER)
+    again = fold(first, events[:3], CONVERTER)  # event 5 again, then 6
+    assert fold(again, events[3:], CONVERTER) == whole
+    assert whole.upto == 12
+    assert whole.told == {DONOR: None, OTHER: 1}
+    assert whole.started == {DONOR: 3}
+
+
+def test_fold_leaves_the_ledger_it_was_given_alone() -> None:
+    base = fold(CeilingsTold("run"), run_events()[:2], CONVERTER)
+    copy = CeilingsTold(base.runId, base.upto, dict(base.started), dict(base.told))
+    fold(base, run_events()[2:], CONVERTER)
+    assert base == copy
