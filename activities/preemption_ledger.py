@@ -21,7 +21,7 @@ process; ``benchmarks/ceiling_read.py`` measures both). A new run (continue-as-n
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from temporalio.api.common.v1 import WorkflowExecution
@@ -140,28 +140,45 @@ class CeilingReader:
 
     async def _events_after(self, client: Client, workflow_id: str, ledger: CeilingsTold) -> list[HistoryEvent] | None:
         """The run's events after ``ledger.upto``, newest first (None: not found)."""
-        request = GetWorkflowExecutionHistoryReverseRequest(
-            namespace=client.namespace,
-            execution=WorkflowExecution(workflow_id=workflow_id, run_id=ledger.runId),
-            maximum_page_size=NEWER_PAGE_SIZE if ledger.upto else PAGE_SIZE,
-        )
         newer: list[HistoryEvent] = []
-        while True:
-            try:
-                page = await client.workflow_service.get_workflow_execution_history_reverse(request, retry=True)
-            except RPCError as err:
-                if err.status == RPCStatusCode.NOT_FOUND:
-                    return None
-                raise
-            self.pages_read += 1
-            self.events_read += len(page.history.events)
-            for event in page.history.events:
-                if event.event_id <= ledger.upto:
-                    return newer
-                newer.append(event)
-            if not page.next_page_token:
-                return newer
-            request.next_page_token = page.next_page_token
+        page_size = NEWER_PAGE_SIZE if ledger.upto else PAGE_SIZE
+        try:
+            async for events in _pages_newest_first(client, workflow_id, ledger.runId, page_size):
+                self.pages_read += 1
+                self.events_read += len(events)
+                for event in events:
+                    if event.event_id <= ledger.upto:
+                        return newer
+                    newer.append(event)
+        except _RunNotFoundError:
+            return None
+        return newer
+
+
+class _RunNotFoundError(Exception):
+    pass
+
+
+async def _pages_newest_first(
+    client: Client, workflow_id: str, run_id: str, page_size: int
+) -> AsyncIterator[Sequence[HistoryEvent]]:
+    """The run's history, a page at a time, newest event first (run_id "": the latest run)."""
+    request = GetWorkflowExecutionHistoryReverseRequest(
+        namespace=client.namespace,
+        execution=WorkflowExecution(workflow_id=workflow_id, run_id=run_id),
+        maximum_page_size=page_size,
+    )
+    while True:
+        try:
+            page = await client.workflow_service.get_workflow_execution_history_reverse(request, retry=True)
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                raise _RunNotFoundError(workflow_id) from err
+            raise
+        yield page.history.events
+        if not page.next_page_token:
+            return
+        request.next_page_token = page.next_page_token
 
 
 async def _current_run(client: Client, workflow_id: str) -> str | None:
@@ -182,23 +199,13 @@ async def ceiling_told(client: Client, preemption_workflow_id: str, order_workfl
     """The ceiling the preemption workflow's current run last told the order (None: none, or lifted),
     read without a ledger: newest first, stopping at the first event that answers."""
     converter = client.data_converter.payload_converter
-    request = GetWorkflowExecutionHistoryReverseRequest(
-        namespace=client.namespace,
-        execution=WorkflowExecution(workflow_id=preemption_workflow_id),
-        maximum_page_size=PAGE_SIZE,
-    )
-    while True:
-        try:
-            page = await client.workflow_service.get_workflow_execution_history_reverse(request, retry=True)
-        except RPCError as err:
-            if err.status == RPCStatusCode.NOT_FOUND:
-                return None
-            raise
-        for event in page.history.events:
-            told = ceiling_told_by(event, order_workflow_id, converter)
-            if told is not None:
-                return told.ceiling
-        if not page.next_page_token:
-            # A history always begins with its start event; an empty one is a run not there yet.
-            return None
-        request.next_page_token = page.next_page_token
+    try:
+        async for events in _pages_newest_first(client, preemption_workflow_id, "", PAGE_SIZE):
+            for event in events:
+                told = ceiling_told_by(event, order_workflow_id, converter)
+                if told is not None:
+                    return told.ceiling
+    except _RunNotFoundError:
+        return None
+    # A history always begins with its start event; an empty one is a run not there yet.
+    return None
