@@ -64,13 +64,18 @@ def ceiling_told_by(event: HistoryEvent, order_workflow_id: str, converter: Payl
         [value] = converter.from_payloads(attributes.input.payloads, [int | None])  # type: ignore[list-item]
         return Told(int(value) if value is not None else None)
     if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
-        started = event.workflow_execution_started_event_attributes
-        if not started.input.payloads:
-            return Told(None)
-        [state] = converter.from_payloads(started.input.payloads, [PreemptionState])
-        assert isinstance(state, PreemptionState)
-        return Told(state.ceilings.get(order_workflow_id))
+        return Told(started_ceilings(event, converter).get(order_workflow_id))
     return None
+
+
+def started_ceilings(event: HistoryEvent, converter: PayloadConverter) -> dict[str, int]:
+    """The ceilings a run's start event carries (``PreemptionState.ceilings``; none without input)."""
+    started = event.workflow_execution_started_event_attributes
+    if not started.input.payloads:
+        return {}
+    [state] = converter.from_payloads(started.input.payloads, [PreemptionState])
+    assert isinstance(state, PreemptionState)
+    return dict(state.ceilings)
 
 
 @dataclass
@@ -97,11 +102,7 @@ def fold(ledger: CeilingsTold, events: Iterable[HistoryEvent], converter: Payloa
             continue
         out.upto = event.event_id
         if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
-            started = event.workflow_execution_started_event_attributes
-            if started.input.payloads:
-                [state] = converter.from_payloads(started.input.payloads, [PreemptionState])
-                assert isinstance(state, PreemptionState)
-                out.started = dict(state.ceilings)
+            out.started = started_ceilings(event, converter)
         elif event.event_type == EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED:
             attributes = event.signal_external_workflow_execution_initiated_event_attributes
             order = attributes.workflow_execution.workflow_id

@@ -618,11 +618,13 @@ def plan_resync(
             continue
         if order.deleting:
             plan.redelete.append(order.ref)
-        elif wf.workflow_id in recently_started:
-            # Signalled-with-start moments ago: the reconcile that start asked for reads the settings in
-            # force (its OrderRelease may be unset yet). Told now, it would reconcile twice.
-            continue
-        elif wf.release != fingerprint and told.get(wf.workflow_id) != fingerprint:
+        # One signalled-with-start moments ago is not told: the reconcile that start asked for reads the
+        # settings in force (its OrderRelease may be unset yet). Told now, it would reconcile twice.
+        elif (
+            wf.workflow_id not in recently_started
+            and wf.release != fingerprint
+            and told.get(wf.workflow_id) != fingerprint
+        ):
             plan.settings.append(order.ref)
     for uid, order in by_uid.items():
         if uid in seen:
