@@ -160,6 +160,14 @@ SERVING_RUN_EVENTS = 100
 # slept there, and a run that never takes it records no marker (docs/upgrade.md, rollback).
 TROUBLE_END_PATCH = "trouble-end-wakes-loading-order"
 
+# A replica reported ready whose API does not answer, while the cluster names a trouble of the order's
+# replicas (an image that cannot be pulled on a pod the node agent first said was ready): the trouble is
+# the answer on Ready, as it is on WorkloadReady. Before, Ready said HealthCheckFailed beside a
+# WorkloadReady that named the trouble, until the loop showed the trouble again (CI read it between the
+# two status writes). Patched, asked only on that path: runs recorded before said HealthCheckFailed there
+# and backed off; a run that never takes it records no marker.
+TROUBLE_OVER_PROBE_PATCH = "trouble-answers-a-failed-probe"
+
 
 def _duration(seconds: float) -> str:
     """A delay as people read it: 15 s, 8 min, 1 h."""
@@ -789,10 +797,16 @@ class OrderWorkflow(PreemptionMembership):
         elif state.everReady:
             self._set_health(False, result.detail)
             state.retryDelaySeconds = self._backoff()
-        elif state.trouble is not None and (not result.workloadReady or state.trouble.action == TroubleAction.WAIT):
+        elif state.trouble is not None and (
+            not result.workloadReady
+            or state.trouble.action == TroubleAction.WAIT
+            or workflow.patched(TROUBLE_OVER_PROBE_PATCH)
+        ):
             # No replica got ready and the cluster said why: that is the answer, not a health check.
             # A replica reported ready whose engine the cluster says still loads (a node agent that
             # says Ready before the engine does) is loading, too: the order says so and looks again.
+            # One reported ready whose API is silent while the cluster names another trouble: that
+            # trouble, and what it waits for (TROUBLE_OVER_PROBE_PATCH).
             self._show_trouble(state.trouble)
             if state.trouble.action == TroubleAction.WAIT:
                 state.retryDelaySeconds = self._backoff()

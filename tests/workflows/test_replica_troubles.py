@@ -80,6 +80,44 @@ async def test_a_loading_order_names_an_image_pull_failure_at_once_and_waits_for
     await ends_deleted(harness, handle, "pull")
 
 
+async def test_a_replica_said_ready_whose_image_cannot_be_pulled_says_the_pull_failure_on_ready(
+    harness: Harness,
+) -> None:
+    """The node agent says the replica is ready, then the kubelet says its image cannot be pulled while
+    the order probes an API that does not answer (CI's e2e: kwok marks a pod Ready before the stand-in
+    kubelet says the pull failed). No status names HealthCheckFailed beside the trouble: the order
+    says ImagePullFailed on Ready and WorkloadReady in the same write, and waits for an edit."""
+    world = harness.world
+    world.loading.add("support/pulled")
+    world.healthy = False
+    world.probe_gate = asyncio.Event()
+    handle = await harness.start(make_order("pulled"))
+    await harness.until(lambda: world.applies_of("pulled"), what="applied")
+    await world.let_load("pulled")
+    await asyncio.wait_for(world.probe_held.wait(), 20)  # the probe after replica_ready
+    await handle.signal(REPLICA_TROUBLE, PULL)
+    await asyncio.sleep(0.5)  # the signal lands while the probe runs
+    world.probe_gate.set()
+    await harness.until(harness.phase_is(Phase.PENDING, Reason.IMAGE_PULL_FAILED))
+    await asyncio.sleep(1)  # whatever the order writes next
+    said = [
+        (ready.reason, workload.reason)
+        for update in world.statuses
+        if update.ref.key == "support/pulled"
+        for ready in update.conditions
+        if ready.type == "Ready"
+        for workload in update.conditions
+        if workload.type == "WorkloadReady"
+    ]
+    assert (Reason.HEALTH_CHECK_FAILED, Reason.IMAGE_PULL_FAILED) not in said
+    assert Reason.HEALTH_CHECK_FAILED not in [ready for ready, _ in said]
+    assert harness.world.condition("pulled", "Ready") == (ConditionStatus.FALSE, Reason.IMAGE_PULL_FAILED)
+    applies = len(world.applies_of("pulled"))
+    await asyncio.sleep(2)  # FAST: retryBaseSeconds 0.5 — a backoff would have applied again
+    assert len(world.applies_of("pulled")) == applies
+    await ends_deleted(harness, handle, "pulled")
+
+
 async def test_a_trouble_over_before_the_order_showed_it_still_wakes_the_loading_order(harness: Harness) -> None:
     """A quota refuses the first pod and goes again before the order's loop shows it (found at 100
     orders in the fault suite): the refusal ends the first-load wait, and its end and the replica's

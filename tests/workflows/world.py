@@ -196,6 +196,10 @@ class World:
     # tells it is held): a test decides what else happens while that step runs.
     publish_gate: asyncio.Event | None = None
     publish_held: asyncio.Event = field(default_factory=asyncio.Event)
+    # When set, probe_serving waits until the gate opens (``probe_held`` tells it waits): a test
+    # decides what the observer says while the order probes.
+    probe_gate: asyncio.Event | None = None
+    probe_held: asyncio.Event = field(default_factory=asyncio.Event)
 
     def delete_order(self, name: str) -> None:
         """What `kubectl delete` does to an order with a finalizer: it gets a deletionTimestamp."""
@@ -298,6 +302,9 @@ class World:
         @activity.defn(name=act.PROBE_SERVING)
         async def probe_serving(request: ProbeInput) -> ProbeResult:
             world.probe_waits.append(request.waitSeconds)
+            if world.probe_gate is not None:
+                world.probe_held.set()
+                await world.probe_gate.wait()
             return ProbeResult(ok=world.healthy, detail="200 /v1/models" if world.healthy else "503")
 
         @activity.defn(name=act.PUBLISH_STATUS)
