@@ -44,7 +44,7 @@ def delete(
 
 def kwok_pod(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
     """A pod kwok will "run" (nothing runs: the image is never pulled)."""
-    container: dict[str, Any] = {"name": "main", "image": "registry.invalid/none:0"}
+    container: dict[str, Any] = {"name": "main", "image": "registry.example/none:0"}
     claims = spec.pop("container_claims", None)
     if claims:
         container["resources"] = {"claims": [{"name": c} for c in claims]}

@@ -47,7 +47,7 @@ def make_refused_pod(core: CoreV1Api, namespace: str, name: str, claim: str, ver
         "metadata": {"name": name, "namespace": namespace, "labels": LABELS},
         "spec": {
             "schedulerName": "no-such-scheduler",
-            "containers": [{"name": "main", "image": "registry.invalid/none:0"}],
+            "containers": [{"name": "main", "image": "registry.example/none:0"}],
             "volumes": [{"name": "model", "persistentVolumeClaim": {"claimName": claim}}],
         },
     }
@@ -114,13 +114,16 @@ def test_a_pod_whose_volume_is_not_bound_yet_is_left_alone(
     assert pod_uid(core, namespace, "waiting-0") == uid
 
 
-def make_bound_pod(core: CoreV1Api, namespace: str, name: str, repository: str) -> None:
-    """A pod already bound to a kwok node, with the module's model fetcher naming ``repository``."""
+def make_bound_pod(
+    core: CoreV1Api, namespace: str, name: str, repository: str, image: str = "registry.example/vllm:0"
+) -> None:
+    """A pod already bound to a kwok node, with the module's model fetcher naming ``repository`` and its
+    two containers running ``image``."""
     nodes = core.list_node().items
     node = next(n.metadata.name for n in nodes if (n.metadata.annotations or {}).get(KWOK_ANNOTATION) == "fake")
     fetcher = {
         "name": FETCHER_CONTAINER,
-        "image": "registry.invalid/fetcher:0",
+        "image": "registry.example/fetcher:0",
         "env": [{"name": "MODEL_REPOSITORY", "value": repository}],
     }
     body: dict[str, Any] = {
@@ -131,8 +134,8 @@ def make_bound_pod(core: CoreV1Api, namespace: str, name: str, repository: str) 
             "nodeName": node,
             "initContainers": [fetcher],
             "containers": [
-                {"name": RUNTIME_CONTAINER, "image": "registry.invalid/vllm:0"},
-                {"name": FRONT_CONTAINER, "image": "registry.invalid/vllm:0"},
+                {"name": RUNTIME_CONTAINER, "image": image},
+                {"name": FRONT_CONTAINER, "image": image},
             ],
         },
     }
@@ -173,3 +176,33 @@ def test_kwok_starts_a_real_engines_pod_but_leaves_its_readiness_to_the_engine(
     assert status.pod_ip, "the engine's pod has an address like any pod kwok runs"
     waiting = {c.name: c.state.waiting.reason for c in status.container_statuses if c.state.waiting}
     assert waiting == {RUNTIME_CONTAINER: "ContainerCreating", FRONT_CONTAINER: "ContainerCreating"}
+
+
+def test_kwok_never_makes_a_pod_ready_whose_image_cannot_be_pulled(
+    kube_admin: ApiClient, make_namespace: Callable[..., str]
+) -> None:
+    """An image under a ``.invalid`` registry host is one no kubelet can pull (``fleet.unpullable``): kwok
+    starts the pod but its containers wait ErrImagePull and it is never Ready. Before, kwok made it Ready
+    at once, the observer told the order a replica was ready, and the order probed a replica that could
+    not exist (CI: Ready said HealthCheckFailed beside the pull failure)."""
+    core = CoreV1Api(kube_admin)
+    namespace = make_namespace("kwok-unpulled")
+    make_bound_pod(core, namespace, "unpulled-0", "Qwen/Qwen2.5-0.5B-Instruct", image="registry.invalid/vllm:0")
+    make_bound_pod(core, namespace, "pulled-0", "Qwen/Qwen2.5-0.5B-Instruct")
+    wait_until(
+        lambda: pod_state(core, namespace, "pulled-0") == ("Running", "True", [True, True]),
+        timeout=30,
+        what=lambda: f"kwok runs the pod whose image pulls, Ready (now {pod_state(core, namespace, 'pulled-0')})",
+    )
+    wait_until(
+        lambda: pod_state(core, namespace, "unpulled-0")[0] == "Running",
+        timeout=30,
+        what="kwok starts the pod whose image cannot be pulled",
+    )
+    time.sleep(2)  # a few more of kwok's turns: nothing else writes this pod
+    assert pod_state(core, namespace, "unpulled-0") == ("Running", "False", [False, False])
+    status = core.read_namespaced_pod("unpulled-0", namespace).status
+    waiting = {c.name: c.state.waiting.reason for c in status.container_statuses if c.state.waiting}
+    assert waiting == {RUNTIME_CONTAINER: "ErrImagePull", FRONT_CONTAINER: "ErrImagePull"}
+    fetcher = [c.state.waiting.reason for c in status.init_container_statuses if c.state.waiting]
+    assert fetcher == ["PodInitializing"]  # its own image pulls; it waits for the pod's

@@ -41,7 +41,7 @@ def make_statefulset(apps: AppsV1Api, namespace: str, name: str) -> None:
                 "selector": {"matchLabels": labels},
                 "template": {
                     "metadata": {"labels": labels},
-                    "spec": {"containers": [{"name": "main", "image": "registry.invalid/none:0"}]},
+                    "spec": {"containers": [{"name": "main", "image": "registry.example/none:0"}]},
                 },
             },
         },
