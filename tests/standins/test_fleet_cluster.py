@@ -149,6 +149,22 @@ def pod_state(core: CoreV1Api, namespace: str, name: str) -> tuple[str | None, s
     return status.phase, ready, [c.ready for c in status.container_statuses or []]
 
 
+def kwok_started(core: CoreV1Api, namespace: str, ready: str, held: str) -> None:
+    """Until kwok has made pod ``ready`` Running and Ready and started pod ``held``, then a few more of its
+    turns: no fleet runs here, so nothing but kwok writes these pods, and ``held`` shows what kwok left."""
+    wait_until(
+        lambda: pod_state(core, namespace, ready) == ("Running", "True", [True, True]),
+        timeout=30,
+        what=lambda: f"kwok runs pod {ready}, Ready (now {pod_state(core, namespace, ready)})",
+    )
+    wait_until(
+        lambda: pod_state(core, namespace, held)[0] == "Running",
+        timeout=30,
+        what=f"kwok starts pod {held}",
+    )
+    time.sleep(2)
+
+
 def test_kwok_starts_a_real_engines_pod_but_leaves_its_readiness_to_the_engine(
     kube_admin: ApiClient, make_namespace: Callable[..., str]
 ) -> None:
@@ -159,18 +175,7 @@ def test_kwok_starts_a_real_engines_pod_but_leaves_its_readiness_to_the_engine(
     namespace = make_namespace("kwok-engine")
     make_bound_pod(core, namespace, "engine-0", tiny_model.REPOSITORY)
     make_bound_pod(core, namespace, "standin-0", "Qwen/Qwen2.5-0.5B-Instruct")
-    wait_until(
-        lambda: pod_state(core, namespace, "standin-0") == ("Running", "True", [True, True]),
-        timeout=30,
-        what=lambda: f"kwok runs the stand-in's pod, Ready (now {pod_state(core, namespace, 'standin-0')})",
-    )
-    wait_until(
-        lambda: pod_state(core, namespace, "engine-0")[0] == "Running",
-        timeout=30,
-        what="kwok runs the engine's pod",
-    )
-    # No fleet runs here: nothing but kwok writes these pods. Give it a few more of its turns.
-    time.sleep(2)
+    kwok_started(core, namespace, ready="standin-0", held="engine-0")
     assert pod_state(core, namespace, "engine-0") == ("Running", "False", [False, False])
     status = core.read_namespaced_pod("engine-0", namespace).status
     assert status.pod_ip, "the engine's pod has an address like any pod kwok runs"
@@ -189,17 +194,7 @@ def test_kwok_never_makes_a_pod_ready_whose_image_cannot_be_pulled(
     namespace = make_namespace("kwok-unpulled")
     make_bound_pod(core, namespace, "unpulled-0", "Qwen/Qwen2.5-0.5B-Instruct", image="registry.invalid/vllm:0")
     make_bound_pod(core, namespace, "pulled-0", "Qwen/Qwen2.5-0.5B-Instruct")
-    wait_until(
-        lambda: pod_state(core, namespace, "pulled-0") == ("Running", "True", [True, True]),
-        timeout=30,
-        what=lambda: f"kwok runs the pod whose image pulls, Ready (now {pod_state(core, namespace, 'pulled-0')})",
-    )
-    wait_until(
-        lambda: pod_state(core, namespace, "unpulled-0")[0] == "Running",
-        timeout=30,
-        what="kwok starts the pod whose image cannot be pulled",
-    )
-    time.sleep(2)  # a few more of kwok's turns: nothing else writes this pod
+    kwok_started(core, namespace, ready="pulled-0", held="unpulled-0")
     assert pod_state(core, namespace, "unpulled-0") == ("Running", "False", [False, False])
     status = core.read_namespaced_pod("unpulled-0", namespace).status
     waiting = {c.name: c.state.waiting.reason for c in status.container_statuses if c.state.waiting}
