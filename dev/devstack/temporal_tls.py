@@ -11,6 +11,13 @@ with one from another CA, gets nothing through.
 and one client certificate per caller (the worker, the watcher, the CLI), made once with openssl
 (:mod:`devstack.cluster.pki`) and kept in a directory. :class:`TLSTerminator` writes nginx's
 configuration and runs it. nginx comes from the system (Debian: ``apt-get install nginx-light``).
+
+Each certificate's subject names a Temporal identity (``CN=ai-inference-worker``, ...), and the
+terminator lets it call only that identity's gRPC methods (:mod:`inference_api.temporal_identities`,
+rendered into the chart's ``files/temporal-identities.conf``). ``admin`` (every method) is the test
+harness's identity here; the chart issues none. The CA's revocation list (empty at first) is checked
+at every handshake: :meth:`TemporalCredentials.revoke` adds a certificate to it,
+:meth:`TLSTerminator.reload` makes nginx read it again.
 """
 
 from __future__ import annotations
@@ -31,18 +38,41 @@ from typing import Any
 from temporalio.service import TLSConfig
 
 from devstack.cluster.paths import REPO_ROOT
-from devstack.cluster.pki import CertificateAuthority, IssuedCertificate, create_ca, issue_certificate
+from devstack.cluster.pki import (
+    CertificateAuthority,
+    IssuedCertificate,
+    create_ca,
+    crl_path,
+    issue_certificate,
+    revoke_certificate,
+    write_crl,
+)
 from devstack.process_group import stop_group
+from inference_api.temporal_identities import SUBJECTS, nginx_maps
 
 PROXY_CONFIG = REPO_ROOT / "deploy" / "charts" / "ai-inference" / "files" / "temporal-tls-proxy.conf"
+# The identities' map blocks, rendered from inference_api/temporal_identities.py (write_identity_maps).
+IDENTITIES_CONFIG = PROXY_CONFIG.parent / "temporal-identities.conf"
 # The name the server certificate carries (with IP 127.0.0.1), and every client verifies.
 SERVER_NAME = "localhost"
-CLIENTS = ("worker", "watcher", "cli")
+CLIENTS = ("worker", "watcher", "cli", "admin")
 INSTALL_HINT = "Debian/Ubuntu: apt-get install nginx-light (any nginx with the http_ssl, http_v2 and grpc modules)"
 
 
 class NginxMissingError(RuntimeError):
     pass
+
+
+def common_name(client: str) -> str:
+    """The CN of ``client``'s certificate: its identity's subject (``ai-inference-<client>``)."""
+    subject = SUBJECTS.get(client, f"CN=ai-inference-{client}")
+    return subject.removeprefix("CN=")
+
+
+def write_identity_maps(path: Path = IDENTITIES_CONFIG) -> Path:
+    """The chart's ``files/temporal-identities.conf`` written again from the table."""
+    path.write_text(nginx_maps())
+    return path
 
 
 def nginx_binary() -> Path:
@@ -72,18 +102,40 @@ class TemporalCredentials:
             return IssuedCertificate(directory / f"{name}.crt", directory / f"{name}.key", ca.cert)
 
         names = ("temporal-server", *(f"temporal-{c}" for c in clients))
-        if not all(p.is_file() for n in names for p in (issued(n).cert, issued(n).key)) or not ca.key.is_file():
+        present = all(p.is_file() for n in names for p in (issued(n).cert, issued(n).key))
+        # No CRL: made before identities and revocation (subjects CN=temporal-<client>): made again.
+        if not present or not ca.key.is_file() or not crl_path(ca).is_file():
             ca = create_ca(directory, "temporal-ca")
             issue_certificate(ca, directory, "temporal-server", sans=(f"DNS:{SERVER_NAME}", "IP:127.0.0.1"))
             for client in clients:
-                issue_certificate(ca, directory, f"temporal-{client}", usage="clientAuth")
+                issue_certificate(
+                    ca, directory, f"temporal-{client}", usage="clientAuth", common_name=common_name(client)
+                )
+            write_crl(ca)
         return cls(ca, issued("temporal-server"), {c: issued(f"temporal-{c}") for c in clients})
+
+    @property
+    def crl(self) -> Path:
+        """The CA's revocation list (PEM), what the terminator's ``ssl_crl`` reads."""
+        return crl_path(self.ca)
+
+    def issue(self, name: str, identity: str) -> IssuedCertificate:
+        """Another client certificate of this CA, ``temporal-{name}.crt``, with ``identity``'s subject."""
+        directory = self.ca.cert.parent
+        return issue_certificate(
+            self.ca, directory, f"temporal-{name}", usage="clientAuth", common_name=common_name(identity)
+        )
+
+    def revoke(self, issued: IssuedCertificate) -> Path:
+        """``issued`` added to the CA's revocation list (the terminator refuses it from its next reload)."""
+        return revoke_certificate(self.ca, issued.cert)
 
     def client(self, name: str) -> IssuedCertificate:
         return self.clients[name]
 
-    def module_env(self, client: str = "worker") -> dict[str, str]:
-        """The module's settings (inference_api/settings.py) for a process connecting as ``client``."""
+    def module_env(self, client: str = "admin") -> dict[str, str]:
+        """The module's settings (inference_api/settings.py) for a process connecting as ``client``
+        (by default the test harness's ``admin``; the local stack names each process's own)."""
         issued = self.client(client)
         return {
             "AI_INFERENCE_TEMPORAL__TLS__ENABLED": "true",
@@ -115,10 +167,19 @@ class TemporalCredentials:
 
 
 def render_config(
-    *, listen: str, upstream: str, cert: Path, key: Path, ca: Path, run_dir: Path, user: str | None = None
+    *,
+    listen: str,
+    upstream: str,
+    cert: Path,
+    key: Path,
+    ca: Path,
+    run_dir: Path,
+    user: str | None = None,
+    crl: Path | None = None,
 ) -> str:
     """The chart's terminator configuration, filled in for this machine (``user``: the ``user``
-    directive; by default ``user root;`` when running as root, else none)."""
+    directive; by default ``user root;`` when running as root, else none; ``crl``: the CA's
+    revocation list, or none checked)."""
     if user is None:
         # A root master would hand connections to workers running as nobody, who could not read the
         # owner-only key (nginx reads a variable certificate at each handshake, in the worker).
@@ -131,6 +192,8 @@ def render_config(
         "@CERT@": str(cert),
         "@KEY@": str(key),
         "@CA@": str(ca),
+        "@SSL_CRL@": f"ssl_crl {crl};" if crl else "# no certificate revocation list",
+        "@IDENTITIES@": IDENTITIES_CONFIG.read_text(),
     }
     text = PROXY_CONFIG.read_text()
     for placeholder, value in values.items():
@@ -175,6 +238,7 @@ class TLSTerminator:
                 key=self.credentials.server.key,
                 ca=self.credentials.ca.cert,
                 run_dir=self.directory,
+                crl=self.credentials.crl,
             )
         )
         return self.config_file
@@ -211,6 +275,14 @@ class TLSTerminator:
 
     def stop(self) -> None:
         stop_group(self.process)
+
+    def reload(self) -> None:
+        """nginx reads its configuration and the CA's revocation list again (SIGHUP to the master):
+        new connections get them at once; old workers finish within worker_shutdown_timeout."""
+        if self.process is None or self.process.poll() is not None:
+            raise RuntimeError("the terminator is not running")
+        self.check()
+        os.kill(self.process.pid, signal.SIGHUP)
 
     def log_tail(self) -> str:
         log = self.directory / "nginx.log"

@@ -44,6 +44,13 @@ def _config(tmp_path: Path, user: str | None = None) -> str:
     )
 
 
+def _config_with_crl(tmp_path: Path) -> str:
+    return render_config(
+        listen="127.0.0.1:7233", upstream="127.0.0.1:7234", cert=tmp_path / "server.crt", key=tmp_path / "server.key",
+        ca=tmp_path / "ca.crt", run_dir=tmp_path, user="", crl=tmp_path / "ca.crl",
+    )  # fmt: skip
+
+
 def test_every_placeholder_is_filled_and_nothing_else_changes(tmp_path: Path) -> None:
     config = _config(tmp_path, user="")
     assert not re.search(r"@[A-Z_]+@", config)
@@ -64,7 +71,15 @@ def test_a_client_certificate_is_required_before_anything_is_forwarded(tmp_path:
     # The check comes before grpc_pass, in the only location that forwards.
     assert location.index("if ($ssl_client_verify != SUCCESS)") < location.index("grpc_pass")
     assert config.count("grpc_pass") == 1
-    assert _directive(config, "add_header grpc-status") == "16 always"
+    statuses = re.findall(r"(?m)^[ \t]*add_header grpc-status[ \t]+([^;]+);", config)
+    # UNAUTHENTICATED (no certificate of the CA, or a revoked one), PERMISSION_DENIED (a method the
+    # certificate's identity may not call).
+    assert statuses == ["16 always", "7 always", "16 always"]
+    # The method check too comes before grpc_pass, after the certificate's.
+    assert location.index("if ($ssl_client_verify != SUCCESS)") < location.index("if ($temporal_allowed = 0)")
+    assert location.index("if ($temporal_allowed = 0)") < location.index("grpc_pass")
+    assert "map $ssl_client_s_dn $temporal_identity" in config
+    assert _config_with_crl(tmp_path).count(f"ssl_crl {tmp_path}/ca.crl;") == 1
     assert _directive(config, "ssl_protocols") == "TLSv1.2 TLSv1.3"
 
 
@@ -86,7 +101,8 @@ def test_credentials_are_made_once_and_kept(tmp_path: Path) -> None:
     again = TemporalCredentials.ensure(tmp_path)
     assert again == first
     assert {p: p.read_bytes() for p in made} == made
-    assert set(first.clients) == {"worker", "watcher", "cli"}
+    assert set(first.clients) == {"worker", "watcher", "cli", "admin"}
+    assert first.crl.read_text().startswith("-----BEGIN X509 CRL-----")
     for client in first.clients:
         env = first.module_env(client)
         assert env["AI_INFERENCE_TEMPORAL__TLS__ENABLED"] == "true"

@@ -144,11 +144,13 @@ def issue_certificate(
     sans: tuple[str, ...] = (),
     usage: str = "serverAuth",
     days: int = 825,
+    common_name: str | None = None,
 ) -> IssuedCertificate:
     """``{name}.crt``/``{name}.key`` signed by ``ca``: ``usage`` serverAuth (``sans`` like
-    ``DNS:localhost``, ``IP:127.0.0.1``) or clientAuth (the CN is ``name``)."""
+    ``DNS:localhost``, ``IP:127.0.0.1``) or clientAuth (the CN is ``common_name``, by default ``name``)."""
     _owner_only(directory)
-    request = ["req", "-new", *_ec_key_args(), "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}"]
+    subject = f"/CN={common_name or name}"
+    request = ["req", "-new", *_ec_key_args(), "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", subject]
     if sans:
         request += ["-addext", f"subjectAltName={','.join(sans)}"]
     request += ["-addext", f"extendedKeyUsage={usage}"]
@@ -166,6 +168,47 @@ def issue_certificate(
     for path in (issued.cert, issued.key):
         os.chmod(path, 0o600)
     return issued
+
+
+def _crl_config(ca: CertificateAuthority) -> Path:
+    """The ``openssl ca`` configuration of ``ca``'s revocation list: its index of revoked certificates
+    and CRL number beside the CA (made empty the first time)."""
+    base = ca.cert.with_suffix("")
+    index, number, config = (base.with_suffix(s) for s in (".index", ".crlnumber", ".crl.cnf"))
+    if not index.exists():
+        index.touch(mode=0o600)
+    if not number.exists():
+        number.write_text("01\n")
+        os.chmod(number, 0o600)
+    config.write_text(
+        "[ca]\ndefault_ca = ca_default\n[ca_default]\n"
+        f"database = {index}\ncrlnumber = {number}\ncertificate = {ca.cert}\nprivate_key = {ca.key}\n"
+        "default_md = sha256\ndefault_crl_days = 3650\nunique_subject = no\n"
+    )
+    os.chmod(config, 0o600)
+    return config
+
+
+def crl_path(ca: CertificateAuthority) -> Path:
+    """Where ``ca``'s certificate revocation list (PEM) is: ``{name}.crl`` beside it."""
+    return ca.cert.with_suffix(".crl")
+
+
+def write_crl(ca: CertificateAuthority) -> Path:
+    """``ca``'s revocation list, signed by it, naming every certificate :func:`revoke_certificate`
+    revoked (none at first): what a TLS terminator's ``ssl_crl`` reads."""
+    config = _crl_config(ca)
+    out = crl_path(ca)
+    _openssl("ca", "-gencrl", "-config", str(config), "-out", str(out), cwd=ca.cert.parent)
+    os.chmod(out, 0o644)
+    return out
+
+
+def revoke_certificate(ca: CertificateAuthority, cert: Path) -> Path:
+    """Add ``cert`` (signed by ``ca``) to ``ca``'s revocation list and write the list again; the
+    terminator refuses it once it reloads the list."""
+    _openssl("ca", "-config", str(_crl_config(ca)), "-revoke", str(cert), cwd=ca.cert.parent)
+    return write_crl(ca)
 
 
 def create_pki(directory: Path) -> PKI:
