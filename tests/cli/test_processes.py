@@ -75,7 +75,7 @@ class DevServer:
             self.address,
             namespace=namespace,
             data_converter=pydantic_data_converter,
-            tls=self.credentials.tls_config("cli"),
+            tls=self.credentials.tls_config("admin"),  # the harness: every method
         )
 
 
@@ -159,9 +159,12 @@ class Process:
         self._log.close()
 
 
-def module_env(server: DevServer, task_queue: str, namespace: str = "default") -> dict[str, str]:
+def module_env(
+    server: DevServer, task_queue: str, namespace: str = "default", client: str = "worker"
+) -> dict[str, str]:
+    # Each process its own Temporal identity (inference_api/temporal_identities.py), as in the chart.
     return {
-        **server.credentials.module_env("worker"),
+        **server.credentials.module_env(client),
         "AI_INFERENCE_TEMPORAL__ADDRESS": server.address,
         "AI_INFERENCE_TEMPORAL__NAMESPACE": namespace,
         "AI_INFERENCE_TEMPORAL__TASKQUEUE": task_queue,
@@ -215,7 +218,7 @@ async def refused_replan(
         assert time.monotonic() < deadline, f"the order did not stop at ClassResolved=False: {status}"
         time.sleep(0.5)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AI_INFERENCE_")}
-    env.update(module_env(server, task_queue))
+    env.update(module_env(server, task_queue, client="cli"))
     result = subprocess.run(
         [str(SCRIPTS / "ai-inference"), "replan", f"{namespace}/no-class", "-o", "json", "--kubeconfig", kubeconfig],
         env=env,
@@ -334,7 +337,10 @@ async def test_the_observers_readyz_follows_its_informers_and_temporal(
     fresh_temporal: DevServer, local_cluster: LocalCluster, tmp_path: Path
 ) -> None:
     kubeconfig = str(local_cluster.kubeconfig("admin"))
-    env = {**module_env(fresh_temporal, f"obs-{uuid.uuid4().hex[:8]}"), "AI_INFERENCE_CATALOG__MODE": "None"}
+    env = {
+        **module_env(fresh_temporal, f"obs-{uuid.uuid4().hex[:8]}", client="watcher"),
+        "AI_INFERENCE_CATALOG__MODE": "None",
+    }
     observer = Process(["watch", "--kubeconfig", kubeconfig], env, tmp_path / "observer.log")
     try:
         ready = observer.until("/readyz", 200)
