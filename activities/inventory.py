@@ -16,9 +16,11 @@ Read on every plan (the planner judges what is taken *now*):
   for a share of a device that allows multiple allocations, the whole device otherwise.
 
 Each allocation is given a **holder** so that a replan does not count an order's own claim against it:
-``<namespace>/<order>`` when the claim carries the order label ``ai.deckhouse.io/inference-service``
-(the order's ResourceClaimTemplate puts it on every claim made from it), or when a pod that owns or
-reserves the claim carries that label; ``<namespace>/<claim name>`` otherwise. The planner client sends
+``<namespace>/<order>`` when a pod that owns or reserves the claim is the order's; ``<namespace>/<claim
+name>`` otherwise. A label is a hint (anyone who may write an object may write its labels): a pod is
+the order's only when its controller chain reaches the order (pod → the order's StatefulSet → the
+order, ``inference_api.ownership``), and a claim template reserves planned placements only when it
+is the order's own (``{order}-claim``, controlled by the order). The planner client sends
 ``holder = <namespace>/<order>`` (``OrderRef.key``), so the two meet.
 """
 
@@ -31,12 +33,13 @@ from fractions import Fraction
 from typing import Any, TypeVar
 
 import structlog
-from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
+from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
 from activities.builders.claim import ANNOTATION_PLANNED_PLACEMENTS, MEMORY_CAPACITY, request_alternatives
 from activities.builders.common import LABEL_ORDER
 from inference_api.gpu_types import GPU_GROUP, GPU_PLURAL, GPU_VERSION
+from inference_api.ownership import believed_order, by_uid
 from inference_api.types import PlacementType
 from planner.inventory import (
     GPU_DRIVER,
@@ -152,29 +155,45 @@ def _list_cluster(
 
 
 def _order_pods(api: ApiClient, timeout: float | None) -> dict[tuple[str, str], str]:
-    """(namespace, pod) → order name, for pods that carry the order label. Empty when pods are not readable."""
+    """(namespace, pod) → order name, for the orders' pods (the order label, believed along the
+    controller chain through the orders' StatefulSets). Empty when pods are not readable."""
     kwargs: dict[str, Any] = {"label_selector": LABEL_ORDER, "_preload_content": False}
     if timeout is not None:
         kwargs["_request_timeout"] = timeout
     try:
         response = CoreV1Api(api).list_pod_for_all_namespaces(**kwargs)
+        statefulsets = AppsV1Api(api).list_stateful_set_for_all_namespaces(**kwargs)
     except ApiException as err:
         if err.status in (401, 403, 404):
-            log.debug("pods not readable: claims without the order label keep their own name", status=err.status)
+            log.debug("pods not readable: claims keep their own name", status=err.status)
             return {}
         raise
-    return order_pod_names(json.loads(response.data).get("items") or [])
+    return order_pod_names(
+        json.loads(response.data).get("items") or [], json.loads(statefulsets.data).get("items") or []
+    )
 
 
-def order_pod_names(pods: Iterable[Obj]) -> dict[tuple[str, str], str]:
-    """(namespace, pod) → order name, for the pods that carry the order label."""
+def order_pod_names(pods: Iterable[Obj], statefulsets: Iterable[Obj] = ()) -> dict[tuple[str, str], str]:
+    """(namespace, pod) → order name, for the pods that are an order's: the order label, believed only
+    when the pod's controller chain reaches that order through one of ``statefulsets``
+    (``inference_api.ownership.believed_order``; a pod labelled by anyone else is no order's)."""
+    owners = by_uid(*statefulsets)
     out: dict[tuple[str, str], str] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
-        order = (meta.get("labels") or {}).get(LABEL_ORDER)
+        order = believed_order(pod, LABEL_ORDER, owners)
         if order:
             out[(meta.get("namespace", ""), meta.get("name", ""))] = order
     return out
+
+
+def template_order(template: Obj) -> str | None:
+    """The order a ResourceClaimTemplate is the claim template of: the order label, believed only on the
+    order's own template (named ``{order}-claim``, its controller the order)."""
+    order = believed_order(template, LABEL_ORDER)
+    if order is None or (template.get("metadata") or {}).get("name") != f"{order}-claim":
+        return None
+    return order
 
 
 def read_inventory(
@@ -360,7 +379,7 @@ Planned = tuple[str, list[tuple[str, str]], Quantity | None, str]
 def _planned(template: Obj) -> Planned | None:
     meta = template.get("metadata") or {}
     raw = (meta.get("annotations") or {}).get(ANNOTATION_PLANNED_PLACEMENTS)
-    order = (meta.get("labels") or {}).get(LABEL_ORDER)
+    order = template_order(template)
     if raw is None or not order or meta.get("deletionTimestamp"):
         return None
     try:
@@ -753,8 +772,10 @@ def _needs_pods(claim: Obj, drivers: Collection[str]) -> bool:
 
 
 def claim_holder(claim: Obj, order_pods: Mapping[tuple[str, str], str]) -> str:
-    """``<namespace>/<order>`` when the claim or a pod owning / reserving it names the order; else
-    ``<namespace>/<claim>``."""
+    """``<namespace>/<order>`` when a pod owning or reserving the claim is the order's (``order_pods``:
+    the pods whose controller chain reaches their order) or the claim's order label names it (copied from
+    the order's template by the resourceclaim controller; the marks guard refuses it to anyone else);
+    else ``<namespace>/<claim>``."""
     meta = claim.get("metadata") or {}
     namespace = meta.get("namespace", "")
     order = (meta.get("labels") or {}).get(LABEL_ORDER)

@@ -278,9 +278,46 @@ def _template(placements: list[dict[str, Any]], memory: str | None = "4Gi", orde
             "namespace": "ns",
             "labels": {LABEL_ORDER: order},
             "annotations": {"ai.deckhouse.io/planned-placements": json.dumps(placements)},
+            # The order's own template: its controller is the order (what the worker's apply writes).
+            "ownerReferences": [
+                {
+                    "apiVersion": "ai.deckhouse.io/v1alpha1",
+                    "kind": "InferenceService",
+                    "name": order,
+                    "uid": f"uid-{order}",
+                    "controller": True,
+                }
+            ],
         },
         "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}},
     }
+
+
+def test_a_forged_template_reserves_nothing() -> None:
+    """A template labelled as an order's with planned placements, but not the order's own (no controller
+    reference to it, another name, another order's reference): the label is not believed."""
+    from activities.inventory import planned_reservations
+    from planner.inventory import Device
+    from worker.observer.inventory import with_reservations
+
+    cards = [Device(name=f"gpu-{i}", node="n", memoryMiB=81920) for i in range(8)]
+    placements = [{"node": "n", "devices": [f"gpu-{i}" for i in range(8)]}]
+    mine = _template(placements)
+    no_owner = {**mine, "metadata": {k: v for k, v in mine["metadata"].items() if k != "ownerReferences"}}
+    renamed = {**mine, "metadata": {**mine["metadata"], "name": "grab-everything"}}
+    other_order = _template(placements, order="other")
+    other_order["metadata"]["labels"] = {LABEL_ORDER: "llm"}
+    not_controller = {
+        **mine,
+        "metadata": {
+            **mine["metadata"],
+            "ownerReferences": [{**mine["metadata"]["ownerReferences"][0], "controller": False}],
+        },
+    }
+    assert len(planned_reservations([mine], cards)) == 8
+    for forged in (no_owner, renamed, other_order, not_controller):
+        assert planned_reservations([forged], cards) == []
+        assert with_reservations([], [forged]) == []
 
 
 def test_a_pinned_orders_template_reserves_the_placements_no_claim_holds_yet() -> None:
@@ -431,3 +468,29 @@ def test_a_slim_node_keeps_its_readiness_and_drops_its_heartbeats() -> None:
     assert build_nodes([slim_node(node("True", "t3"))], [])[0].ready
     # A heartbeat changes nothing but the resourceVersion.
     assert {**lost, "metadata": {}} == {**again, "metadata": {}}
+
+
+def test_a_pod_is_an_orders_only_through_its_statefulset() -> None:
+    """A pod labelled as an order's is counted as the order's only when its controller is the order's
+    StatefulSet and that StatefulSet's controller is the order (a tenant's labelled pod is no one's)."""
+    from activities.inventory import order_pod_names
+
+    order_ref = {"apiVersion": "ai.deckhouse.io/v1alpha1", "kind": "InferenceService", "name": "llm", "uid": "o1"}
+    sts = {
+        "metadata": {
+            "name": "llm",
+            "namespace": "ns",
+            "uid": "s1",
+            "ownerReferences": [{**order_ref, "controller": True}],
+        }
+    }
+    sts_ref = {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "llm", "uid": "s1", "controller": True}
+
+    def pod(name: str, *refs: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "metadata": {"name": name, "namespace": "ns", "labels": {LABEL_ORDER: "llm"}, "ownerReferences": list(refs)}
+        }
+
+    pods = [pod("llm-0", sts_ref), pod("forged"), pod("forged-sts", {**sts_ref, "uid": "made-up"})]
+    assert order_pod_names(pods, [sts]) == {("ns", "llm-0"): "llm"}
+    assert order_pod_names(pods) == {}

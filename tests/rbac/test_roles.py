@@ -660,14 +660,15 @@ def test_the_processes_run_their_informers_and_secret_reads_with_their_own_roles
     """Enough, as well as no more: every informer of the observer and of the planner lists and
     watches as its ServiceAccount; the observer reads a Token order's auth Secret by name; the
     worker reads a Secret by name but cannot list Secrets anywhere, and the planner reads none."""
-    core = CoreV1Api(kube_admin)
-    core.create_namespaced_secret(
-        bound.other,
-        {
-            "metadata": {"name": "chat-auth", "labels": {"app.kubernetes.io/managed-by": "ai-inference"}},
-            "data": {"token": "dG9rZW4="},
-        },
-    )
+    # Made by the worker: the marks guard refuses the module's label to anyone else, the admin included.
+    with _token_client(bound.cluster, _sa_token(kube_admin, "worker")) as maker:
+        CoreV1Api(maker).create_namespaced_secret(
+            bound.other,
+            {
+                "metadata": {"name": "chat-auth", "labels": {"app.kubernetes.io/managed-by": "ai-inference"}},
+                "data": {"token": "dG9rZW4="},
+            },
+        )
     with _token_client(bound.cluster, _sa_token(kube_admin, "watcher")) as watcher:
         for resource in inf.resources(watcher, catalog=True):
             _list_and_watch(resource)

@@ -47,6 +47,7 @@ from tests import factories as f
 from tests.chart.helm import NAMESPACE as MODULE_NAMESPACE
 from tests.chart.helm import Helm
 from tests.polling import wait_until
+from tests.security.impersonation import STATEFULSET_CONTROLLER, impersonating
 
 pytestmark = pytest.mark.cluster
 
@@ -208,7 +209,7 @@ def watcher_api(worker_api: ApiClient, local_cluster: LocalCluster, kube_admin: 
 
 
 def test_the_watcher_may_force_delete_only_the_modules_pods(
-    watcher_api: ApiClient, kube_admin: ApiClient, make_namespace: Callable[..., str]
+    watcher_api: ApiClient, kube_admin: ApiClient, local_cluster: LocalCluster, make_namespace: Callable[..., str]
 ) -> None:
     """The observer's force delete of an order's pod on a lost node (observer.forceDeletePodsOnLostNodes)
     and its Event: granted by its ClusterRole; held by the watcher guard to the module's pods outside
@@ -227,10 +228,13 @@ def test_the_watcher_may_force_delete_only_the_modules_pods(
     def force_delete(name: str, where: str) -> tuple[int, str]:
         return _status(lambda: watcher.delete_namespaced_pod(name, where, grace_period_seconds=0, dry_run=DRY))
 
-    admin.create_namespaced_pod(namespace, pod("replica-0", True))
+    # The module's marks are written by the StatefulSet controller (the marks guard refuses them to
+    # anyone else, the admin included): the labelled pods are made as it.
+    with impersonating(local_cluster, STATEFULSET_CONTROLLER) as controller:
+        CoreV1Api(controller).create_namespaced_pod(namespace, pod("replica-0", True))
+        guarded = f"guarded-{uuid.uuid4().hex[:6]}"
+        CoreV1Api(controller).create_namespaced_pod("kube-system", pod(guarded, True))
     admin.create_namespaced_pod(namespace, pod("users-own", False))
-    guarded = f"guarded-{uuid.uuid4().hex[:6]}"
-    admin.create_namespaced_pod("kube-system", pod(guarded, True))
     try:
         status, body = wait_until(
             lambda: r if (r := force_delete("users-own", namespace))[0] == 403 else None,

@@ -32,7 +32,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 import structlog
-from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
+from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
 from activities.builders.claim import ANNOTATION_PLANNED_PLACEMENTS, MEMORY_CAPACITY, request_alternatives
@@ -46,6 +46,7 @@ from activities.inventory import (
     build_snapshot,
     memoized,
     order_pod_names,
+    template_order,
 )
 from inference_api.gpu_types import GPU_GROUP, GPU_PLURAL, GPU_VERSION
 from planner.bookings import OrderClaim
@@ -63,6 +64,8 @@ PHYSICAL_GPU = "PhysicalGPU"
 ORDER_POD = "Pod"
 NODE = "Node"
 CLAIM_TEMPLATE = "ResourceClaimTemplate"
+# The orders' StatefulSets: a pod's order label is believed only through its controller, one of them.
+STATEFULSET = "StatefulSet"
 
 
 class InventoryNotSyncedError(RuntimeError):
@@ -93,6 +96,7 @@ def inventory_resources(api: ApiClient, physical_gpus: bool = True, judge_nodes:
             CLAIM_TEMPLATE, _custom(custom, RESOURCE_GROUP, RESOURCE_VERSION, "resourceclaimtemplates"), LABEL_ORDER
         ),
         Resource(ORDER_POD, core.list_pod_for_all_namespaces, None if judge_nodes else LABEL_ORDER),
+        Resource(STATEFULSET, AppsV1Api(api).list_stateful_set_for_all_namespaces, LABEL_ORDER),
     ]
     if judge_nodes:
         out.append(Resource(NODE, core.list_node))
@@ -115,7 +119,8 @@ def physical_gpus_served(api: ApiClient, timeout: float = 10) -> bool:
 
 
 def _order_of(claim: Obj, order_pods: Mapping[tuple[str, str], str]) -> str | None:
-    """The order a claim belongs to: its order label, else a pod owning or reserving it that carries one."""
+    """The order a claim belongs to: its order label, else a pod owning or reserving it that is an
+    order's (``order_pods``: believed along the controller chain)."""
     meta = claim.get("metadata") or {}
     order = (meta.get("labels") or {}).get(LABEL_ORDER)
     if order:
@@ -181,7 +186,7 @@ def order_claims(
 def _planned_count(template: Obj) -> tuple[str, int] | None:
     """(holder, planned placements with devices) of a pinned order's template; None: it reserves nothing."""
     meta = template.get("metadata") or {}
-    order = (meta.get("labels") or {}).get(LABEL_ORDER)
+    order = template_order(template)
     raw = (meta.get("annotations") or {}).get(ANNOTATION_PLANNED_PLACEMENTS)
     if not order or raw is None or meta.get("deletionTimestamp"):
         return None
@@ -235,6 +240,7 @@ def slim_pod(pod: Obj) -> Obj:
         "metadata": {
             **{k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp") if k in meta},
             "labels": {LABEL_ORDER: labels[LABEL_ORDER]} if LABEL_ORDER in labels else {},
+            **_controller_only(meta),
         },
         "spec": {
             **{k: spec[k] for k in _KEPT_POD_SPEC if spec.get(k)},
@@ -242,6 +248,23 @@ def slim_pod(pod: Obj) -> Obj:
             "initContainers": _requests_only(spec.get("initContainers")),
         },
         "status": {"phase": (pod.get("status") or {}).get("phase")},
+    }
+
+
+def _controller_only(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The controller ownerReference alone (what the ownership check follows), if any."""
+    refs = [r for r in meta.get("ownerReferences") or [] if r.get("controller") is True]
+    return {"ownerReferences": refs} if refs else {}
+
+
+def slim_statefulset(statefulset: Obj) -> Obj:
+    """An order's StatefulSet as the planner reads it: who it is and its controller (the order)."""
+    meta = statefulset.get("metadata") or {}
+    return {
+        "metadata": {
+            **{k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta},
+            **_controller_only(meta),
+        }
     }
 
 
@@ -264,7 +287,7 @@ def slim_node(node: Obj) -> Obj:
     }
 
 
-_SLIM: dict[str, Callable[[Obj], Obj]] = {ORDER_POD: slim_pod, NODE: slim_node}
+_SLIM: dict[str, Callable[[Obj], Obj]] = {ORDER_POD: slim_pod, NODE: slim_node, STATEFULSET: slim_statefulset}
 
 
 def _without_version(obj: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
@@ -392,7 +415,7 @@ class InventoryInformers:
             return snapshot, claimed
 
 
-KINDS = (DEVICE_CLASS, RESOURCE_SLICE, RESOURCE_CLAIM, PHYSICAL_GPU, ORDER_POD, NODE, CLAIM_TEMPLATE)
+KINDS = (DEVICE_CLASS, RESOURCE_SLICE, RESOURCE_CLAIM, PHYSICAL_GPU, ORDER_POD, NODE, CLAIM_TEMPLATE, STATEFULSET)
 
 
 def build_view(
@@ -405,7 +428,7 @@ def build_view(
     nodes = objects.get(NODE)
     templates = objects.get(CLAIM_TEMPLATE, [])
     claims = objects.get(RESOURCE_CLAIM, [])
-    order_pods = order_pod_names(pods)
+    order_pods = order_pod_names(pods, objects.get(STATEFULSET, []))
     snapshot = build_snapshot(
         objects.get(DEVICE_CLASS, []),
         objects.get(RESOURCE_SLICE, []),

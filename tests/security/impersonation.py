@@ -1,0 +1,23 @@
+"""A client of the cluster admin acting as someone else (``Impersonate-User``): how a test plays a
+controller or a ServiceAccount the module's admission guards let through (the StatefulSet controller's
+pods, the worker's writes) without running it."""
+
+from __future__ import annotations
+
+from kubernetes import config as kube_config
+from kubernetes.client import ApiClient, Configuration
+
+from devstack.cluster.launcher import LocalCluster
+
+STATEFULSET_CONTROLLER = "system:serviceaccount:kube-system:statefulset-controller"
+
+
+def service_account(namespace: str, name: str) -> str:
+    return f"system:serviceaccount:{namespace}:{name}"
+
+
+def impersonating(cluster: LocalCluster, user: str) -> ApiClient:
+    """A fresh client of the admin impersonating ``user`` (close it when done)."""
+    configuration = Configuration()
+    kube_config.load_kube_config(config_file=str(cluster.kubeconfig("admin")), client_configuration=configuration)
+    return ApiClient(configuration, header_name="Impersonate-User", header_value=user)
