@@ -12,6 +12,7 @@ legacy order workflow): it returns only when health changes state or after ``max
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
@@ -21,8 +22,16 @@ from typing import Any
 import httpx
 
 from inference_api.payloads import ProbeResult
+from inference_api.reasons import Reason
 
 MODELS_PATH = "/v1/models"
+# A model list is a few KiB (vLLM lists its model and its LoRA adapters): an answer larger than this
+# is no model list, and reading it would cost the shared observer and worker memory an order decides.
+MAX_PROBE_BODY_BYTES = 1 << 20
+# What a probe says of an order whose class asks for a token it cannot read: it fails closed.
+TOKEN_UNUSABLE_DETAIL = (
+    "the order's auth Secret has no usable token (empty, missing or not text): the endpoint refuses every request"
+)
 
 
 def probe_target(
@@ -73,11 +82,43 @@ async def probe_models(
     served_name: str | None,
     token: str | None = None,
     timeout_seconds: float = 5,
+    *,
+    token_required: bool = False,
+    max_body_bytes: int = MAX_PROBE_BODY_BYTES,
 ) -> ProbeResult:
-    """One ``GET {target}/v1/models``; a transport error is a failed probe named by its type only."""
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    """One ``GET {target}/v1/models``, bounded: ``timeout_seconds`` for the whole exchange (connect,
+    head and body together: a server that drips a byte a second is cut at the deadline, not kept
+    alive read by read), at most ``max_body_bytes`` of body, no compressed answer (a small gzip body
+    may inflate to gigabytes). A transport error is a failed probe named by its type only.
+
+    ``token_required``: the class asks for a token, and without one (``token`` None or empty: an
+    empty or unreadable Secret) the probe fails closed with ``AuthTokenInvalid``, sending nothing.
+    """
+    if token_required and not token:
+        return ProbeResult(ok=False, detail=TOKEN_UNUSABLE_DETAIL, reason=Reason.AUTH_TOKEN_INVALID.value)
+    headers = {"Accept-Encoding": "identity"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
     try:
-        response = await http.get(f"{target}{MODELS_PATH}", headers=headers, timeout=timeout_seconds)
+        async with asyncio.timeout(timeout_seconds):
+            async with http.stream("GET", f"{target}{MODELS_PATH}", headers=headers, timeout=timeout_seconds) as answer:
+                encoding = answer.headers.get("content-encoding", "identity").strip().lower()
+                if encoding not in ("", "identity"):
+                    return ProbeResult(ok=False, detail=f"GET {MODELS_PATH}: a {encoding[:32]}-encoded answer")
+                declared = answer.headers.get("content-length", "")
+                if declared.isdigit() and int(declared) > max_body_bytes:
+                    return _too_large(max_body_bytes)
+                body = bytearray()
+                async for chunk in answer.aiter_raw():
+                    body += chunk
+                    if len(body) > max_body_bytes:
+                        return _too_large(max_body_bytes)
+    except TimeoutError:
+        return ProbeResult(ok=False, detail=f"GET {MODELS_PATH}: no whole answer in {timeout_seconds:g} s")
     except httpx.HTTPError as err:
         return ProbeResult(ok=False, detail=f"GET {MODELS_PATH}: {type(err).__name__}")
-    return models_verdict(response.status_code, response.content, served_name)
+    return models_verdict(answer.status_code, bytes(body), served_name)
+
+
+def _too_large(limit: int) -> ProbeResult:
+    return ProbeResult(ok=False, detail=f"GET {MODELS_PATH}: an answer over {limit} bytes")

@@ -74,6 +74,7 @@ from activities.trusted_apply import (
     trusted_order,
     verified_ceiling,
 )
+from activities.trusted_status import being_deleted, trusted_event, trusted_status
 from inference_api.payloads import (
     ApplyInput,
     ApplyResult,
@@ -135,6 +136,14 @@ def fetchable(resolution: ModelResolution, name: str) -> ModelResolution:
             }
         )
     return resolution
+
+
+def _run_id() -> str:
+    """The workflow run that asked (named in the log line of a refusal); empty outside an activity."""
+    try:
+        return activity.info().workflow_run_id or ""
+    except RuntimeError:
+        return ""
 
 
 def _ready_of(statefulset: dict[str, Any]) -> int:
@@ -228,6 +237,11 @@ class OrderActivities:
         """Last step of a deletion: the owned objects go by garbage collection once the order goes."""
         obj = self._read_order_object(ref)
         if obj is None:
+            return
+        if not being_deleted(obj):
+            # A run told to delete an order the API server does not delete (a forged state, or an
+            # activity task answered by hand): nothing goes, and the order keeps its finalizer.
+            log.warning("finalize refused: the order is not being deleted", order=ref.key, run=_run_id())
             return
         finalizers = obj["metadata"].get("finalizers") or []
         if FINALIZER not in finalizers:
@@ -608,7 +622,15 @@ class OrderActivities:
         target = await asyncio.to_thread(self._probe_target, request.ref)
         token = await asyncio.to_thread(self._token, request.ref, request.authSecretName)
         async with httpx.AsyncClient(verify=False) as http:
-            return await probe_models(http, target, request.servedName, token, request.timeoutSeconds)
+            # A class with a token fails closed: an empty or unreadable token is AuthTokenInvalid.
+            return await probe_models(
+                http,
+                target,
+                request.servedName,
+                token,
+                request.timeoutSeconds,
+                token_required=request.authSecretName is not None,
+            )
 
     def _ready_replicas(self, ref: OrderRef, wait: float = 0) -> int:
         """The ready replicas of the order's StatefulSet. With none, it watches the StatefulSet up to
@@ -689,8 +711,17 @@ class OrderActivities:
 
     @activity.defn(name=act.PUBLISH_STATUS)
     def publish_status(self, update: StatusUpdate) -> None:
-        if self._read_order_object(update.ref) is None:
+        obj = self._read_order_object(update.ref)
+        if obj is None:
             return
+        # What the run asks to write is checked against the order (trusted_status): a forged run
+        # cannot tell a user to call another endpoint, read another Secret, or that it is deleted.
+        trusted, dropped = trusted_status(update, obj, self.settings)
+        if dropped:
+            log.warning("status write checked", order=update.ref.key, run=_run_id(), dropped=dropped)
+        if trusted is None:
+            return
+        update = trusted
         status = update.model_dump(mode="json", exclude_none=True, exclude={"ref", "endpointType"})
         status["model"] = {"endpointType": update.endpointType.value} if update.endpointType else None
         # A merge patch keeps keys it does not name: a field that became empty is sent as null.
@@ -705,7 +736,11 @@ class OrderActivities:
         obj = self._read_order_object(event.ref)
         if obj is None:
             return
-        self.core.create_namespaced_event(event.ref.namespace, order_event_body(event))
+        trusted = trusted_event(event)
+        if trusted is None:
+            log.warning("event refused: not one of the module's", order=event.ref.key, run=_run_id())
+            return
+        self.core.create_namespaced_event(event.ref.namespace, order_event_body(trusted))
 
 
 def order_event_body(event: OrderEvent, component: str = "ai-inference") -> Any:

@@ -141,6 +141,8 @@ class ProbeResult(_Payload):
     detail: str = ""
     # A replica is Ready in Kubernetes terms (the API may still fail its probe).
     workloadReady: bool = True
+    # A named failure (a Reason) where the probe knows why, e.g. AuthTokenInvalid; None: HealthCheckFailed.
+    reason: str | None = None
 
 
 class StatusUpdate(_Payload):

@@ -40,6 +40,9 @@ class Reason(StrEnum):
     AUTOSCALER_NOT_OBSERVED = "AutoscalerNotObserved"
     LAUNCH_PLAN_IN_FORCE = "LaunchPlanInForce"
     HEALTH_CHECK_FAILED = "HealthCheckFailed"
+    # The class asks for a token and the order's auth Secret holds none that can be used (empty, no
+    # token key, not text): the endpoint refuses every request, and the order is not Ready.
+    AUTH_TOKEN_INVALID = "AuthTokenInvalid"
     SERVICE_UNHEALTHY = "ServiceUnhealthy"
     REPLICAS_HELD_ON_PREVIOUS_RUNTIME = "ReplicasHeldOnPreviousRuntime"
     WORKLOAD_REBUILDING = "WorkloadRebuilding"
@@ -90,6 +93,9 @@ class EventReason(StrEnum):
     CAPACITY_RESTORED = "CapacityRestored"
     # The observer force-deleted an order's pod from a lost node (observer.forceDeletePodsOnLostNodes).
     POD_FORCE_DELETED = "PodForceDeleted"
+    # A run of the order's workflow was told to delete an order the API server does not delete (a
+    # forged state): nothing was deleted, and the order is reconciled from the cluster again.
+    DELETE_REFUSED = "DeleteRefused"
 
 
 # Refusals about capacity: the order waits and retries on a backoff.

@@ -168,6 +168,14 @@ TROUBLE_END_PATCH = "trouble-end-wakes-loading-order"
 # and backed off; a run that never takes it records no marker.
 TROUBLE_OVER_PROBE_PATCH = "trouble-answers-a-failed-probe"
 
+# A run's state is a hint: one started with ``deleting`` (or ``gone``) set by hand, by a holder of a
+# module certificate, tore the order's workload down and removed its finalizer while the order stayed.
+# The teardown now reads the order first and goes on only when the API server says it is being deleted
+# (or is gone); otherwise the run records a DeleteRefused Event and reconciles the order from what the
+# cluster says, so a forged run heals by itself. Patched, asked only on those paths: runs recorded
+# before tore down without the read; a run that never takes them records no marker.
+DELETE_CONFIRMED_PATCH = "teardown-reads-the-order"
+
 
 def _duration(seconds: float) -> str:
     """A delay as people read it: 15 s, 8 min, 1 h."""
@@ -306,6 +314,8 @@ class OrderWorkflow(PreemptionMembership):
         self._show()
         while True:
             if state.gone:
+                if not await self._still_gone():
+                    continue
                 await self._report_leaving()
                 return "order gone"
             if state.deleteRequested:
@@ -313,8 +323,9 @@ class OrderWorkflow(PreemptionMembership):
                 await self._confirm_deletion()
                 continue
             if state.deleting:
-                await self._teardown()
-                return "deleted"
+                if await self._teardown():
+                    return "deleted"
+                continue
             if state.dirty:
                 state.dirty = False
                 state.reconcilesStarted += 1
@@ -811,10 +822,11 @@ class OrderWorkflow(PreemptionMembership):
             if state.trouble.action == TroubleAction.WAIT:
                 state.retryDelaySeconds = self._backoff()
         else:
+            # A probe that knows why (an empty token: AuthTokenInvalid) names it; else HealthCheckFailed.
             self._cond(
                 ConditionType.READY,
                 False,
-                Reason.HEALTH_CHECK_FAILED,
+                result.reason or Reason.HEALTH_CHECK_FAILED,
                 f"the API did not answer yet: {result.detail}",
             )
             state.retryDelaySeconds = self._backoff()
@@ -934,8 +946,26 @@ class OrderWorkflow(PreemptionMembership):
             timeoutSeconds=state.timings.probeTimeoutSeconds,
         )
 
-    async def _teardown(self) -> None:
+    async def _still_gone(self) -> bool:
+        """Whether the order is gone as the API server says (DELETE_CONFIRMED_PATCH); False: a run
+        told so by hand, the order is reconciled again."""
+        if not workflow.patched(DELETE_CONFIRMED_PATCH):
+            return True
+        snapshot = await self._read()
+        if snapshot.order is None:
+            return True
+        await self._refuse_teardown("gone")
+        return False
+
+    async def _teardown(self) -> bool:
+        """Publish Deleting, leave preemption, remove the finalizer: only for an order the API server
+        says is being deleted (DELETE_CONFIRMED_PATCH). False: it is not, nothing was done."""
         state = self._require_state()
+        if workflow.patched(DELETE_CONFIRMED_PATCH):
+            order = (await self._read()).order
+            if order is not None and not order.metadata.deletionTimestamp:
+                await self._refuse_teardown("deleting")
+                return False
         self._cond(ConditionType.READY, False, Reason.DELETING, "the order is being deleted")
         # The last word on the order before its finalizer goes.
         await self._publish()
@@ -946,6 +976,29 @@ class OrderWorkflow(PreemptionMembership):
             start_to_close_timeout=SHORT,
             retry_policy=K8S_RETRY,
             summary="remove finalizer",
+        )
+        return True
+
+    async def _refuse_teardown(self, told: str) -> None:
+        """The run was started saying the order is ``told`` (deleting, gone) and the API server says
+        otherwise: say so on the order, then reconcile it from the cluster (the forged run heals)."""
+        state = self._require_state()
+        run = workflow.info().run_id
+        workflow.logger.warning(f"run {run} was told the order is {told}; the API server says it is not")
+        state.deleting = False
+        state.gone = False
+        state.dirty = True
+        await self._activity(
+            act.RECORD_EVENT,
+            OrderEvent(
+                ref=state.ref,
+                reason=EventReason.DELETE_REFUSED,
+                type="Warning",
+                message=f"run {run} of this order's workflow was told the order is {told}, but the API server "
+                "says it is not: nothing was deleted, and the order is reconciled from the cluster again",
+            ),
+            start_to_close_timeout=SHORT,
+            retry_policy=K8S_RETRY,
         )
 
     # --------------------------------------------------------------- conditions

@@ -10,7 +10,8 @@ Service, the NetworkPolicy and the Ingress reach:
   ``/metrics`` for Prometheus (the HPA's metric);
 * every other request must carry ``Authorization: Bearer <token>`` when the container has a
   token (``VLLM_API_KEY``, the same Secret key the engine reads): otherwise 401, whatever the
-  path, so a caller without the token learns nothing about which routes exist;
+  path, so a caller without the token learns nothing about which routes exist; a token variable
+  that is set but empty (the Secret's key emptied) refuses every such request (fail closed);
 * with the token (or on a class without authentication), a path under a ``--publish`` prefix
   (whole path elements, as Kubernetes ``Prefix`` matches: ``/v1`` and ``/v1/...``, never
   ``/v1x``) is forwarded as it came, streamed both ways; anything else is 404.
@@ -90,10 +91,14 @@ def has_dot_segment(path: str) -> bool:
 
 
 def authorized(header: str | None, token: str | None) -> bool:
-    """``Authorization: Bearer <token>`` exactly (vLLM's check), compared in constant time."""
+    """``Authorization: Bearer <token>`` exactly (vLLM's check), compared in constant time.
+
+    ``token`` None: the class asks for none (the container has no token variable). An empty or blank
+    token (the Secret's key emptied) fails closed: nothing matches it, where vLLM would serve anyone.
+    """
     if token is None:
         return True
-    if header is None:
+    if header is None or not token.strip():
         return False
     return hmac.compare_digest(header.encode(), f"Bearer {token}".encode())
 
@@ -159,7 +164,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 def main(argv: Sequence[str]) -> None:
     args = parse_args(argv)
     host, _, port = args.listen.rpartition(":")
-    app = create_app(args.upstream, os.environ.get(TOKEN_ENV) or None, args.publish, args.open)
+    # Unset: no authentication asked. Set but empty: every request is refused (fail closed).
+    token = os.environ.get(TOKEN_ENV)
+    if token is not None and not token.strip():
+        print("endpoint-front: the token is empty: every request but the open paths is refused", file=sys.stderr)
+    app = create_app(args.upstream, token, args.publish, args.open)
     uvicorn.run(
         app,
         host=host,

@@ -341,6 +341,24 @@ def test_a_class_without_authentication_still_publishes_only_the_api(runtime: St
         assert client.get(f"{started.url}/metrics").status_code == 200
 
 
+@pytest.mark.parametrize("emptied", ["", "  "])
+def test_an_emptied_token_fails_closed(runtime: StandInRuntime, emptied: str) -> None:
+    # The Secret's key emptied: the kubelet sets VLLM_API_KEY to "". Before, the front took that for a
+    # class without authentication and forwarded every request (vLLM itself serves anyone then).
+    assert not front_app.authorized("Bearer ", emptied)
+    assert not front_app.authorized(f"Bearer {emptied}", emptied)
+    with running_front(_port(runtime.url), emptied) as started, httpx.Client(timeout=5) as client:
+        # (h11 sends no header value with trailing blanks: "Bearer " itself is checked above.)
+        for headers in ({}, {"Authorization": "Bearer"}, {"Authorization": "Bearer x"}):
+            answer = client.get(f"{started.url}/v1/models", headers=headers)
+            assert answer.status_code == 401, headers
+            assert answer.json() == {"error": "Unauthorized"}
+        assert client.post(f"{started.url}/v1/chat/completions", json=CHAT).status_code == 401
+        assert client.get(f"{started.url}/health").status_code == 200  # the open paths stay open
+        output = started.output()
+    assert "the token is empty" in output
+
+
 def test_an_engine_that_does_not_answer_is_a_502() -> None:
     with running_front(eng.free_port(), TOKEN) as started:
         answer = httpx.get(f"{started.url}/v1/models", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)

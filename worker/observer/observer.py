@@ -37,6 +37,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 from temporalio.client import Client
 
+from activities.builders.common import ObjectNames
 from activities.health import probe_target, token_from_secret
 from activities.order import order_event_body
 from activities.release import release_fingerprint
@@ -678,10 +679,12 @@ class Observer:
         order = self.order_by_uid(ref.uid) or {}
         service = self._owned(inf.SERVICE, order) if order else None
         target = probe_target(ref.name, ref.namespace, service, self.settings.health.probeTargetAnnotation)
-        secret_name = (order.get("status") or {}).get("authSecretName")
-        token = await self.token_of(ref.namespace, str(secret_name)) if secret_name else None
+        # The status says whether the order has a token; which Secret holds it is never read from the
+        # status (a hint a forged run may have written): it is the order's own, named after the order.
+        required = bool((order.get("status") or {}).get("authSecretName"))
+        token = await self.token_of(ref.namespace, ObjectNames(ref.name).auth_secret) if required else None
         served = d.served_name(self._owned(inf.STATEFULSET, order)) if order else None
-        return ProbeSpec(target=target, served_name=served, token=token)
+        return ProbeSpec(target=target, served_name=served, token=token, token_required=required)
 
     async def token_of(self, namespace: str, name: str) -> str | None:
         """The token of an order's auth Secret: read by name once per resourceVersion the Secret

@@ -41,6 +41,8 @@ class ProbeSpec:
     target: str
     served_name: str | None
     token: str | None = None
+    # The class asks for a token: without a usable one the probe fails closed (AuthTokenInvalid).
+    token_required: bool = False
 
     def __repr__(self) -> str:
         token = "'***'" if self.token else "None"
@@ -122,7 +124,12 @@ class Prober:
             async with self.semaphore:
                 spec = await self.spec_of(ref)
                 result = await probe_models(
-                    http, spec.target, spec.served_name, spec.token, self.health.probeTimeoutSeconds
+                    http,
+                    spec.target,
+                    spec.served_name,
+                    spec.token,
+                    self.health.probeTimeoutSeconds,
+                    token_required=spec.token_required,
                 )
             PROBES.labels("ok" if result.ok else "failed").inc()
             state = self.state_of(ref.uid)

@@ -218,7 +218,7 @@ def front_launch(
             raise ValueError(f"the endpoint front's command has no {flag}")
         argv[index] = value
     env = {"PATH": f"{python.parent}:/usr/local/bin:/usr/bin:/bin", "PYTHONUNBUFFERED": "1"}
-    if token:
+    if token is not None:  # an emptied Secret key is an empty variable, as the kubelet sets it
         env[API_KEY_ENV] = token
     return argv, env
 

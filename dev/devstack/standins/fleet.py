@@ -568,7 +568,8 @@ class StandInFleet:
         except ApiException:
             return None
         raw = data.get("token")
-        return base64.b64decode(raw).decode() if raw else None
+        # As a pod's secretKeyRef reads it: an emptied key is an empty token (the front fails closed).
+        return base64.b64decode(raw).decode() if raw is not None else None
 
     def _bind_volumes(self) -> None:
         with self._lock:
