@@ -39,7 +39,7 @@ pytestmark = pytest.mark.cluster
 
 DRY = "All"
 DEVICE_CLASS = "nvidia-h100-mps-mig"
-REFUSED = "only the ai-inference module may set, change or remove its labels and annotations"
+REFUSED = "only the ServiceAccounts of the module (ai-inference) may set, change or remove its labels and annotations"
 MARKS = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_ORDER: "victim"}
 
 
