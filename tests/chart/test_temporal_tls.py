@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+from temporalio.service import RPCError, RPCStatusCode
 
 from devstack.temporal_tls import PROXY_CONFIG, LocalTemporal, TLSTerminator, render_config
 from inference_api.settings import ModuleSettings
@@ -200,7 +202,14 @@ async def test_the_charts_terminator_and_certificates_work_for_real(
                     await asyncio.wait_for(attempt, 30)
             else:
                 client = await asyncio.wait_for(attempt, 30)
-                assert (await client.count_workflows()).count >= 0
+                # The Helm-made certificate's subject is the worker identity's: its methods, not others.
+                described = await client.workflow_service.describe_namespace(
+                    DescribeNamespaceRequest(namespace=client.namespace)
+                )
+                assert described.namespace_info.name == client.namespace
+                with pytest.raises(RPCError) as denied:
+                    await client.count_workflows()
+                assert denied.value.status == RPCStatusCode.PERMISSION_DENIED
     finally:
         terminator.stop()
 
