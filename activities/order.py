@@ -27,6 +27,7 @@ from activities.builders.claim import claim_template_spec_differs
 from activities.builders.common import (
     ANNOTATION_PLACEMENT,
     FIELD_MANAGER,
+    LABEL_ENDPOINT_HOST,
     ObjectNames,
     UnsupportedModelSourceError,
     WorkloadInputs,
@@ -34,7 +35,13 @@ from activities.builders.common import (
     parse_catalog_source,
     selector_labels,
 )
-from activities.builders.exposure import certificate_copy_allowed, custom_certificate_source, endpoint_status
+from activities.builders.exposure import (
+    certificate_copy_allowed,
+    custom_certificate_source,
+    endpoint_status,
+    host_digest,
+    host_taken,
+)
 from activities.builders.objects import (
     OWNED_KINDS,
     DesiredObject,
@@ -445,6 +452,9 @@ class OrderActivities:
             if (refusal := certificate_copy_allowed(certificate)) is not None:
                 raise ApplicationError(refusal, type=str(Reason.WORKLOAD_REFUSED), non_retryable=True)
         desired = desired_objects(inputs, auth_token=None, custom_certificate=certificate)
+        ingress = next((w for w in desired if w.kind == "Ingress"), None)
+        if ingress is not None:
+            self._claim_host(request.ref, ingress.body)
         with refusals_are_final():
             for wanted in desired:
                 if wanted.create_only:
@@ -485,6 +495,29 @@ class OrderActivities:
             runtimeCurrent=verdict.status == ConditionStatus.TRUE,
             runtimeReason=str(verdict.reason),
             runtimeMessage=verdict.message,
+        )
+
+    def _claim_host(self, ref: OrderRef, ingress: dict[str, Any]) -> None:
+        """The order's External host is its own: no other order published it first, and it is not
+        the platform's. Else HostNameTaken (nothing published), and an Ingress the order made in a
+        race it lost goes. One labelled list of Ingresses in every namespace (the digest label)."""
+        host = str(ingress["spec"]["rules"][0]["host"])
+        selector = f"{LABEL_ENDPOINT_HOST}={host_digest(host)}"
+        listing = self.applier.resource("networking.k8s.io/v1", "Ingress").get(label_selector=selector)
+        found = listing.to_dict().get("items") or []
+        why = host_taken(host, ref.uid, found, self.settings.exposure.reservedHosts)
+        if why is None:
+            return
+        for mine in found:
+            meta = mine.get("metadata") or {}
+            if meta.get("namespace") == ref.namespace and ownership(mine, ref.name, ref.uid) == Ownership.OURS:
+                self.applier.delete("networking.k8s.io/v1", "Ingress", meta["name"], ref.namespace, uid=meta["uid"])
+        raise ApplicationError(
+            f"{why}: nothing is published for this order. An External host is made from the order's name "
+            "and namespace; create the order under another name, or wait until the other order is deleted "
+            "and then edit this one (any annotation) to apply it again",
+            type=str(Reason.HOST_NAME_TAKEN),
+            non_retryable=True,
         )
 
     def _verify_workload(

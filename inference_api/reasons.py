@@ -48,6 +48,9 @@ class Reason(StrEnum):
     WORKLOAD_REBUILDING = "WorkloadRebuilding"
     # The API server refused an object of the workload with an answer retrying cannot change (422, 403).
     WORKLOAD_REFUSED = "WorkloadRefused"
+    # The order's External host is another order's endpoint already, or one of the platform's own
+    # (exposure.reservedHosts): nothing is published for it; rename the order, or wait for the other.
+    HOST_NAME_TAKEN = "HostNameTaken"
     # Failures the cluster reports about the order's replicas (the observer reads them off the Pods, the
     # StatefulSet's FailedCreate events and the Nodes; the message is the cluster's own, cut to fit).
     # The order re-plans by itself where moving helps:

@@ -190,6 +190,14 @@ class ExposureSettings(BaseModel):
     # /metrics from (the HPA's queue metric).
     ingressControllerNamespace: str = Field(default="d8-ingress-nginx", min_length=1)
     monitoringNamespace: str = Field(default="d8-monitoring", min_length=1)
+    # Hosts no order's External endpoint may take: the platform's own under the same domain (its
+    # console, Grafana, Dex, the API, ...). An order whose host is one of them is refused HostNameTaken.
+    reservedHosts: list[str] = Field(default_factory=list)
+
+    @field_validator("reservedHosts")
+    @classmethod
+    def _hosts_lowercase(cls, value: list[str]) -> list[str]:
+        return sorted({h.strip().lower().rstrip(".") for h in value if h.strip()})
 
 
 class WorkloadSettings(BaseModel):

@@ -702,9 +702,10 @@ class OrderWorkflow(PreemptionMembership):
             )
         except ActivityError as err:
             cause = err.cause
-            if isinstance(cause, ApplicationError) and cause.type == Reason.WORKLOAD_REFUSED:
-                # The API server's answer will not change by retrying: wait for an edit.
-                self._refuse(ConditionType.WORKLOAD_READY, Refusal(Reason.WORKLOAD_REFUSED, cause.message))
+            if isinstance(cause, ApplicationError) and cause.type in (Reason.WORKLOAD_REFUSED, Reason.HOST_NAME_TAKEN):
+                # The API server's answer will not change by retrying: wait for an edit. (HostNameTaken: the
+                # order's host is another's; a type no run recorded before, so no patch.)
+                self._refuse(ConditionType.WORKLOAD_READY, Refusal(Reason(cause.type), cause.message))
                 return None
             raise
         return applied
@@ -806,7 +807,7 @@ class OrderWorkflow(PreemptionMembership):
             state.healthy = True
             state.retryAttempt = 0
         elif state.everReady:
-            self._set_health(False, result.detail)
+            self._set_health(False, result.detail, result.reason)
             state.retryDelaySeconds = self._backoff()
         elif state.trouble is not None and (
             not result.workloadReady
@@ -915,10 +916,11 @@ class OrderWorkflow(PreemptionMembership):
             result = await self._probe_serving("confirm a health report")
         except ActivityError:
             return False  # the probe itself failed (not the API): nothing confirmed, Ready stays
-        return self._set_health(result.ok, result.detail)
+        return self._set_health(result.ok, result.detail, result.reason)
 
-    def _set_health(self, healthy: bool, detail: str) -> bool:
-        """Ready from a health verdict; True when it changed."""
+    def _set_health(self, healthy: bool, detail: str, reason: str | None = None) -> bool:
+        """Ready from a health verdict; True when it changed. ``reason``: the probe's named failure
+        (AuthTokenInvalid) instead of ServiceUnhealthy."""
         state = self._require_state()
         if healthy == state.healthy:
             return False
@@ -929,7 +931,7 @@ class OrderWorkflow(PreemptionMembership):
             self._cond(
                 ConditionType.READY,
                 False,
-                Reason.SERVICE_UNHEALTHY,
+                reason or Reason.SERVICE_UNHEALTHY,
                 f"the API failed {state.timings.failureThreshold} health checks in a row: {detail}",
             )
         return True

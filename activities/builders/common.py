@@ -35,6 +35,9 @@ LABEL_NAME = "app.kubernetes.io/name"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_ORDER = "ai.deckhouse.io/inference-service"
+# On an order's Ingress: a digest of its host, so that the apply finds every Ingress of the module with
+# the same host in one labelled list (a label value cannot hold a host); only the module sets it.
+LABEL_ENDPOINT_HOST = "ai.deckhouse.io/endpoint-host"
 
 # Annotations the builders write and the pure deciders read back from standing objects.
 ANNOTATION_RUNTIME_VERSION = "ai.deckhouse.io/runtime-version"

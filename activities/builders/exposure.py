@@ -32,7 +32,7 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from activities.builders.common import HTTP_PORT_NAME, SERVICE_PORT, WorkloadInputs, object_meta
+from activities.builders.common import HTTP_PORT_NAME, LABEL_ENDPOINT_HOST, SERVICE_PORT, WorkloadInputs, object_meta
 from inference_api.settings import ModuleSettings
 from inference_api.types import (
     EndpointStatus,
@@ -74,6 +74,43 @@ def public_domain_label(name: str, namespace: str) -> str:
         return label
     digest = hashlib.sha256(f"{namespace}/{name}".encode()).hexdigest()[:8]
     return f"{label[: DNS_LABEL_MAX - 9].rstrip('-')}-{digest}"
+
+
+def host_digest(host: str) -> str:
+    """The value of an Ingress's ``LABEL_ENDPOINT_HOST``: 32 hex digits of the host's SHA-256."""
+    return hashlib.sha256(host.lower().encode()).hexdigest()[:32]
+
+
+def host_taken(host: str, ref_uid: str, ingresses: list[dict[str, Any]], reserved: list[str]) -> str | None:
+    """Why ``host`` cannot be the order's (None: it can). ``ingresses``: the module's Ingresses that carry
+    the host's digest, in any namespace. The first order to publish a host keeps it: another order's
+    Ingress with that host that is older than the order's own (or the order has none yet) takes it,
+    and so does a platform host (``exposure.reservedHosts``). The other order is not named: it may be
+    another tenant's."""
+    if host in reserved:
+        return f"the host {host} is reserved for the platform (exposure.reservedHosts)"
+    ours = [i for i in ingresses if _owner_uid(i) == ref_uid]
+    own_since = min((_created(i) for i in ours), default=None)
+    for other in ingresses:
+        if _owner_uid(other) == ref_uid or host not in _hosts(other):
+            continue
+        if own_since is None or (_created(other), _owner_uid(other)) < (own_since, ref_uid):
+            return f"the host {host} is already the endpoint of another order"
+    return None
+
+
+def _owner_uid(obj: dict[str, Any]) -> str:
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return next((str(r.get("uid")) for r in refs if r.get("controller") and r.get("kind") == "InferenceService"), "")
+
+
+def _created(obj: dict[str, Any]) -> str:
+    # RFC 3339 in UTC with a Z, as the API server writes it: ordered as text.
+    return str((obj.get("metadata") or {}).get("creationTimestamp") or "")
+
+
+def _hosts(obj: dict[str, Any]) -> set[str]:
+    return {str(r.get("host", "")).lower() for r in (obj.get("spec") or {}).get("rules") or []}
 
 
 def external_host(order: InferenceService, settings: ModuleSettings) -> str:
@@ -174,6 +211,8 @@ def build_ingress(inputs: WorkloadInputs) -> dict[str, Any] | None:
         tls["secretName"] = inputs.names.tls_secret
     elif https is not None and https.mode == HttpsMode.CUSTOM_CERTIFICATE:
         tls["secretName"] = inputs.names.tls_secret
+    meta = object_meta(inputs, inputs.names.ingress, "endpoint", annotations)
+    meta["labels"][LABEL_ENDPOINT_HOST] = host_digest(host)
     spec: dict[str, Any] = {}
     if inputs.settings.exposure.ingressClassName:
         spec["ingressClassName"] = inputs.settings.exposure.ingressClassName
@@ -195,6 +234,6 @@ def build_ingress(inputs: WorkloadInputs) -> dict[str, Any] | None:
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "Ingress",
-        "metadata": object_meta(inputs, inputs.names.ingress, "endpoint", annotations),
+        "metadata": meta,
         "spec": spec,
     }

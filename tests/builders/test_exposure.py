@@ -15,7 +15,8 @@ from activities.builders import (
     endpoint_status,
     external_host,
 )
-from activities.builders.exposure import CUSTOM_CERTIFICATE_LABEL, public_domain_label
+from activities.builders.common import LABEL_ENDPOINT_HOST
+from activities.builders.exposure import CUSTOM_CERTIFICATE_LABEL, host_digest, host_taken, public_domain_label
 from inference_api.settings import ExposureSettings, ModuleSettings
 from inference_api.types import ExposureType
 from tests import factories as f
@@ -200,3 +201,71 @@ def test_a_label_too_long_for_dns_is_shortened_with_a_digest() -> None:
 def test_a_public_domain_template_without_exactly_one_placeholder_is_refused(template: str) -> None:
     with pytest.raises(ValueError, match=r"exposure\.publicDomainTemplate must contain %s exactly once"):
         ExposureSettings(publicDomainTemplate=template)
+
+
+# ---------------------------------------------------------------- hosts that cannot collide (issue 33)
+
+
+def _ingress(owner_uid: str, host: str, created: str, namespace: str = "ns") -> dict[str, object]:
+    return {
+        "metadata": {
+            "name": "chat",
+            "namespace": namespace,
+            "creationTimestamp": created,
+            "ownerReferences": [{"kind": "InferenceService", "uid": owner_uid, "controller": True}],
+        },
+        "spec": {"rules": [{"host": host}]},
+    }
+
+
+def test_the_public_domain_label_is_not_injective_so_the_apply_checks_hosts() -> None:
+    # a-b in c and a in b-c: one label. The check (host_taken) is what keeps them apart.
+    assert public_domain_label("a-b", "c") == public_domain_label("a", "b-c")
+
+
+def test_an_ingress_carries_its_hosts_digest() -> None:
+    built = build_ingress(f.inputs(the_class=f.external_token_certmanager()))
+    assert built is not None
+    host = built["spec"]["rules"][0]["host"]
+    assert built["metadata"]["labels"][LABEL_ENDPOINT_HOST] == host_digest(host)
+    assert len(host_digest(host)) == 32
+    assert host_digest(host.upper()) == host_digest(host)
+
+
+def test_a_free_host_is_the_orders() -> None:
+    assert host_taken("chat.example.com", "me", [], []) is None
+    mine = _ingress("me", "chat.example.com", "2026-12-01T00:00:00Z")
+    assert host_taken("chat.example.com", "me", [mine], []) is None
+
+
+def test_an_older_orders_host_is_taken_and_the_other_is_not_named() -> None:
+    theirs = _ingress("other", "chat.example.com", "2026-12-01T00:00:00Z", namespace="tenant-b")
+    why = host_taken("chat.example.com", "me", [theirs], [])
+    assert why == "the host chat.example.com is already the endpoint of another order"
+    assert "tenant-b" not in why
+    # Both published in a race: the older keeps it, the newer is refused.
+    mine = _ingress("me", "chat.example.com", "2026-12-02T00:00:00Z")
+    assert host_taken("chat.example.com", "me", [theirs, mine], []) is not None
+    assert host_taken("chat.example.com", "other", [theirs, mine], []) is None
+    # Created in the same second: the smaller uid keeps it, so exactly one of the two is refused.
+    same = _ingress("me", "chat.example.com", "2026-12-01T00:00:00Z")
+    assert (host_taken("chat.example.com", "me", [theirs, same], []) is None) != (
+        host_taken("chat.example.com", "other", [theirs, same], []) is None
+    )
+
+
+def test_a_digest_match_with_another_host_takes_nothing() -> None:
+    other_host = _ingress("other", "elsewhere.example.com", "2026-12-01T00:00:00Z")
+    assert host_taken("chat.example.com", "me", [other_host], []) is None
+
+
+def test_a_reserved_platform_host_is_refused() -> None:
+    why = host_taken("console.example.com", "me", [], ["console.example.com"])
+    assert why == "the host console.example.com is reserved for the platform (exposure.reservedHosts)"
+
+
+def test_reserved_hosts_are_read_lowercase_without_a_trailing_dot() -> None:
+    assert ExposureSettings(reservedHosts=["Console.Example.com.", " ", "api.example.com"]).reservedHosts == [
+        "api.example.com",
+        "console.example.com",
+    ]

@@ -18,7 +18,7 @@ from temporalio.worker import Replayer
 from inference_api.observation import ObservedChange, OrderSignal
 from inference_api.payloads import ApplyInput, ApplyResult, PlanInput, StatusUpdate
 from inference_api.plan import PlanOutcome, PlanRefusal
-from inference_api.reasons import Reason
+from inference_api.reasons import EventReason, Reason
 from inference_api.types import Condition, ConditionStatus, Phase
 from tests.factories import make_class, make_order, make_plan
 from tests.workflows.world import FAST, Harness, World, delete_as_a_step_finishes, runs_of
@@ -423,3 +423,36 @@ async def test_an_answer_that_cannot_change_is_workload_refused_and_not_retried(
     await asyncio.sleep(1)
     assert len(attempts) == 1
     assert "422 Invalid" in cond(harness.world.last(), "WorkloadReady").message
+
+
+@pytest.mark.parametrize("forged", ["deleting", "gone"])
+async def test_a_run_started_with_a_forged_teardown_deletes_nothing_and_heals(harness: Harness, forged: str) -> None:
+    # Issue 33: a holder of a module certificate started a new run from the queried state with
+    # deleting=True; the run removed the finalizer and the workload of an order nobody deleted.
+    handle = await harness.start(make_order("forged"))
+    await harness.until(harness.phase_is(Phase.READY))
+    state = await handle.query(OrderWorkflow.query_state)
+    await handle.terminate("attack")
+    statuses_before = len(harness.world.statuses)
+    forged_run = await harness.client.start_workflow(
+        OrderWorkflow.run,
+        state.model_copy(update={forged: True}),
+        id=handle.id,
+        task_queue=harness.task_queue,
+    )
+
+    def refused() -> bool:
+        return any(e.reason == EventReason.DELETE_REFUSED for e in harness.world.events)
+
+    await harness.until(refused, what="the DeleteRefused event")
+    event = next(e for e in harness.world.events if e.reason == EventReason.DELETE_REFUSED)
+    assert event.type == "Warning"
+    assert forged_run.result_run_id is not None
+    assert forged_run.result_run_id in event.message
+    assert f"told the order is {forged}" in event.message
+    # The run goes on as the order's executor: the finalizer stays, the order is reconciled and serves.
+    await harness.until(lambda: len(harness.world.statuses) > statuses_before, what="a status after the refusal")
+    await harness.until(harness.phase_is(Phase.READY))
+    assert "support/forged" in harness.world.finalizers
+    assert all(u.reason != Reason.DELETING for u in harness.world.statuses[statuses_before:])
+    assert (await forged_run.describe()).status == WorkflowExecutionStatus.RUNNING

@@ -271,6 +271,10 @@ Module settings as environment variables: AI_INFERENCE_<FIELD> with "__" between
 - name: AI_INFERENCE_EXPOSURE__MONITORINGNAMESPACE
   value: {{ $v.exposure.monitoringNamespace | quote }}
 {{- end }}
+{{- if $v.exposure.reservedHosts }}
+- name: AI_INFERENCE_EXPOSURE__RESERVEDHOSTS
+  value: {{ $v.exposure.reservedHosts | toJson | quote }}
+{{- end }}
 {{- with $v.workload }}
 {{- if .imageRegistry }}
 - name: AI_INFERENCE_WORKLOAD__IMAGEREGISTRY
