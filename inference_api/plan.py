@@ -17,13 +17,39 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 
 from inference_api.reasons import Reason
-from inference_api.types import AcceleratorPolicy, EndpointType, PlacementType, ResolvedStatus, SharingMode
+from inference_api.types import (
+    AcceleratorPolicy,
+    EndpointType,
+    PlacementType,
+    ResolvedStatus,
+    ServingFeature,
+    ServingFeaturesStatus,
+    SharingMode,
+)
 
 
 class RecipeSource(StrEnum):
     COMPILED = "compiled"
     PRESET = "preset"
     FALLBACK = "fallback"
+
+
+class RecipeFeatures(BaseModel):
+    """What the recipe compiled for clients besides plain chat (recipes/model-families.yaml)."""
+
+    model_config = ConfigDict(extra="ignore")  # a workflow payload (above)
+    modelFamily: str | None = Field(default=None, description="The model family the tables know; None: unknown.")
+    toolCallParser: str | None = Field(default=None, description="vLLM --tool-call-parser (auto tool choice on).")
+    reasoningParser: str | None = Field(default=None, description="vLLM --reasoning-parser.")
+    chatTemplate: str | None = Field(default=None, description="vLLM --chat-template, where the family needs one.")
+    note: str = Field(default="", description="Why a feature is not served (unknown family, the class, the contract).")
+
+    def status(self) -> ServingFeaturesStatus:
+        return ServingFeaturesStatus(
+            modelFamily=self.modelFamily,
+            toolCalling=self.toolCallParser is not None,
+            reasoning=self.reasoningParser is not None,
+        )
 
 
 class Recipe(BaseModel):
@@ -39,6 +65,9 @@ class Recipe(BaseModel):
     hardwareFamily: str
     branch: str = "latency"
     vramMinimumGiB: float = Field(ge=0)
+    features: RecipeFeatures | None = Field(
+        default=None, description="Serving features compiled into args (None: a plan made before they were)."
+    )
 
 
 class OrderFacts(BaseModel):
@@ -54,6 +83,9 @@ class OrderFacts(BaseModel):
     quantization: str | None = Field(default=None, description="Catalog fact, e.g. awq, gptq, fp8; none = unquantized.")
     format: str | None = None
     endpointType: EndpointType = EndpointType.CHAT
+    disabledFeatures: list[ServingFeature] = Field(
+        default_factory=list, description="The class's modelPolicy.disabledFeatures: not compiled, whatever the family."
+    )
 
 
 class ReplicaPlacement(BaseModel):
@@ -116,6 +148,7 @@ class LaunchPlan(BaseModel):
             sharingMode=self.sharingMode,
             sharePercent=self.sharePercent,
             replanCount=replan_count,
+            features=self.recipe.features.status() if self.recipe.features else None,
         )
 
 

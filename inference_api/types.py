@@ -92,6 +92,13 @@ class PlacementType(StrEnum):
     PARTITION = "Partition"
 
 
+class ServingFeature(StrEnum):
+    """What a chat endpoint serves besides plain chat, when the model's family has it (recipes/model-families.yaml)."""
+
+    TOOL_CALLING = "ToolCalling"
+    REASONING = "Reasoning"
+
+
 class ExposureType(StrEnum):
     EXTERNAL = "External"
     CLUSTER_LOCAL = "ClusterLocal"
@@ -295,6 +302,20 @@ class ConstraintsStatus(_Model):
     )
 
 
+class ServingFeaturesStatus(_Model):
+    modelFamily: str | None = Field(
+        default=None, description="The model family the recipes know the model as; empty: none they know."
+    )
+    toolCalling: bool = Field(
+        default=False,
+        description="Chat requests with tools and tool_choice auto are answered with tool_calls; false: vLLM "
+        "answers such a request 400 (a named tool_choice still works).",
+    )
+    reasoning: bool = Field(
+        default=False, description="The model's reasoning comes back apart from its answer (message.reasoning)."
+    )
+
+
 class ResolvedStatus(_Model):
     deviceClass: str | None = Field(default=None, description="DRA DeviceClass the plan chose.")
     acceleratorProductName: str | None = Field(default=None, description="Product name of the device.")
@@ -303,6 +324,9 @@ class ResolvedStatus(_Model):
     sharingMode: SharingMode | None = Field(default=None, description="Shared or Dedicated.")
     sharePercent: int | None = Field(default=None, description="Share of the device that is the order's.")
     replanCount: int = Field(default=0, description="How many times the plan was recomputed.")
+    features: ServingFeaturesStatus | None = Field(
+        default=None, description="What the endpoint serves besides plain chat (the recipe's model family)."
+    )
 
 
 class InferenceServiceStatus(_Model):
@@ -370,6 +394,14 @@ class ModelPolicy(_Model):
     allowedFormats: list[str] | None = Field(
         default=None,
         description="Model formats the class admits (e.g. safetensors, gguf); empty admits any format.",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+
+    disabledFeatures: list[ServingFeature] | None = Field(
+        default=None,
+        description="Serving features the class turns off for every order, whatever the model's family: "
+        "ToolCalling (no automatic tool choice), Reasoning (reasoning stays inside the answer).",
+        max_length=2,
         json_schema_extra={"x-kubernetes-list-type": "set"},
     )
 

@@ -82,6 +82,20 @@ class PlanningRequest(LaunchPlanRequest):
     demand: ExplicitDemand | None = None
 
 
+def features_line(plan: LaunchPlan) -> str:
+    """What the plan's recipe serves besides plain chat, for the trace (and why not, where it does not)."""
+    features = plan.recipe.features
+    if features is None:
+        return "serving features: none compiled"
+    served = [
+        f"tool calls ({features.toolCallParser})" if features.toolCallParser else None,
+        f"reasoning ({features.reasoningParser})" if features.reasoningParser else None,
+    ]
+    said = ", ".join(s for s in served if s) or "no tool calls, no reasoning"
+    family = f"model family {features.modelFamily}" if features.modelFamily else "no known model family"
+    return f"serving features: {family}: {said}" + (f" ({features.note})" if features.note else "")
+
+
 def plan_launch(request: PlanningRequest, recipes: RecipeBook | None = None) -> PlanOutcome:
     """Plan one order on one inventory snapshot. ``recipes`` defaults to the shipped tables."""
     return plan_launch_traced(request, recipes)[0]
@@ -201,7 +215,9 @@ def _plan_one(request: PlanningRequest, book: RecipeBook) -> tuple[PlanOutcome, 
         ranked = sorted(feasible, key=Candidate.rank)
         best = ranked[0]
         trace.choice = explain_choice(ranked, judge.workload is not None)
-        return PlanOutcome(plan=_launch_plan(best, judge)), trace
+        plan = _launch_plan(best, judge)
+        trace.choice = f"{trace.choice}; {features_line(plan)}"
+        return PlanOutcome(plan=plan), trace
     if trace.nodeProblems:
         # Would a device have room if the nodes were not judged? Then the nodes are what is missing.
         # The same choice (the shapes were built for it: no free-memory order with recent demands).
@@ -309,6 +325,7 @@ __all__ = [
     "ExplicitDemand",
     "PlanningRequest",
     "explain_choice",
+    "features_line",
     "plan_launch",
     "plan_launch_traced",
     "stranded_devices",

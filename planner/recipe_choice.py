@@ -51,7 +51,7 @@ _RESOLUTION_LIMIT = 4096
 def _resolve(book: RecipeBook, family: str, request: LaunchPlanRequest) -> RecipeResolution:
     facts = request.facts
     fallback = request.runtimeFallback.enabled
-    key = (id(book), family, fallback, tuple(facts.model_dump().items()))
+    key = (id(book), family, fallback, facts.model_dump_json())
     found = _RESOLUTIONS.get(key)
     # The book itself is kept with the entry: an id is reused once its object is gone.
     if found is not None and found[0] is book:

@@ -8,7 +8,10 @@ Three tables under ``recipes/``, loaded once and validated with pydantic:
   a compiled entry for it;
 * ``recipe-taxonomy.yaml`` — families of models (chat, embedding, rerank) and their default args;
 * ``platform-hardware-families.yaml`` — product name → hardware family, its compute capability,
-  dtype and the quantizations it can run (with the vLLM ``--quantization`` value for each).
+  dtype and the quantizations it can run (with the vLLM ``--quantization`` value for each);
+* ``model-families.yaml`` — model families (Qwen3, Llama 3, gpt-oss, ...) and the serving features a
+  chat recipe of the family compiles: tool-call parser, reasoning parser, chat template
+  (``serving_features``).
 
 Precedence for one (family, model): compiled, then preset, then — when runtime fallback is enabled —
 a generic recipe synthesized from the taxonomy and the hardware family with an estimated
@@ -20,7 +23,7 @@ from __future__ import annotations
 import fnmatch
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import lru_cache
 from importlib import resources
@@ -31,9 +34,9 @@ from typing import Literal, Self
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from inference_api.plan import OrderFacts, Recipe, RecipeSource
+from inference_api.plan import OrderFacts, Recipe, RecipeFeatures, RecipeSource
 from inference_api.reasons import Reason
-from inference_api.types import EndpointType
+from inference_api.types import EndpointType, ServingFeature
 from planner.model_facts import (
     UNQUANTIZED,
     Quantization,
@@ -51,6 +54,7 @@ RECIPES_PACKAGE = "recipes"
 COMPILED_FILE = "runtime-recipes.compiled.yaml"
 TAXONOMY_FILE = "recipe-taxonomy.yaml"
 FAMILIES_FILE = "platform-hardware-families.yaml"
+MODEL_FAMILIES_FILE = "model-families.yaml"
 
 ArgValue = str | int | float | bool | None
 Branch = Literal["latency", "throughput", "balance"]
@@ -59,6 +63,10 @@ READ_BRANCH: Branch = "latency"
 GPU_MEMORY_UTILIZATION = "--gpu-memory-utilization"
 TENSOR_PARALLEL_SIZE = "--tensor-parallel-size"
 QUANTIZATION_ARG = "--quantization"
+AUTO_TOOL_CHOICE = "--enable-auto-tool-choice"
+TOOL_CALL_PARSER = "--tool-call-parser"
+REASONING_PARSER = "--reasoning-parser"
+CHAT_TEMPLATE = "--chat-template"
 
 
 class _Strict(BaseModel):
@@ -199,6 +207,91 @@ class PlatformHardwareFamilies(_Strict):
         return None
 
 
+# ------------------------------------------------------------------ model families
+
+
+class ModelFamily(_Strict):
+    description: str = ""
+    namePatterns: list[str] = Field(min_length=1, description="Regular expressions, case-insensitive.")
+    examples: list[str] = Field(min_length=1, description="Models of the family (the docs' table names them).")
+    toolCallParser: str | None = Field(default=None, description="vLLM --tool-call-parser; null: no tool calls.")
+    reasoningParser: str | None = Field(default=None, description="vLLM --reasoning-parser; null: none.")
+    chatTemplate: str | None = Field(default=None, description="vLLM --chat-template; null: the repository's.")
+
+    @model_validator(mode="after")
+    def _patterns(self) -> Self:
+        for pattern in self.namePatterns:
+            try:
+                re.compile(pattern)
+            except re.error as error:
+                raise ValueError(f"namePattern {pattern!r}: {error}") from None
+        return self
+
+    def matches_name(self, name: str) -> bool:
+        return any(re.search(p, name, re.IGNORECASE) for p in self.namePatterns)
+
+
+class ModelFamilies(_Strict):
+    schemaVersion: Literal[1] = 1
+    chatArgs: dict[str, ArgValue] = Field(
+        default_factory=dict, description="Args every chat recipe gets, whatever the family (structured output)."
+    )
+    families: dict[str, ModelFamily] = Field(default_factory=dict)
+
+    def family_of(self, model: str) -> str | None:
+        """The first family whose name patterns match ``model``, or None."""
+        return next((name for name, family in self.families.items() if family.matches_name(model)), None)
+
+
+def serving_features(
+    families: ModelFamilies, facts: OrderFacts, serves_chat: bool
+) -> tuple[dict[str, ArgValue], RecipeFeatures]:
+    """The args a recipe of ``facts.modelName`` gets for its clients, and what they serve. Pure.
+
+    Only a chat recipe (``serves_chat``: its taxonomy family serves Chat) gets any; the model's family
+    (name patterns) names the parsers; the class's ``disabledFeatures`` (``facts``) drops them.
+    """
+    if not serves_chat:
+        return {}, RecipeFeatures(note="not a chat recipe: no tool calls or reasoning, whatever the model")
+    args: dict[str, ArgValue] = dict(families.chatArgs)
+    name = families.family_of(facts.modelName)
+    if name is None:
+        return args, RecipeFeatures(
+            note=f"{facts.modelName} is in no model family the recipes know (recipes/model-families.yaml): "
+            "no tool-call or reasoning parser; a request with tool_choice auto is answered 400"
+        )
+    family = families.families[name]
+    disabled = set(facts.disabledFeatures)
+    notes: list[str] = []
+    tool = family.toolCallParser
+    reasoning = family.reasoningParser
+    if tool is not None and ServingFeature.TOOL_CALLING in disabled:
+        tool = None
+        notes.append("the class turns tool calling off")
+    if reasoning is not None and ServingFeature.REASONING in disabled:
+        reasoning = None
+        notes.append("the class turns reasoning output off")
+    if family.toolCallParser is None:
+        notes.append(f"family {name} has no tool-call parser")
+    if family.reasoningParser is None:
+        notes.append(f"family {name} has no reasoning parser")
+    if tool is not None:
+        args[AUTO_TOOL_CHOICE] = True
+        args[TOOL_CALL_PARSER] = tool
+    if reasoning is not None:
+        args[REASONING_PARSER] = reasoning
+    if family.chatTemplate is not None:
+        args[CHAT_TEMPLATE] = family.chatTemplate
+    features = RecipeFeatures(
+        modelFamily=name,
+        toolCallParser=tool,
+        reasoningParser=reasoning,
+        chatTemplate=family.chatTemplate,
+        note="; ".join(notes),
+    )
+    return args, features
+
+
 # ------------------------------------------------------------------- recipe book
 
 
@@ -210,6 +303,7 @@ class RecipeBook(_Strict):
     compiled: CompiledRecipes
     taxonomy: RecipeTaxonomy
     platform: PlatformHardwareFamilies
+    models: ModelFamilies = Field(default_factory=ModelFamilies)
 
     @model_validator(mode="after")
     def _references(self) -> Self:
@@ -256,10 +350,13 @@ def _read(path: Traversable) -> object:
 
 
 def _load(directory: Traversable) -> RecipeBook:
+    models = directory / MODEL_FAMILIES_FILE
     return RecipeBook(
         compiled=CompiledRecipes.model_validate(_read(directory / COMPILED_FILE)),
         taxonomy=RecipeTaxonomy.model_validate(_read(directory / TAXONOMY_FILE)),
         platform=PlatformHardwareFamilies.model_validate(_read(directory / FAMILIES_FILE)),
+        # Optional: a directory of tables written before model families were (tests, a copy) has none.
+        models=ModelFamilies.model_validate(_read(models)) if models.is_file() else ModelFamilies(),
     )
 
 
@@ -309,6 +406,7 @@ class RecipeChoice:
     parameters: int | None = None
     modelVolumeGiB: int | None = None
     taxonomy: str | None = None
+    features: RecipeFeatures | None = None
 
 
 @dataclass(frozen=True)
@@ -389,7 +487,19 @@ def _from_table(
 
 
 def resolve_recipe(book: RecipeBook, family: str, facts: OrderFacts, *, fallback_enabled: bool) -> RecipeResolution:
-    """The recipe for ``facts.modelName`` on ``family``, or why there is none."""
+    """The recipe for ``facts.modelName`` on ``family``, or why there is none; a chat recipe with the
+    serving features of the model's family (``serving_features``) after the table's own args."""
+    resolution = _resolve_recipe(book, family, facts, fallback_enabled=fallback_enabled)
+    choice = resolution.choice
+    if choice is None:
+        return resolution
+    kind = book.taxonomy.families.get(choice.taxonomy or "")
+    serves_chat = kind is not None and EndpointType.CHAT in kind.endpointTypes
+    args, features = serving_features(book.models, facts, serves_chat)
+    return RecipeResolution(choice=replace(choice, args=_merge(choice.args, args), features=features))
+
+
+def _resolve_recipe(book: RecipeBook, family: str, facts: OrderFacts, *, fallback_enabled: bool) -> RecipeResolution:
     model = facts.modelName
     hardware = book.platform.families.get(family)
     if hardware is None:
@@ -553,4 +663,5 @@ def render_recipe(choice: RecipeChoice, *, share_percent: int, device_count: int
         hardwareFamily=choice.family,
         branch=READ_BRANCH,
         vramMinimumGiB=math.ceil(choice.needMiB / 1024 * 100) / 100,
+        features=choice.features,
     )

@@ -435,9 +435,16 @@ def plan(
         if _api_unreachable(err):
             fail(ExitCode.UNREACHABLE, f"cannot reach the Kubernetes API server: {type(err).__name__}")
         raise
-    emit(output, run.model_dump(mode="json"), render_text(run))
+    emit(output, run.model_dump(mode="json"), render_text(run) + _features_text(run.plan))
     if run.refusal is not None:
         raise typer.Exit(ExitCode.NOT_FOUND if run.refusal.reason == Reason.CLASS_NOT_FOUND else ExitCode.REFUSED)
+
+
+def _features_text(plan: Any) -> str:
+    """What the endpoint would serve besides plain chat (tool calls, reasoning), or nothing without a plan."""
+    from planner.planning import features_line
+
+    return f"\n  {features_line(plan)}" if plan is not None else ""
 
 
 def _read(path: Path) -> str | None:

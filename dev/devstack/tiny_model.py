@@ -19,7 +19,16 @@ container for this one repository and copies the model made here into the volume
 so the engine loads ``/models/ai-inference-dev/tiny-chat`` exactly as the built command says
 (``devstack.standins.engine``).
 
-``python -m devstack.tiny_model DIR`` writes it to DIR.
+A second repository, ``ai-inference-dev/tiny-qwq-chat`` (``FEATURES_REPOSITORY``), is the same model in
+the QwQ chat format: the tokenizer also knows ``<think>``, ``</think>``, ``<tool_call>`` and
+``</tool_call>`` (plain added tokens, kept when decoding, as in QwQ), and the chat template
+(``FEATURES_CHAT_TEMPLATE``) offers ``tools`` in the Hermes format (a JSON call inside
+``<tool_call></tool_call>``) and opens the answer with ``<think>``. The recipes know the name as model
+family ``qwq`` (recipes/model-families.yaml): the replica launches with ``--enable-auto-tool-choice
+--tool-call-parser hermes --reasoning-parser deepseek_r1``, which is what the engine tests exercise
+(tests/engine/test_engine_features.py). The first repository stays in no known family.
+
+``python -m devstack.tiny_model DIR [--features]`` writes it to DIR.
 """
 
 from __future__ import annotations
@@ -33,9 +42,10 @@ from pathlib import Path
 
 import numpy as np
 from safetensors.numpy import save_file
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
 REPOSITORY = "ai-inference-dev/tiny-chat"
+FEATURES_REPOSITORY = "ai-inference-dev/tiny-qwq-chat"
 CATALOG_NAME = "tiny-chat"
 SERVED_NAME = "tiny-chat"
 # What an order says of its size (spec.model.parameterCount): the name carries no size token, and
@@ -61,6 +71,35 @@ CHAT_TEMPLATE = (
     "{{ '<|' + message['role'] + '|>' + message['content'] + '<|end|>' }}"
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
+)
+
+# The QwQ format's markers: plain added tokens (not special), so a decoded answer keeps them and the
+# parsers find them (vLLM's hermes and deepseek_r1 parsers look them up in the vocabulary).
+THINK_START, THINK_END = "<think>", "</think>"
+TOOL_CALL_START, TOOL_CALL_END = "<tool_call>", "</tool_call>"
+FEATURE_TOKENS = [THINK_START, THINK_END, TOOL_CALL_START, TOOL_CALL_END]
+FEATURES_CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% if tools %}{{ '<|system|>' }}"
+    "{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] + '\\n\\n' }}{% endif %}"
+    "{{ 'You may call one or more functions to assist with the user query. The functions are listed in "
+    "<tools></tools>:\\n<tools>' }}"
+    "{% for tool in tools %}{{ '\\n' + (tool | tojson) }}{% endfor %}"
+    "{{ '\\n</tools>\\nFor each call, return a JSON object with the function name and arguments within "
+    '<tool_call></tool_call>:\\n<tool_call>\\n{"name": <function-name>, "arguments": <args-json-object>}'
+    "\\n</tool_call><|end|>' }}{% endif %}"
+    "{% for message in messages %}"
+    "{% if message['role'] == 'system' and tools %}"
+    "{% elif message['role'] == 'assistant' and message['tool_calls'] is defined and message['tool_calls'] %}"
+    "{{ '<|assistant|>' + (message['content'] or '') }}"
+    "{% for call in message['tool_calls'] %}{{ '<tool_call>\\n{\"name\": \"' + call['function']['name'] + "
+    "'\", \"arguments\": ' + (call['function']['arguments'] if call['function']['arguments'] is string "
+    "else call['function']['arguments'] | tojson) + '}\\n</tool_call>' }}{% endfor %}{{ '<|end|>' }}"
+    "{% elif message['role'] == 'tool' %}"
+    "{{ '<|user|><tool_response>\\n' + message['content'] + '\\n</tool_response><|end|>' }}"
+    "{% else %}{{ '<|' + message['role'] + '|>' + (message['content'] or '') + '<|end|>' }}{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|><think>\\n' }}{% endif %}"
 )
 
 # The training text: fixed, so the merges (and so every file) are the same on every machine.
@@ -118,10 +157,13 @@ def _json(path: Path, value: object) -> None:
     path.write_text(json.dumps(value, indent=2, sort_keys=True) + "\n")
 
 
-def write_model(dest: Path) -> Path:
-    """Write the model's files into ``dest`` (made if missing); the same bytes on every call."""
+def write_model(dest: Path, features: bool = False) -> Path:
+    """Write the model's files into ``dest`` (made if missing); the same bytes on every call.
+    ``features``: the QwQ-format variant (``FEATURES_REPOSITORY``)."""
     dest.mkdir(parents=True, exist_ok=True)
     tokenizer = _tokenizer()
+    if features:
+        tokenizer.add_tokens([AddedToken(token, special=False, normalized=False) for token in FEATURE_TOKENS])
     tokenizer.save(str(dest / "tokenizer.json"))
     vocab = tokenizer.get_vocab_size()
     ids = {token: tokenizer.token_to_id(token) for token in SPECIAL_TOKENS}
@@ -134,7 +176,7 @@ def write_model(dest: Path) -> Path:
             "pad_token": PAD,
             "model_max_length": MAX_POSITIONS,
             "clean_up_tokenization_spaces": False,
-            "chat_template": CHAT_TEMPLATE,
+            "chat_template": FEATURES_CHAT_TEMPLATE if features else CHAT_TEMPLATE,
         },
     )
     _json(dest / "special_tokens_map.json", {"bos_token": BOS, "eos_token": EOS, "pad_token": PAD})
@@ -177,14 +219,19 @@ def digest(directory: Path) -> str:
     return h.hexdigest()
 
 
-def install_model(dest: Path) -> Path:
+def install_features_model(dest: Path) -> Path:
+    """The QwQ-format variant at ``dest`` (``install_model`` with ``features``)."""
+    return install_model(dest, features=True)
+
+
+def install_model(dest: Path, features: bool = False) -> Path:
     """The model at ``dest``, written through a temporary folder so a reader never sees half of it."""
     if (dest / "model.safetensors").is_file():
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".tiny-model-", dir=dest.parent))
     try:
-        write_model(tmp)
+        write_model(tmp, features)
         try:
             tmp.rename(dest)
         except OSError:  # another writer won: its files are the same bytes
@@ -196,9 +243,10 @@ def install_model(dest: Path) -> Path:
 
 
 def main() -> None:
-    if len(sys.argv) != 2:
-        raise SystemExit("usage: python -m devstack.tiny_model DIR")
-    dest = write_model(Path(sys.argv[1]))
+    args = [a for a in sys.argv[1:] if a != "--features"]
+    if len(args) != 1:
+        raise SystemExit("usage: python -m devstack.tiny_model DIR [--features]")
+    dest = write_model(Path(args[0]), features="--features" in sys.argv[1:])
     size = sum(p.stat().st_size for p in dest.iterdir())
     print(f"{dest}: {size} bytes, sha256 {digest(dest)}")
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from activities.builders.statefulset import build_statefulset
 from inference_api.plan import LaunchPlan, OrderFacts
-from inference_api.types import EndpointType, PlacementType, SharingMode
+from inference_api.types import EndpointType, PlacementType, ServingFeature, SharingMode
 from planner.recipes import RecipeBook, load_recipe_book, render_recipe, resolve_recipe
 from tests import factories as f
 
@@ -61,8 +61,18 @@ class Case:
         return f"{self.family}/{self.model} ({self.source}) on {self.placement} as {self.contract}"
 
 
+# What a class may turn off (modelPolicy.disabledFeatures): each compiles another command line.
+DISABLED: tuple[list[ServingFeature], ...] = (
+    [],
+    [ServingFeature.TOOL_CALLING],
+    [ServingFeature.REASONING],
+    list(ServingFeature),
+)
+
+
 def _facts(book: RecipeBook, family: str) -> Iterator[OrderFacts]:
-    """Orders whose recipe on ``family`` is compiled, a preset, or synthesized."""
+    """Orders whose recipe on ``family`` is compiled, a preset, or synthesized; and a synthesized chat
+    recipe of every model family's examples (each parser combination) under every class setting."""
     for model in book.compiled.recipes.get(family, {}):
         yield OrderFacts(modelName=model)
     for model in book.compiled.presets:
@@ -76,6 +86,10 @@ def _facts(book: RecipeBook, family: str) -> Iterator[OrderFacts]:
                 quantization=quantization,
                 endpointType=endpoint,
             )
+    for model_family in book.models.families.values():
+        for model in model_family.examples:
+            for disabled in DISABLED:
+                yield OrderFacts(modelName=model, parameterCount="7B", disabledFeatures=disabled)
 
 
 def _plan(placement: Placement, recipe_plan: LaunchPlan) -> LaunchPlan:
@@ -114,6 +128,16 @@ def generated_argvs(book: RecipeBook | None = None) -> dict[tuple[str, ...], Cas
                     case = Case(family, facts.modelName, choice.source.value, placement.name, contract.value)
                     argvs.setdefault(argv, case)
     return argvs
+
+
+def compiled_parsers(book: RecipeBook | None = None) -> tuple[set[str], set[str]]:
+    """Every tool-call parser and reasoning parser the model-families table compiles."""
+    book = book or load_recipe_book()
+    families = book.models.families.values()
+    return (
+        {f.toolCallParser for f in families if f.toolCallParser},
+        {f.reasoningParser for f in families if f.reasoningParser},
+    )
 
 
 def shipped_runtime_versions(book: RecipeBook | None = None) -> set[str]:

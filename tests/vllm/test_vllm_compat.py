@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from devstack.vllm_env import VllmEnv
-from tests.vllm.argvs import PLACEMENTS, Case, generated_argvs, shipped_runtime_versions
+from tests.vllm.argvs import PLACEMENTS, Case, compiled_parsers, generated_argvs, shipped_runtime_versions
 from tests.vllm.metric_names import used_metric_names
 
 PROBE = Path(__file__).with_name("vllm_probe.py")
@@ -35,7 +35,12 @@ KNOWN_BAD: dict[str, tuple[str, ...]] = {
     "--task (removed)": ("vllm", "serve", "/models/m", "--task", "embed"),
     "--dtype outside its choices": ("vllm", "serve", "/models/m", "--dtype", "float17"),
     "an unknown flag": ("vllm", "serve", "/models/m", "--no-such-flag"),
+    # validate_parsed_serve_args: auto tool choice without a parser.
+    "--enable-auto-tool-choice without a parser": ("vllm", "serve", "/models/m", "--enable-auto-tool-choice"),
 }
+# Names no release registers: the registry check must report them.
+UNKNOWN_TOOL_PARSER = "no_such_tool_parser"
+UNKNOWN_REASONING_PARSER = "no_such_reasoning_parser"
 # A name that 0.33 no longer defines: the metric check must report it.
 GONE_METRIC = "vllm:gpu_cache_usage_perc"
 
@@ -48,6 +53,8 @@ class Verdict:
     metrics: dict[str, str]
     metric_files: int
     parser_seconds: float
+    parser_problems: dict[str, str]
+    registered: dict[str, list[str]]
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +63,16 @@ def verdict(vllm_env: VllmEnv, tmp_path_factory: pytest.TempPathFactory) -> Verd
     asked = [*argvs, *KNOWN_BAD.values()]
     directory = tmp_path_factory.mktemp("vllm-probe")
     request, result = directory / "request.json", directory / "result.json"
-    request.write_text(json.dumps({"argvs": [list(argv) for argv in asked]}))
+    tools, reasoning = compiled_parsers()
+    request.write_text(
+        json.dumps(
+            {
+                "argvs": [list(argv) for argv in asked],
+                "toolParsers": sorted(tools | {UNKNOWN_TOOL_PARSER}),
+                "reasoningParsers": sorted(reasoning | {UNKNOWN_REASONING_PARSER}),
+            }
+        )
+    )
     done = subprocess.run(
         [str(vllm_env.python), str(PROBE), str(request), str(result)],
         capture_output=True,
@@ -69,7 +85,16 @@ def verdict(vllm_env: VllmEnv, tmp_path_factory: pytest.TempPathFactory) -> Verd
     assert result.exists(), failure
     answer = json.loads(result.read_text())
     refused = {asked[int(index)]: reason for index, reason in answer["refusals"].items()}
-    return Verdict(answer["version"], argvs, refused, answer["metrics"], answer["metricFiles"], answer["parserSeconds"])
+    return Verdict(
+        answer["version"],
+        argvs,
+        refused,
+        answer["metrics"],
+        answer["metricFiles"],
+        answer["parserSeconds"],
+        answer["parserProblems"],
+        answer["registered"],
+    )
 
 
 def exposed_series(metrics: dict[str, str]) -> set[str]:
@@ -102,11 +127,41 @@ def test_every_command_line_the_module_can_produce_is_accepted_by_vllm(verdict: 
     )
 
 
+def test_every_parser_the_recipes_compile_is_registered_and_loads_in_the_release(verdict: Verdict) -> None:
+    tools, reasoning = compiled_parsers()
+    problems = {
+        name: why
+        for name, why in verdict.parser_problems.items()
+        if name not in (f"tool:{UNKNOWN_TOOL_PARSER}", f"reasoning:{UNKNOWN_REASONING_PARSER}")
+    }
+    print(
+        f"\nvLLM {verdict.version}: tool-call parsers {sorted(tools)} and reasoning parsers {sorted(reasoning)} "
+        f"checked against {len(verdict.registered['tool'])} + {len(verdict.registered['reasoning'])} registered"
+    )
+    assert {"hermes", "llama3_json", "mistral", "openai"} <= tools
+    assert {"deepseek_r1", "qwen3", "openai_gptoss"} <= reasoning
+    assert not problems, f"vLLM {verdict.version} cannot load parsers the recipes name: {problems}"
+    # The check bites: a name the release does not register is reported.
+    assert f"tool:{UNKNOWN_TOOL_PARSER}" in verdict.parser_problems
+    assert f"reasoning:{UNKNOWN_REASONING_PARSER}" in verdict.parser_problems
+
+
+def test_the_matrix_compiles_every_parser_with_and_without_the_class_turning_it_off(verdict: Verdict) -> None:
+    tools, reasoning = compiled_parsers()
+    argvs = [" ".join(argv) for argv in verdict.argvs]
+    for name in tools:
+        assert any(f"--enable-auto-tool-choice --tool-call-parser {name}" in a for a in argvs), name
+    for name in reasoning:
+        assert any(f"--reasoning-parser {name}" in a for a in argvs), name
+    # A class turning both off: a family's example compiles with neither flag.
+    assert any("Qwen3-8B" in a and "--tool-call-parser" not in a and "--reasoning-parser" not in a for a in argvs)
+
+
 @pytest.mark.parametrize("why", list(KNOWN_BAD))
 def test_vllm_refuses_a_known_bad_command_line(verdict: Verdict, why: str) -> None:
     argv = KNOWN_BAD[why]
     assert argv in verdict.refused, f"vLLM {verdict.version} accepted {' '.join(argv)} ({why})"
-    assert "error" in verdict.refused[argv]
+    assert "error" in verdict.refused[argv].lower()
 
 
 def test_every_vllm_metric_name_the_module_uses_exists_in_the_release(verdict: Verdict) -> None:

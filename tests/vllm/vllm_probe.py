@@ -2,9 +2,14 @@
 
     ~/.cache/ai-inference/vllm-<version>/venv/bin/python tests/vllm/vllm_probe.py REQUEST.json RESULT.json
 
-REQUEST: ``{"argvs": [["vllm", "serve", MODEL, FLAG, ...], ...]}`` — runtime container commands.
+REQUEST: ``{"argvs": [["vllm", "serve", MODEL, FLAG, ...], ...], "toolParsers": [NAME, ...],
+"reasoningParsers": [NAME, ...]}`` — runtime container commands, and parser names the recipes compile.
 RESULT:  ``{"version": ..., "parserSeconds": ..., "refusals": {"<index>": "<argparse error>"},
-"metrics": {"vllm:<name>": "gauge|counter|histogram|unknown"}, "metricFiles": N}``.
+"metrics": {"vllm:<name>": "gauge|counter|histogram|unknown"}, "metricFiles": N,
+"parserProblems": {"tool:<name>" | "reasoning:<name>": "<why>"}, "registered": {"tool": [...], "reasoning": [...]}}``.
+
+Parser names: each must be registered in the release's ``ToolParserManager`` / ``ReasoningParserManager``
+and its class must load (``get_tool_parser`` / ``get_reasoning_parser`` import a lazily registered one).
 
 Flags: vLLM's real ``vllm serve`` parser, built as ``vllm serve`` builds it (``make_arg_parser``),
 with the platform set to CPU first: without a GPU, vLLM cannot infer a device and the parser's
@@ -65,6 +70,32 @@ def refusal(parser: Any, argv: list[str]) -> str | None:
     return None
 
 
+def parser_problems(tool_names: list[str], reasoning_names: list[str]) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """Why a parser name the recipes compile is not one the release can load; the registered names."""
+    from vllm.reasoning import ReasoningParserManager
+    from vllm.tool_parsers import ToolParserManager
+
+    problems: dict[str, str] = {}
+    for kind, manager, names, get in (
+        ("tool", ToolParserManager, tool_names, ToolParserManager.get_tool_parser),
+        ("reasoning", ReasoningParserManager, reasoning_names, ReasoningParserManager.get_reasoning_parser),
+    ):
+        registered = set(manager.list_registered())
+        for name in names:
+            if name not in registered:
+                problems[f"{kind}:{name}"] = f"not registered in {manager.__name__}"
+                continue
+            try:
+                get(name)
+            except Exception as error:  # an import error of the parser's module
+                problems[f"{kind}:{name}"] = f"{type(error).__name__}: {error}"
+    registered_names = {
+        "tool": sorted(ToolParserManager.list_registered()),
+        "reasoning": sorted(ReasoningParserManager.list_registered()),
+    }
+    return problems, registered_names
+
+
 def _callee(node: ast.Call) -> str:
     func = node.func
     if isinstance(func, ast.Attribute):
@@ -122,7 +153,10 @@ def main() -> None:
         if reason is not None:
             refusals[str(index)] = reason
     metrics, files = defined_metrics(Path(vllm.__file__).parent)
+    problems, registered = parser_problems(request.get("toolParsers", []), request.get("reasoningParsers", []))
     result = {
+        "parserProblems": problems,
+        "registered": registered,
         "version": vllm.__version__,
         "parserSeconds": round(built, 1),
         "refusals": refusals,
