@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from inference_api.ownership import by_uid, controller_reference, owned_by
 from inference_api.preemption import HpaCondition, ScalingObservation
 
 
@@ -46,10 +47,40 @@ def priority_value(name: str | None, priority_classes: Iterable[Mapping[str, Any
     return 0
 
 
+def order_pods(
+    pods: Iterable[Mapping[str, Any]], order_uid: str, statefulset: Mapping[str, Any] | None
+) -> list[Mapping[str, Any]]:
+    """The order's own pods among ``pods`` (those carrying its label): a pod counts only when its
+    controller is ``statefulset`` and the chain goes on to the order (pod → the order's StatefulSet → the
+    order of uid ``order_uid``, :mod:`inference_api.ownership`); a pod naming the order itself as its
+    controller is no replica either. A pod someone labelled as the order's (the
+    marks guard refuses that, this does not rely on it) counts for nothing: not placed, not pending."""
+    if statefulset is None or not owned_by(statefulset, order_uid):
+        return []
+    owners = by_uid(statefulset)
+    sts_uid = str((statefulset.get("metadata") or {}).get("uid") or "")
+    return [p for p in pods if _controller_uid(p) == sts_uid and owned_by(p, order_uid, owners)]
+
+
+def _controller_uid(obj: Mapping[str, Any]) -> str | None:
+    ref = controller_reference(obj)
+    return str(ref.get("uid") or "") if ref is not None else None
+
+
 def scaling_observation(
-    hpa: Mapping[str, Any] | None, pods: Iterable[Mapping[str, Any]], priority: int
+    hpa: Mapping[str, Any] | None,
+    pods: Iterable[Mapping[str, Any]],
+    priority: int,
+    *,
+    order_uid: str,
+    statefulset: Mapping[str, Any] | None,
 ) -> ScalingObservation:
-    pods = list(pods)
+    """What the order's autoscaler and replicas say. ``hpa`` and ``pods`` are candidates (found by name
+    and label); only the HPA the order controls and the pods of its StatefulSet
+    (:func:`order_pods`) are believed."""
+    if hpa is not None and not owned_by(hpa, order_uid):
+        hpa = None
+    pods = order_pods(pods, order_uid, statefulset)
     placed = sum(1 for p in pods if pod_is_placed(p))
     unschedulable = sum(1 for p in pods if pod_is_unschedulable(p))
     if hpa is None:

@@ -99,7 +99,10 @@ def test_the_order_and_workflow_task_alerts(docs: list[Doc], helm: Helm) -> None
     assert "ai_inference_order_not_ready_seconds" in exprs["D8AIInferenceOrderNotReady"]
     assert exprs["D8AIInferenceOrderNotReady"].rstrip().endswith("> 3600")
     failing = exprs["D8AIInferenceWorkflowTaskFailing"]
-    assert 'increase(temporal_workflow_task_execution_failed{task_queue="ai-inference"}[10m])' in failing
+    assert (
+        'increase(temporal_workflow_task_execution_failed{job="ai-inference",task_queue="ai-inference"}[10m])'
+        in failing
+    )
     rule = find(docs, "PrometheusRule", "ai-inference")
     alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
     assert alerts["D8AIInferenceWorkflowTaskFailing"]["for"] == "15m"
@@ -114,6 +117,30 @@ def test_the_order_and_workflow_task_alerts(docs: list[Doc], helm: Helm) -> None
     exprs = _exprs(tuned)
     assert exprs["D8AIInferenceOrderNotReady"].rstrip().endswith("> 7200")
     assert 'task_queue="inference"' in exprs["D8AIInferenceWorkflowTaskFailing"]
+
+
+def test_every_alert_reads_only_the_modules_own_job(docs: list[Doc]) -> None:
+    """A tenant's series of the module's metric names (its own monitor, its own pods) cannot fire or
+    silence an alert: every selector of every rule names the job the module's PodMonitors pin on the
+    worker and the watcher, and those PodMonitors pin it on every endpoint (the runtime's its own)."""
+    for alert, expr in _exprs(docs).items():
+        selectors = re.findall(r"\b((?:ai_inference|temporal)_[a-z_]+)(\{[^}]*\})?", expr)
+        assert selectors, alert
+        for metric, matchers in selectors:
+            assert 'job="ai-inference"' in matchers, (alert, metric, expr)
+    monitors = {m["metadata"]["name"]: m for m in of_kind(docs, "PodMonitor")}
+    for name, job in (
+        ("ai-inference-worker", "ai-inference"),
+        ("ai-inference-watcher", "ai-inference"),
+        ("ai-inference-runtime", "ai-inference-runtime"),
+    ):
+        for endpoint in monitors[name]["spec"]["podMetricsEndpoints"]:
+            assert {"action": "replace", "targetLabel": "job", "replacement": job} in endpoint["relabelings"], name
+    assert monitors["ai-inference-runtime"]["spec"]["sampleLimit"] > 0
+    adapter = yaml.safe_load((CHART_DIR / "files" / "prometheus-adapter-rules.yaml").read_text())
+    for rule in adapter["rules"]:
+        assert 'job="ai-inference-runtime"' in rule["seriesQuery"]
+        assert 'job="ai-inference-runtime"' in rule["metricsQuery"]
 
 
 def test_every_module_metric_the_rules_and_the_module_dashboard_read_exists(docs: list[Doc]) -> None:

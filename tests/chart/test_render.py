@@ -833,7 +833,7 @@ def test_prometheus_rule_alerts(docs: list[Doc]) -> None:
     }
 
     preempted = alerts["D8AIInferenceCapacityPreempted"]
-    assert "increase(ai_inference_capacity_preemptions_total[10m])" in preempted["expr"]
+    assert 'increase(ai_inference_capacity_preemptions_total{job="ai-inference"}[10m])' in preempted["expr"]
     assert preempted["expr"].rstrip().endswith("> 0")
     for label in ("device_class", "recipient_namespace", "recipient"):
         assert label in preempted["expr"]

@@ -52,7 +52,10 @@ def test_promtool_unit_tests(promtool: Promtool, rules_workdir: Path, test_file:
 def test_a_wrong_expectation_fails(promtool: Promtool, rules_workdir: Path) -> None:
     """The harness reports promtool's failure (a file that expects no alert where one fires)."""
     wrong = rules_workdir / "wrong.yaml"
-    series = 'ai_inference_capacity_preemptions_total{device_class="d",recipient_namespace="n",recipient="r"}'
+    series = (
+        'ai_inference_capacity_preemptions_total{job="ai-inference",device_class="d",recipient_namespace="n",'
+        'recipient="r"}'
+    )
     wrong.write_text(
         yaml.safe_dump(
             {

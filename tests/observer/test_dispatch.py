@@ -35,8 +35,21 @@ SERVING: dict[str, Any] = {
 }
 
 
-def owner(uid: str) -> list[dict[str, Any]]:
-    return [{"apiVersion": "ai.deckhouse.io/v1alpha1", "kind": "InferenceService", "uid": uid, "controller": True}]
+def owner(uid: str, name: str = "chat") -> list[dict[str, Any]]:
+    return [
+        {
+            "apiVersion": "ai.deckhouse.io/v1alpha1",
+            "kind": "InferenceService",
+            "name": name,
+            "uid": uid,
+            "controller": True,
+        }
+    ]
+
+
+def sts_owner(uid: str = "sts-u-chat", name: str = "chat") -> list[dict[str, Any]]:
+    """A pod's controller reference to its StatefulSet (the StatefulSet controller writes it)."""
+    return [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": name, "uid": uid, "controller": True}]
 
 
 def order(name: str, uid: str, generation: int = 1, rv: str = "1", **status: Any) -> dict[str, Any]:
@@ -71,16 +84,20 @@ def hpa(uid: str, desired: int = 1, rv: str = "1", message: str = "ok") -> dict[
     }
 
 
-def pod(name: str, ready: bool, rv: str = "1") -> dict[str, Any]:
+def pod(name: str, ready: bool, rv: str = "1", owners: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A pod of the order ``chat``'s StatefulSet (``owners``: its ownerReferences, the StatefulSet's by
+    default)."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
             "name": name,
             "namespace": "team",
+            "uid": f"pod-{name}",
             "resourceVersion": rv,
             "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_ORDER: "chat"},
             "annotations": {ANNOTATION_RUNTIME_IMAGE: "vllm:0.33.0"},
+            "ownerReferences": sts_owner() if owners is None else owners,
         },
         "spec": {"nodeName": "gpu-1", "priorityClassName": "high"},
         "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
@@ -127,6 +144,7 @@ async def test_orders_classes_owned_objects_and_scaling(temporal_client: Client)
     chat = order("chat", "u-chat", constraints={"priorityClassName": "high"})
     obs.handle(Listed(inf.PRIORITY_CLASS, [{"metadata": {"name": "high"}, "value": 1000}]))
     obs.handle(Listed(inf.HPA, [hpa("u-chat")]))
+    obs.handle(Listed(inf.STATEFULSET, [statefulset("u-chat", ready=1)]))
     obs.handle(Listed(inf.POD, [pod("chat-0", ready=True)]))
     obs.handle(Listed(inf.CLASS, [{"metadata": {"name": "default-llm", "generation": 1, "resourceVersion": "1"}}]))
     obs.handle(Listed(inf.ORDER, [chat, order("other", "u-other")]))
@@ -241,6 +259,56 @@ async def test_orders_classes_owned_objects_and_scaling(temporal_client: Client)
     assert "u-chat" not in obs.uid_key
 
 
+async def test_pods_labelled_as_the_orders_count_only_along_its_controller_chain(temporal_client: Client) -> None:
+    """Pods carrying the order's labels (made by whoever got past the marks guard: a cluster admin, a
+    policy not yet bound) are no replicas of it: not placed, not unschedulable, so neither the scaling
+    condition nor preemption (which reads these counts) believes them. Only pods whose controller is the
+    order's StatefulSet, itself controlled by the order, count."""
+    obs = observer(temporal_client)
+    chat = order("chat", "u-chat", constraints={"priorityClassName": "high"})
+    pending = pod("chat-0", ready=False)
+    pending["spec"] = {"priorityClassName": "high"}
+    pending["status"] = {
+        "phase": "Pending",
+        "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+    }
+    forged = {
+        # No owner at all; a StatefulSet of the tenant's own, not the order's; a controller reference that
+        # names the order's StatefulSet by name with another uid; one naming the order directly.
+        "forged-orphan": pod("forged-orphan", ready=True, owners=[]),
+        "forged-own-sts": pod("forged-own-sts", ready=True, owners=sts_owner("sts-tenant", "mine")),
+        "forged-uid": pod("forged-uid", ready=True, owners=sts_owner("sts-other-uid")),
+        "forged-direct": pod("forged-direct", ready=True, owners=owner("u-chat")),
+    }
+    unschedulable_forgeries = []
+    for name in ("forged-pending-orphan", "forged-pending-sts"):
+        fake = copy.deepcopy(pending)
+        fake["metadata"]["name"] = name
+        fake["metadata"]["ownerReferences"] = [] if name.endswith("orphan") else sts_owner("sts-tenant", "mine")
+        unschedulable_forgeries.append(fake)
+    tenant_sts = statefulset("u-tenant", ready=1, name="mine")
+    tenant_sts["metadata"]["uid"] = "sts-tenant"
+    obs.handle(Listed(inf.PRIORITY_CLASS, [{"metadata": {"name": "high"}, "value": 1000}]))
+    obs.handle(Listed(inf.HPA, [hpa("u-chat")]))
+    obs.handle(Listed(inf.STATEFULSET, [statefulset("u-chat", ready=1), tenant_sts]))
+    obs.handle(Listed(inf.POD, [pod("chat-1", ready=True), pending, *forged.values(), *unschedulable_forgeries]))
+    obs.handle(Listed(inf.ORDER, [chat]))
+    await settle()
+    (observation,) = sent(obs)[("chat", OrderSignal.SCALING_CHANGED)]
+    assert (observation.placedReplicas, observation.unschedulableReplicas) == (1, 1)
+
+    # A forged pod added later changes nothing the order is told.
+    obs.handle(Watched(inf.POD, d.ADDED, pod("forged-late", ready=True, owners=sts_owner("sts-tenant", "mine"))))
+    await settle()
+    assert ("chat", OrderSignal.SCALING_CHANGED) not in sent(obs)
+
+    # Without the order's StatefulSet (deleted, or never made), no pod is the order's.
+    obs.handle(Watched(inf.STATEFULSET, d.DELETED, statefulset("u-chat", ready=1)))
+    await settle()
+    (observation,) = sent(obs)[("chat", OrderSignal.SCALING_CHANGED)]
+    assert (observation.placedReplicas, observation.unschedulableReplicas) == (0, 0)
+
+
 async def test_health_flip_is_queued_for_the_order(temporal_client: Client) -> None:
     # The informer holds the Secret's metadata only (slim_metadata); the token is read by name.
     full = {
@@ -317,9 +385,10 @@ def statefulset(uid: str, ready: int, rv: str = "1", name: str = "chat") -> dict
         "metadata": {
             "name": name,
             "namespace": "team",
+            "uid": f"sts-{uid}",
             "resourceVersion": rv,
             "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_ORDER: name},
-            "ownerReferences": owner(uid),
+            "ownerReferences": owner(uid, name),
         },
         "spec": {"replicas": 1},
         "status": {"replicas": 1, "readyReplicas": ready},

@@ -119,9 +119,44 @@ def test_class_scaling_profile() -> None:
 # ----------------------------------------------------------------- parsing
 
 
-def pod(node: str | None = None, unschedulable: bool = False, deleting: bool = False) -> dict[str, Any]:
+ORDER_UID, STS_UID = "u-chat", "u-chat-sts"
+# The order's StatefulSet as the API server returns it: controlled by the order.
+STATEFULSET: dict[str, Any] = {
+    "metadata": {
+        "name": "chat",
+        "namespace": "team",
+        "uid": STS_UID,
+        "ownerReferences": [
+            {
+                "apiVersion": "ai.deckhouse.io/v1alpha1",
+                "kind": "InferenceService",
+                "name": "chat",
+                "uid": ORDER_UID,
+                "controller": True,
+            }
+        ],
+    }
+}
+
+
+def controlled_by(name: str, uid: str, kind: str = "StatefulSet", api: str = "apps/v1") -> list[dict[str, Any]]:
+    return [{"apiVersion": api, "kind": kind, "name": name, "uid": uid, "controller": True}]
+
+
+def pod(
+    node: str | None = None,
+    unschedulable: bool = False,
+    deleting: bool = False,
+    owners: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A pod the StatefulSet controller made for the order ``chat`` (``owners`` replaces its ownerReferences)."""
     conditions = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}] if unschedulable else []
-    meta: dict[str, Any] = {"name": "p"}
+    meta: dict[str, Any] = {
+        "name": "p",
+        "namespace": "team",
+        "labels": {"ai.deckhouse.io/inference-service": "chat"},
+        "ownerReferences": controlled_by("chat", STS_UID) if owners is None else owners,
+    }
     if deleting:
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     return {
@@ -151,13 +186,53 @@ def test_scaling_observation_from_an_hpa() -> None:
                 {"type": "AbleToScale", "status": "True", "reason": "SucceededRescale"},
             ],
         },
+        "metadata": {
+            "name": "chat",
+            "namespace": "team",
+            "ownerReferences": STATEFULSET["metadata"]["ownerReferences"],
+        },
     }
-    obs = scaling_observation(hpa, [pod("n1"), pod("n2"), pod(unschedulable=True)], priority=1000)
+    obs = scaling_observation(
+        hpa,
+        [pod("n1"), pod("n2"), pod(unschedulable=True)],
+        priority=1000,
+        order_uid=ORDER_UID,
+        statefulset=STATEFULSET,
+    )
     assert (obs.desiredReplicas, obs.currentReplicas, obs.minReplicas, obs.maxReplicas) == (3, 2, 1, 3)
     assert (obs.placedReplicas, obs.unschedulableReplicas, obs.priority) == (2, 1, 1000)
     assert [c.type for c in obs.conditions] == ["AbleToScale", "ScalingLimited"]
     assert obs.wants_above_bound
-    missing = scaling_observation(None, [pod("n1")], priority=5)
+    missing = scaling_observation(None, [pod("n1")], priority=5, order_uid=ORDER_UID, statefulset=STATEFULSET)
     assert not missing.autoscalerFound
     assert missing.placedReplicas == 1
     assert missing.priority == 5
+
+
+def test_only_the_orders_own_pods_are_counted() -> None:
+    """Pods labelled as the order's count as its replicas (placed, or pending for preemption) only along
+    the controller chain pod → the order's StatefulSet → the order; an HPA only when the order controls it."""
+    order_ref = STATEFULSET["metadata"]["ownerReferences"]
+    forged = [
+        pod("n1", owners=[]),  # no owner: labelled by hand
+        pod(unschedulable=True, owners=[]),
+        pod("n1", owners=controlled_by("mine", "u-tenant-sts")),  # the tenant's own StatefulSet
+        pod(unschedulable=True, owners=controlled_by("chat", "u-forged")),  # the right name, another uid
+        pod("n1", owners=order_ref),  # the order itself as controller: no StatefulSet made it
+        pod(unschedulable=True, owners=[{**controlled_by("chat", STS_UID)[0], "controller": False}]),
+    ]
+    elsewhere = pod("n1")
+    elsewhere["metadata"]["namespace"] = "other"  # the order's StatefulSet is in team
+    hpa = {"metadata": {"name": "chat", "namespace": "team", "ownerReferences": order_ref}, "status": {}}
+    obs = scaling_observation(
+        hpa, [pod("n2"), pod(unschedulable=True), *forged, elsewhere], 0, order_uid=ORDER_UID, statefulset=STATEFULSET
+    )
+    assert (obs.autoscalerFound, obs.placedReplicas, obs.unschedulableReplicas) == (True, 1, 1)
+    # The StatefulSet must be the order's, and be there.
+    tenant_sts = {**STATEFULSET, "metadata": {**STATEFULSET["metadata"], "ownerReferences": []}}
+    for sts in (tenant_sts, None):
+        none = scaling_observation(hpa, [pod("n2"), pod(unschedulable=True)], 0, order_uid=ORDER_UID, statefulset=sts)
+        assert (none.placedReplicas, none.unschedulableReplicas) == (0, 0)
+    # An HPA the order does not control is no autoscaler of it.
+    stray = {**hpa, "metadata": {"name": "chat", "namespace": "team"}}
+    assert not scaling_observation(stray, [], 0, order_uid=ORDER_UID, statefulset=STATEFULSET).autoscalerFound
