@@ -391,6 +391,8 @@ class Observer:
         if kind == inf.HPA:
             self.mark_scaling(order, force=True)
         if kind == inf.STATEFULSET:
+            # Its pods count as the order's replicas only through it (scaling_observation).
+            self.mark_scaling(order)
             self.mark_trouble(order)
 
     def on_pod(self, change: Change) -> None:
@@ -656,12 +658,13 @@ class Observer:
         hpa = self._owned(inf.HPA, order)
         if hpa is None and uid not in self.scaling_last:
             return None
+        # Pods found by the order's label; only those of its StatefulSet count (scaling_observation).
         pods = [p for p in (self.informers[inf.POD].get(k) for k in self.pods_of.get(d.object_key(order), ())) if p]
         constraints = ((order.get("status") or {}).get("constraints")) or {}
         priority = priority_value(
             constraints.get("priorityClassName"), self.informers[inf.PRIORITY_CLASS].cache.values()
         )
-        return scaling_observation(hpa, pods, priority)
+        return scaling_observation(hpa, pods, priority, order_uid=uid, statefulset=self._owned(inf.STATEFULSET, order))
 
     # ---------------------------------------------------------------------------- health
 
