@@ -1,16 +1,19 @@
-"""The observer's Secrets: metadata only in its cache, the token of an auth Secret read by name.
+"""The observer's Secrets: no informer, the Secrets an order owns read by name, metadata kept slim.
 
-Pure logic (no API server): what ``slim_metadata`` keeps of a PartialObjectMetadata, that the drift
-decisions still tell who changed a Secret's data, and the observer's token cache (read once per
-resourceVersion, read again after a rotation, forgotten with a deleted Secret). The API server side
-(the Accept header, a flood of labelled Secrets) is tests/security/test_secret_flood.py.
+Pure logic (no API server): the observer informs on no Secret (issue 33), what ``slim_metadata``
+keeps of a Secret, that the drift decisions still tell who changed a Secret's data, and the observer's
+by-name reads (a token cached for ``secret_check_seconds``, a rotation read after that, a 404 told
+as the owned Secret deleted). The API server side (the watcher's own token refused any list or
+watch, the reads by name) is tests/security/test_secret_flood.py and tests/rbac/test_roles.py.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
+import pytest
 from kubernetes.client import ApiClient
 from temporalio.client import Client
 
@@ -20,8 +23,9 @@ from inference_api.settings import HealthSettings, ModuleSettings, ObserverSetti
 from worker.observer import Observer
 from worker.observer import decisions as d
 from worker.observer import informer as inf
+from worker.observer import observer as observer_module
 from worker.observer.decisions import FIELD_MANAGER
-from worker.observer.informer import PARTIAL_METADATA, Listed, Watched, slim_metadata
+from worker.observer.informer import PARTIAL_METADATA, Listed, slim_metadata
 
 OWNER = [
     {
@@ -58,17 +62,19 @@ def partial(rv: str, writers: list[tuple[str, str]], **extra: Any) -> dict[str, 
     return {"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": metadata}
 
 
-def test_only_the_secret_informer_is_metadata_only_and_it_asks_for_partial_metadata() -> None:
+def test_the_observer_informs_on_no_secret_and_no_resource_is_metadata_only() -> None:
+    """Issue 33: no module identity lists or watches Secrets, so the observer informs on none (the
+    Secrets an order owns are read by name, ``Observer.check_secret``)."""
     resources = inf.resources(ApiClient(), catalog=True)
-    assert [r.kind for r in resources if r.metadata_only] == [inf.SECRET]
-    (secret,) = [r for r in resources if r.kind == inf.SECRET]
-    assert inf._selector(secret) == {
-        "label_selector": inf.MODULE_SELECTOR,
-        "_headers": {"Accept": inf.PARTIAL_METADATA_LIST},
-    }
-    assert inf._selector(secret, watch=True)["_headers"] == {"Accept": PARTIAL_METADATA}
+    assert inf.SECRET not in {r.kind for r in resources}
+    assert inf.SECRET not in inf.OWNED_KINDS
+    assert not [r.kind for r in resources if r.metadata_only]
     (service,) = [r for r in resources if r.kind == inf.SERVICE]
     assert "_headers" not in inf._selector(service)
+    # What the observer keeps of a Secret read by name is still its slim metadata.
+    slim = slim_metadata(partial("1", [(FIELD_MANAGER, "t")]), inf.SECRET)
+    assert "data" not in slim
+    assert PARTIAL_METADATA.startswith("application/json;as=PartialObjectMetadata")
 
 
 def test_slim_metadata_is_bounded_whatever_a_tenant_writes_into_the_metadata() -> None:
@@ -136,14 +142,41 @@ def serving_order() -> dict[str, Any]:
     }
 
 
-def full_secret(rv: str, token_b64: str) -> dict[str, Any]:
-    return {"metadata": {"name": "chat-auth", "namespace": "team", "resourceVersion": rv}, "data": {"token": token_b64}}
+def full_secret(rv: str, token_b64: str, writers: list[tuple[str, str]] | None = None, **extra: Any) -> dict[str, Any]:
+    """A Secret as a GET by name returns it: the metadata of ``partial`` and the data."""
+    metadata = partial(rv, writers or [(FIELD_MANAGER, "t0")], **extra)["metadata"]
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": metadata, "data": {"token": token_b64}}
 
 
-async def test_the_token_is_read_by_name_once_per_version_and_forgotten_with_its_secret(
-    temporal_client: Client,
+class Clock:
+    """Monotonic time the test moves (``time.monotonic`` as the observer reads it)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.now = 1000.0
+        monkeypatch.setattr(observer_module.time, "monotonic", lambda: self.now)
+
+
+def observed(obs: Observer) -> list[str]:
+    obs.flush("u-chat")
+    found = [
+        change.what
+        for key, delivery in obs.outbox.pending.items()
+        if key[1] == OrderSignal.OBSERVED
+        for change in delivery.args
+    ]
+    obs.outbox.pending.clear()
+    return found
+
+
+async def test_the_token_is_read_by_name_at_most_once_a_period_and_a_deletion_or_edit_is_told(
+    temporal_client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    secrets = {"team/chat-auth": full_secret("1", "b25l")}  # "one"
+    """No informer: the probe's token comes from a GET by the order's own Secret name, cached for
+    ``secret_check_seconds``; a rotation reaches the probes after that; a GET answering 404 is the
+    owned Secret deleted (the workflow told, as the informer's DELETED did), once; someone else's edit
+    is drift by its writer."""
+    clock = Clock(monkeypatch)
+    secrets: dict[str, dict[str, Any]] = {"team/chat-auth": full_secret("1", "b25l")}  # "one"
     reads: list[str] = []
 
     def read_secret(namespace: str, name: str) -> dict[str, Any] | None:
@@ -155,27 +188,100 @@ async def test_the_token_is_read_by_name_once_per_version_and_forgotten_with_its
         health=HealthSettings(intervalSeconds=3600),
         observer=ObserverSettings(debounceSeconds=0.01),
     )
-    obs = Observer(ApiClient(), temporal_client, settings, resources=[], fingerprint="fp", read_secret=read_secret)
-    obs.handle(Listed(inf.SECRET, [slim_metadata(partial("1", [(FIELD_MANAGER, "t1")]), inf.SECRET)]))
+    obs = Observer(
+        ApiClient(),
+        temporal_client,
+        settings,
+        resources=[],
+        fingerprint="fp",
+        read_secret=read_secret,
+        secret_check_seconds=30,
+    )
     obs.handle(Listed(inf.ORDER, [serving_order()]))
     ((ref, _),) = list(obs.probe_candidates())
+    assert obs.owned_secret_names(serving_order()) == ["chat-auth"]
     assert (await obs.probe_spec(ref)).token == "one"
+    clock.now += 10
     assert (await obs.probe_spec(ref)).token == "one"
     assert reads == ["team/chat-auth"]
-    # Rotated (a new resourceVersion): read again.
-    secrets["team/chat-auth"] = full_secret("2", "dHdv")  # "two"
-    obs.handle(Watched(inf.SECRET, d.MODIFIED, slim_metadata(partial("2", [(FIELD_MANAGER, "t2")]), inf.SECRET)))
+    # Nothing of the data but the token is kept, and the token never shows.
+    assert "data" not in (obs.secrets["team/chat-auth"].metadata or {})
+    assert "one" not in repr(obs.secrets)
+    # Rotated by the module (its own field manager): read again once the period is over, no drift.
+    secrets["team/chat-auth"] = full_secret("2", "dHdv", [(FIELD_MANAGER, "t2")])  # "two"
+    assert (await obs.probe_spec(ref)).token == "one"
+    clock.now += 30
     assert (await obs.probe_spec(ref)).token == "two"
     assert reads == ["team/chat-auth"] * 2
-    # Deleted: the token is forgotten, no read is made, and the order's workflow hears of it.
-    obs.outbox.pending.clear()
-    obs.handle(Watched(inf.SECRET, d.DELETED, slim_metadata(partial("3", [(FIELD_MANAGER, "t2")]), inf.SECRET)))
-    assert obs.tokens == {}
+    assert observed(obs) == []
+    # Edited by the tenant: the token follows, and the workflow hears who wrote it.
+    secrets["team/chat-auth"] = full_secret("3", "", [(FIELD_MANAGER, "t2"), ("kubectl-edit", "t3")])
+    clock.now += 30
     assert (await obs.probe_spec(ref)).token is None
-    assert reads == ["team/chat-auth"] * 2
-    obs.flush("u-chat")
-    signals = {key[1]: delivery.args for key, delivery in obs.outbox.pending.items()}
-    (observed,) = signals[OrderSignal.OBSERVED]
-    assert observed.what == "Secret team/chat-auth deleted"
-    # Nothing but tokens of probed orders is ever held: no Secret data in the informer cache.
-    assert all("data" not in s for s in obs.informers[inf.SECRET].cache.values())
+    assert observed(obs) == ["Secret team/chat-auth changed by kubectl-edit"]
+    # Deleted: a 404 on the GET, told once (not again while it stays missing), and no token.
+    del secrets["team/chat-auth"]
+    clock.now += 30
+    assert (await obs.probe_spec(ref)).token is None
+    assert observed(obs) == ["Secret team/chat-auth deleted"]
+    clock.now += 30
+    assert (await obs.probe_spec(ref)).token is None
+    assert observed(obs) == []
+    # Made again by the module's reconcile: served again, nothing told.
+    secrets["team/chat-auth"] = full_secret("5", "dGhyZWU=", [(FIELD_MANAGER, "t5")], uid="s-2")  # "three"
+    clock.now += 30
+    assert (await obs.probe_spec(ref)).token == "three"
+    assert observed(obs) == []
+    # A Secret of that name someone else made (no ownerReference to the order): nothing believed of
+    # its metadata, nothing told (the worker's apply refuses it); its token read as the worker's is.
+    secrets["team/chat-auth"] = full_secret("6", "Zm9yZ2Vk", ownerReferences=[])  # "forged"
+    clock.now += 30
+    assert (await obs.probe_spec(ref)).token == "forged"
+    assert obs.secrets["team/chat-auth"].metadata is None
+    assert observed(obs) == []
+
+
+async def test_a_missing_secret_is_told_on_the_first_look_and_gone_orders_are_forgotten(
+    temporal_client: Client,
+) -> None:
+    """A Secret deleted while no observer ran is told on the first look (level-triggered); the
+    periodic check reads only the Secrets the observer's orders own, by name, and forgets the rest."""
+    reads: list[str] = []
+
+    def read_secret(namespace: str, name: str) -> dict[str, Any] | None:
+        reads.append(f"{namespace}/{name}")
+        return None
+
+    settings = ModuleSettings(
+        temporal=TemporalSettings(taskQueue="secret-metadata"),
+        observer=ObserverSettings(debounceSeconds=0.01),
+    )
+    obs = Observer(
+        ApiClient(),
+        temporal_client,
+        settings,
+        resources=[],
+        fingerprint="fp",
+        read_secret=read_secret,
+        secret_check_seconds=0.05,
+    )
+    other = serving_order()
+    other["metadata"] = {**other["metadata"], "name": "plain", "uid": "u-plain"}
+    other["status"] = {k: v for k, v in other["status"].items() if k != "authSecretName"}
+    obs.handle(Listed(inf.ORDER, [serving_order(), other]))
+    loop = asyncio.create_task(obs.secret_loop())
+    try:
+        for _ in range(100):
+            if len(reads) >= 2:
+                break
+            await asyncio.sleep(0.02)
+    finally:
+        loop.cancel()
+    # Only the Token order's own Secret, by name: nothing for the order without a token.
+    assert set(reads) == {"team/chat-auth"}
+    assert observed(obs) == ["Secret team/chat-auth deleted"]
+    obs.handle(Listed(inf.ORDER, [other]))
+    loop = asyncio.create_task(obs.secret_loop())
+    await asyncio.sleep(0.1)
+    loop.cancel()
+    assert obs.secrets == {}

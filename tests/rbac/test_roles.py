@@ -101,6 +101,9 @@ STATUS_WRITES = [Access(verb, "inferenceservices", subresource="status") for ver
     Access(verb, "inferenceserviceclasses", subresource="status", scope="cluster") for verb in ("update", "patch")
 ]
 
+# Enumerating Secrets: no module identity may (issue 33).
+ENUMERATE = ("list", "watch")
+
 NS_USER_ALLOWED = [Access(v, "inferenceservices") for v in ORDER_READ + ORDER_WRITE]
 NS_USER_DENIED = [
     # A namespace user cannot read a class, let alone write one.
@@ -499,6 +502,7 @@ SA_MATRIX: list[tuple[str, Access, bool]] = [
     ("worker", Access("get", "secrets", group="", scope="other"), True),
     ("worker", Access("list", "secrets", group="", scope="other"), False),
     ("worker", Access("list", "secrets", group="", scope="cluster"), False),
+    *[("worker", Access("watch", "secrets", group="", scope=s), False) for s in ("other", "cluster")],
     ("worker", Access("patch", "ingresses", group="networking.k8s.io", scope="other"), True),
     *[
         ("worker", Access(verb, "networkpolicies", group="networking.k8s.io", scope="other"), True)
@@ -541,10 +545,10 @@ SA_MATRIX: list[tuple[str, Access, bool]] = [
     ("watcher", Access("patch", "inferenceserviceclasses", subresource="status", scope="cluster"), True),
     ("watcher", Access("patch", "inferenceservices", subresource="status", scope="cluster"), False),
     ("watcher", PLANNER[0], False),
-    # The observer lists and watches Secrets' metadata and reads a Token order's auth Secret by name
-    # to probe it (cluster-wide: RBAC has no label selector, no metadata-only verb), and writes none.
-    ("watcher", Access("watch", "secrets", group="", scope="other"), True),
+    # The observer reads the Secrets an order owns by name ({order}-auth for its probes, {order}-tls),
+    # never lists or watches Secrets (issue 33: no module identity may enumerate them), writes none.
     ("watcher", Access("get", "secrets", group="", scope="other"), True),
+    *[("watcher", Access(v, "secrets", group="", scope=s), False) for v in ENUMERATE for s in ("other", "cluster")],
     ("watcher", Access("patch", "secrets", group="", scope="other"), False),
     # Informers only: no get where list + watch read.
     ("watcher", Access("get", "pods", group="", scope="other"), False),
@@ -562,7 +566,7 @@ SA_MATRIX: list[tuple[str, Access, bool]] = [
     ("planner", Access("get", "clustermodels", group="ai-models.deckhouse.io", scope="cluster"), False),
     ("planner", Access("delete", "pods", group="", scope="other"), False),
     ("planner", Access("get", "secrets", group="", scope="other"), False),
-    ("planner", Access("list", "secrets", group="", scope="cluster"), False),
+    *[("planner", Access(v, "secrets", group="", scope=s), False) for v in ENUMERATE for s in ("other", "cluster")],
     ("planner", Access("get", "pods", group="", scope="other"), False),
     ("planner", PLANNER[0], False),
     ("planner", Access("patch", "inferenceservices", subresource="status", scope="cluster"), False),
@@ -658,8 +662,9 @@ def test_the_processes_run_their_informers_and_secret_reads_with_their_own_roles
     bound: Bound, kube_admin: ApiClient
 ) -> None:
     """Enough, as well as no more: every informer of the observer and of the planner lists and
-    watches as its ServiceAccount; the observer reads a Token order's auth Secret by name; the
-    worker reads a Secret by name but cannot list Secrets anywhere, and the planner reads none."""
+    watches as its ServiceAccount; the observer and the worker read an order's Secret by name but
+    cannot list or watch Secrets anywhere (not even their metadata, not even the module's labelled
+    ones), and the planner reads none."""
     # Made by the worker: the marks guard refuses the module's label to anyone else, the admin included.
     with _token_client(bound.cluster, _sa_token(kube_admin, "worker")) as maker:
         CoreV1Api(maker).create_namespaced_secret(
@@ -673,6 +678,7 @@ def test_the_processes_run_their_informers_and_secret_reads_with_their_own_roles
         for resource in inf.resources(watcher, catalog=True):
             _list_and_watch(resource)
         assert token_from_secret(secret_reader(watcher)(bound.other, "chat-auth")) == "token"
+        _refused_secret_enumeration(watcher, bound.other)
     with _token_client(bound.cluster, _sa_token(kube_admin, "planner")) as planner:
         for resource in inventory_resources(planner):
             _list_and_watch(resource)
@@ -681,10 +687,36 @@ def test_the_processes_run_their_informers_and_secret_reads_with_their_own_roles
         assert denied.value.status == 403
     with _token_client(bound.cluster, _sa_token(kube_admin, "worker")) as worker:
         assert CoreV1Api(worker).read_namespaced_secret("chat-auth", bound.other).data == {"token": "dG9rZW4="}
-        for listing in (
-            lambda: CoreV1Api(worker).list_namespaced_secret(bound.other),
-            lambda: CoreV1Api(worker).list_secret_for_all_namespaces(),
-        ):
-            with pytest.raises(ApiException) as denied:
-                listing()
-            assert denied.value.status == 403
+        _refused_secret_enumeration(worker, bound.other)
+    with _token_client(bound.cluster, _sa_token(kube_admin, "planner")) as planner:
+        _refused_secret_enumeration(planner, bound.other)
+
+
+def _refused_secret_enumeration(api: ApiClient, namespace: str) -> None:
+    """Every way to enumerate Secrets, made as the identity ``api`` authenticates, is a 403: a list
+    and a watch, in a namespace and across the cluster, whole or metadata-only, with the module's
+    label selector or none (RBAC has no label or metadata-only grant, so none of them may be granted)."""
+    core = CoreV1Api(api)
+    partial = {"Accept": inf.PARTIAL_METADATA_LIST}
+    attempts = {
+        "list in a namespace": lambda: core.list_namespaced_secret(namespace, _preload_content=False),
+        "list everywhere": lambda: core.list_secret_for_all_namespaces(_preload_content=False),
+        "list the module's, metadata only": lambda: core.list_secret_for_all_namespaces(
+            label_selector=inf.MODULE_SELECTOR, _headers=partial, _preload_content=False
+        ),
+        "watch in a namespace": lambda: core.list_namespaced_secret(
+            namespace, watch=True, timeout_seconds=1, _preload_content=False
+        ),
+        "watch everywhere": lambda: core.list_secret_for_all_namespaces(
+            watch=True, timeout_seconds=1, _preload_content=False
+        ),
+        "watch the module's, metadata only": lambda: core.list_secret_for_all_namespaces(
+            watch=True,
+            timeout_seconds=1,
+            label_selector=inf.MODULE_SELECTOR,
+            _headers={"Accept": inf.PARTIAL_METADATA},
+            _preload_content=False,
+        ),
+    }
+    answered = {what: _status(attempt) for what, attempt in attempts.items()}
+    assert answered == dict.fromkeys(attempts, 403)

@@ -69,8 +69,10 @@ KIND_LABELS = {
     EVENT: "event",
 }
 
-# Objects an order owns (or, for Pods, its StatefulSet does): every one carries the module's labels.
-OWNED_KINDS = (STATEFULSET, SERVICE, INGRESS, NETWORK_POLICY, SECRET, HPA, CLAIM_TEMPLATE)
+# Objects an order owns (or, for Pods, its StatefulSet does) that the observer informs on: every one
+# carries the module's labels. Not Secrets: no module identity may list or watch Secrets; the observer
+# reads the Secrets an order owns by name (``Observer.check_secret``, docs/admin-guide.md).
+OWNED_KINDS = (STATEFULSET, SERVICE, INGRESS, NETWORK_POLICY, HPA, CLAIM_TEMPLATE)
 CATALOG_KINDS = (MODEL, CLUSTER_MODEL)
 MODULE_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 # The Events the observer reads: the StatefulSet controller's refusals to create a pod (a ResourceQuota,
@@ -149,7 +151,6 @@ def resources(api: ApiClient, catalog: bool) -> list[Resource]:
         Resource(STATEFULSET, _custom(custom, "apps", "v1", "statefulsets"), MODULE_SELECTOR),
         Resource(POD, core.list_pod_for_all_namespaces, MODULE_SELECTOR),
         Resource(SERVICE, core.list_service_for_all_namespaces, MODULE_SELECTOR),
-        Resource(SECRET, core.list_secret_for_all_namespaces, MODULE_SELECTOR, metadata_only=True),
         Resource(INGRESS, _custom(custom, "networking.k8s.io", "v1", "ingresses"), MODULE_SELECTOR),
         Resource(NETWORK_POLICY, _custom(custom, "networking.k8s.io", "v1", "networkpolicies"), MODULE_SELECTOR),
         Resource(HPA, _custom(custom, "autoscaling", "v2", "horizontalpodautoscalers"), MODULE_SELECTOR),

@@ -1,11 +1,12 @@
 """The observer (``ai-inference watch``): Kubernetes changes and probe verdicts become order signals.
 
 Informers on orders, classes, what orders own (by the module's labels: StatefulSets and their Pods,
-Services, Ingresses, NetworkPolicies, Secrets — their metadata only —, HPAs, ResourceClaimTemplates),
-PriorityClasses, Nodes, the StatefulSets' FailedCreate Events and, with the catalog enabled,
-Model/ClusterModel. Each change goes through a pure
-decision (``decisions``); what the
-workflow acts on is queued in the outbox (retried, never dropped), changes of one order within
+Services, Ingresses, NetworkPolicies, HPAs, ResourceClaimTemplates), PriorityClasses, Nodes, the
+StatefulSets' FailedCreate Events and, with the catalog enabled, Model/ClusterModel. Not Secrets: no
+module identity lists or watches them; the Secrets an order owns are read by name (``check_secret``)
+every ``secret_check_seconds``, their deletion or an edit by someone else told as an informer's change
+would be. Each change goes through a pure decision (``decisions``); what the workflow acts on is
+queued in the outbox (retried, never dropped), changes of one order within
 ``observer.debounceSeconds`` coalesced into one signal. Health is probed here (``prober``), and a
 periodic resync compares the listing with Temporal (``resync``). What the cluster says is wrong with
 an order's replicas (a node lost, a pod unschedulable or refused by a quota, an image that cannot be
@@ -19,8 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import random
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -47,10 +50,10 @@ from inference_api.payloads import OrderEvent, OrderRef, order_workflow_id
 from inference_api.preemption import ScalingObservation
 from inference_api.reasons import EventReason
 from inference_api.settings import CatalogMode, ModuleSettings
-from inference_api.types import CLASSES, GROUP, VERSION, InferenceServiceClass
+from inference_api.types import CLASSES, GROUP, VERSION, HttpsMode, InferenceServiceClass
 from worker.observer import decisions as d
 from worker.observer import informer as inf
-from worker.observer.informer import Change, Informer, InformerItem, Listed, ListWatch, Resource
+from worker.observer.informer import Change, Informer, InformerItem, Listed, ListWatch, Resource, slim_metadata
 from worker.observer.metrics import EVENTS_HANDLED, ORDER_STATUS, ORDERS_KNOWN
 from worker.observer.outbox import Outbox, signal_to
 from worker.observer.prober import Prober, ProbeSpec
@@ -64,10 +67,26 @@ log = structlog.get_logger(__name__)
 # Reads one Secret by namespace and name: the object as the API server sends it, None when there is none.
 SecretReader = Callable[[str, str], dict[str, Any] | None]
 
+# How often the Secrets the observer's orders own are read by name (a deletion or someone else's edit is
+# told within about this long), and how old the token a probe sends may be.
+SECRET_CHECK_SECONDS = 30.0
+
+
+@dataclasses.dataclass(frozen=True)
+class SeenSecret:
+    """The last read of one Secret an order owns: when (monotonic), whether there was one, what the
+    observer keeps of its metadata (``slim_metadata``; None when it is not the order's), and, for an
+    auth Secret, its token (never logged: ``repr`` hides it)."""
+
+    read_at: float
+    present: bool
+    metadata: dict[str, Any] | None
+    token: str | None = dataclasses.field(default=None, repr=False)
+
 
 def secret_reader(api: ApiClient) -> SecretReader:
-    """``GET`` of one Secret by name: the only read of a Secret's data the observer makes (the
-    auth Secret a Token order's status names, for its probes)."""
+    """``GET`` of one Secret by name: the only read of a Secret the observer makes (the Secrets an
+    order owns, by the names the order's own name gives: never a list or a watch)."""
     core = CoreV1Api(api)
 
     def read(namespace: str, name: str) -> dict[str, Any] | None:
@@ -99,14 +118,15 @@ class Observer:
         senders: int = 16,
         fingerprint: str | None = None,
         read_secret: SecretReader | None = None,
+        secret_check_seconds: float = SECRET_CHECK_SECONDS,
         fence: Callable[[], bool] | None = None,
     ) -> None:
         self.api = api
         self.read_secret = read_secret or secret_reader(api)
-        # Tokens of the auth Secrets probes send, by namespace/name: (the Secret's resourceVersion
-        # when it was read, the token). The Secret informer holds metadata only; a token is read
-        # again when the informer sees a new resourceVersion (a rotation) and forgotten with it.
-        self.tokens: dict[str, tuple[str, str | None]] = {}
+        # The Secrets the observer's orders own, by namespace/name, as last read by name (no informer:
+        # the watcher may not list or watch Secrets). Read again once older than secret_check_seconds.
+        self.secrets: dict[str, SeenSecret] = {}
+        self.secret_check_seconds = secret_check_seconds
         self.client = client
         self.settings = settings
         self.config = settings.observer
@@ -215,7 +235,9 @@ class Observer:
     # -------------------------------------------------------------------------- events
 
     def handle(self, delivery: InformerItem) -> None:
-        informer = self.informers[delivery.kind]
+        informer = self.informers.get(delivery.kind)
+        if informer is None:  # a kind the observer does not inform on (Secrets: read by name)
+            return
         if isinstance(delivery, Listed):
             changes = informer.listed(delivery.items)
         else:
@@ -253,8 +275,6 @@ class Observer:
         elif kind == inf.POD:
             self.on_pod(change)
         elif kind in inf.OWNED_KINDS:
-            if kind == inf.SECRET and change.type == d.DELETED:
-                self.tokens.pop(d.object_key(change.obj), None)
             self.on_owned(kind, change)
         elif kind in inf.CATALOG_KINDS:
             self.on_model(kind, change)
@@ -685,25 +705,83 @@ class Observer:
         # The status says whether the order has a token; which Secret holds it is never read from the
         # status (a hint a forged run may have written): it is the order's own, named after the order.
         required = bool((order.get("status") or {}).get("authSecretName"))
-        token = await self.token_of(ref.namespace, ObjectNames(ref.name).auth_secret) if required else None
+        token = None
+        if required and order:
+            token = (await self.check_secret(order, ObjectNames(ref.name).auth_secret, self.secret_check_seconds)).token
         served = d.served_name(self._owned(inf.STATEFULSET, order)) if order else None
         return ProbeSpec(target=target, served_name=served, token=token, token_required=required)
 
-    async def token_of(self, namespace: str, name: str) -> str | None:
-        """The token of an order's auth Secret: read by name once per resourceVersion the Secret
-        informer (metadata only) knows; None while the informer knows no such Secret (deleted)."""
+    def owned_secret_names(self, order: d.Obj) -> list[str]:
+        """The Secrets the order owns, by the names its own name gives (never a name its status or a
+        workflow says): ``{order}-auth`` when its status says it has a token, ``{order}-tls`` when its
+        class copies a custom certificate."""
+        names = ObjectNames(str(d.meta(order).get("name")))
+        out = []
+        if (order.get("status") or {}).get("authSecretName"):
+            out.append(names.auth_secret)
+        class_name = str((order.get("spec") or {}).get("inferenceServiceClassName") or "")
+        cls = self.informers[inf.CLASS].get(class_name) or {}
+        https = (((cls.get("spec") or {}).get("exposurePolicy") or {}).get("https")) or {}
+        if https.get("mode") == HttpsMode.CUSTOM_CERTIFICATE:
+            out.append(names.tls_secret)
+        return out
+
+    async def check_secret(self, order: d.Obj, name: str, max_age: float) -> SeenSecret:
+        """Read one Secret the order owns by name, unless it was read less than ``max_age`` ago, and
+        tell the order's workflow what an informer would have: the Secret deleted (also the first
+        time it is found missing, so a deletion while no observer ran converges), or changed by
+        someone else (``decisions.owned_change`` on its metadata: the writer of the data). A Secret of
+        that name the order does not own is told nothing about (as no informer believed it; the
+        worker's apply refuses it), its token read as the worker's first probe reads it. Nothing of a
+        Secret's data but an auth Secret's token is kept, and that only for the probes."""
+        meta = d.meta(order)
+        namespace, uid = str(meta.get("namespace")), str(meta.get("uid"))
         key = f"{namespace}/{name}"
-        known = self.informers[inf.SECRET].get(key)
-        if known is None:
-            self.tokens.pop(key, None)
-            return None
-        version = str(d.meta(known).get("resourceVersion") or "")
-        cached = self.tokens.get(key)
-        if cached is not None and cached[0] == version:
-            return cached[1]
-        token = token_from_secret(await asyncio.to_thread(self.read_secret, namespace, name))
-        self.tokens[key] = (version, token)
-        return token
+        seen = self.secrets.get(key)
+        now = time.monotonic()
+        if seen is not None and now - seen.read_at < max_age:
+            return seen
+        found = await asyncio.to_thread(self.read_secret, namespace, name)
+        present = found is not None
+        new = slim_metadata(found, inf.SECRET) if found is not None and d.owned_by(found, uid) else None
+        is_auth = name == ObjectNames(str(meta.get("name"))).auth_secret
+        token = token_from_secret(found) if is_auth else None
+        del found
+        self.secrets[key] = SeenSecret(now, present, new, token)
+        if d.deleting(order) or not self.mine(uid):
+            return self.secrets[key]
+        what: str | None = None
+        if not present and (seen is None or seen.present):
+            what = f"Secret {key} deleted"
+        elif new is not None and seen is not None and seen.metadata is not None:
+            what = d.owned_change(inf.SECRET, d.MODIFIED, seen.metadata, new, self.ignored_annotations)
+        if what is not None:
+            log.info("owned Secret changed", order=d.object_key(order), what=what)
+            self.observe(order, inf.SECRET, what)
+        return self.secrets[key]
+
+    async def secret_loop(self) -> None:
+        """Every ``secret_check_seconds``: each of this observer's orders' Secrets read by name (one
+        ``get`` each, one at a time; those a probe read within half the period skipped), and what is
+        remembered of orders gone forgotten."""
+        await self.orders_synced.wait()
+        while True:
+            wanted: set[str] = set()
+            for uid in list(self.my_orders):
+                order = self.order_by_uid(uid)
+                if order is None or d.deleting(order):
+                    continue
+                namespace = str(d.meta(order).get("namespace"))
+                for name in self.owned_secret_names(order):
+                    wanted.add(f"{namespace}/{name}")
+                    try:
+                        await self.check_secret(order, name, self.secret_check_seconds / 2)
+                    except Exception as err:  # the API server away: next round (the error's type only)
+                        secret = f"{namespace}/{name}"
+                        log.warning("reading an order's Secret failed", secret=secret, error=type(err).__name__)
+            for key in set(self.secrets) - wanted:
+                self.secrets.pop(key, None)
+            await asyncio.sleep(self.secret_check_seconds * self._rng.uniform(0.9, 1.1))
 
     def report_health(self, ref: OrderRef, report: HealthReport) -> None:
         self.outbox.put(signal_to(ref, OrderSignal.HEALTH_CHANGED, [report]))
@@ -755,6 +833,7 @@ class Observer:
         self._spawn(self.outbox.run(), "outbox")
         self._spawn(self.prober.run(), "prober")
         self._spawn(self.resync_loop(), "resync")
+        self._spawn(self.secret_loop(), "secrets")
         log.info(
             "observer started",
             task_queue=self.settings.temporal.taskQueue,
