@@ -297,6 +297,7 @@ def stand(local_cluster: LocalCluster, kube_admin: ApiClient, make_namespace: An
                     "sharingMode": "Shared",
                     "sharePercent": 30,
                     "replanCount": 0,
+                    "features": {"modelFamily": "qwen2.5", "toolCalling": True, "reasoning": False},
                 },
             }
         },
