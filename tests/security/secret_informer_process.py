@@ -1,4 +1,8 @@
-"""The observer's Secret informer alone, in a process of its own, so its memory can be read.
+"""The observer's former Secret informer alone, in a process of its own, so its memory can be read.
+
+The observer no longer runs it (issue 33: no module identity lists or watches Secrets; the Secrets an
+order owns are read by name); it stays for benchmarks/secret_flood.py, which compares the metadata-only
+informer of then with the whole-object one before it.
 
 ``python -m tests.security.secret_informer_process --kubeconfig K --namespace NS --expect N [--full]``
 

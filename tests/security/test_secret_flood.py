@@ -1,106 +1,139 @@
-"""Four hundred labelled 700 KB Secrets made by a tenant leave the observer's memory where it was.
+"""A tenant's Secrets, labelled as the module's, reach the observer not at all; an order's own by name.
 
-Anyone who may create Secrets in a namespace may put the module's labels on them. The observer's
-Secret informer selects by those labels and, before, cached every such Secret whole: a tenant could
-grow the observer's memory by the size of its Secrets (about 400 MB for these 400). It now lists and
-watches their metadata only (PartialObjectMetadata): the informer, run in its own process exactly as
-the observer runs it, against the real API server, grows by well under a megabyte. The whole-object
-baseline and the numbers: benchmarks/secret_flood.py.
+Anyone who may create Secrets in a namespace may put the module's labels on them. Before, the
+observer's Secret informer listed and watched every such Secret cluster-wide (their metadata only:
+tests of that and the memory numbers are in the history of this file and benchmarks/secret_flood.py),
+and its ClusterRole granted list and watch of every Secret, whose data a stolen watcher token could
+read. Now (issue 33) no module identity lists or watches Secrets: the observer reads the Secrets an
+order owns by name (``Observer.check_secret``). Against the real API server: a flood of labelled
+Secrets is never read, the order's own Secret is read by name only, a tenant's edit of its data
+arrives as drift by the tenant's field manager, a deletion as the owned Secret deleted, and the
+token the probes send follows.
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
-import queue
-import time
-from collections.abc import Callable
+from typing import Any
 
 import pytest
-from kubernetes.client import ApiClient, CoreV1Api
+from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
+from temporalio.client import Client
 
 from activities.builders.common import LABEL_MANAGED_BY, LABEL_ORDER, MANAGED_BY
-from activities.health import token_from_secret
 from devstack.cluster.launcher import LocalCluster
-from tests.security.flood import COUNT, SIZE, measure
-from worker.observer import decisions as d
+from inference_api.observation import OrderSignal
+from inference_api.settings import HealthSettings, ModuleSettings, ObserverSettings, TemporalSettings
+from inference_api.types import GROUP, ORDERS, VERSION
+from worker.observer import Observer
 from worker.observer import informer as inf
 from worker.observer.decisions import FIELD_MANAGER
-from worker.observer.informer import MODULE_SELECTOR, Change, Informer, InformerItem, Listed, ListWatch, Resource
+from worker.observer.informer import Listed
 from worker.observer.observer import secret_reader
 
 pytestmark = pytest.mark.cluster
 
 
-def test_a_flood_of_labelled_secrets_leaves_the_observers_memory_where_it_was(
-    local_cluster: LocalCluster, namespace: str
-) -> None:
-    with local_cluster.api_client("ns-user") as tenant:
-        memory = measure(local_cluster.kubeconfig("admin"), namespace, tenant, full=False)
-    assert memory.cached == COUNT
-    flood_kib = COUNT * SIZE // 1024
-    # The whole Secrets would be ~273,000 KiB of data (and more as Python strings); their metadata is
-    # a few hundred bytes each. 8 MiB leaves room for the allocator's noise, not for one in 30 Secrets.
-    assert memory.growth_kib < 8 * 1024, (memory, flood_kib)
-    # Free the API server's memory for the tests that follow (the namespace goes with its fixture).
-    with local_cluster.api_client("admin") as admin:
-        CoreV1Api(admin).delete_collection_namespaced_secret(namespace, label_selector=LABEL_ORDER)
+def _order(namespace: str, uid: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "ai.deckhouse.io/v1alpha1",
+        "kind": "InferenceService",
+        "metadata": {"name": "chat", "namespace": namespace, "uid": uid, "generation": 1, "resourceVersion": "1"},
+        "spec": SPEC,
+        "status": {
+            "phase": "Ready",
+            "observedGeneration": 1,
+            "authSecretName": "chat-auth",
+            "conditions": [{"type": "Ready", "status": "True", "reason": "ServiceReady", "lastTransitionTime": "t"}],
+        },
+    }
 
 
-def test_the_metadata_informer_sees_a_secret_changed_and_deleted_and_the_token_is_read_by_name(
-    local_cluster: LocalCluster, kube_admin: ApiClient, namespace: str
+SPEC = {"inferenceServiceClassName": "default-llm", "model": {"src": "HuggingFace", "ref": {"name": "org/m"}}}
+
+
+def _observed(obs: Observer, uid: str) -> list[str]:
+    obs.flush(uid)
+    found = [
+        change.what
+        for key, delivery in obs.outbox.pending.items()
+        if key[1] == OrderSignal.OBSERVED
+        for change in delivery.args
+    ]
+    obs.outbox.pending.clear()
+    return found
+
+
+async def test_labelled_secrets_are_never_read_and_the_orders_own_is_read_by_name(
+    local_cluster: LocalCluster, kube_admin: ApiClient, namespace: str, temporal_client: Client
 ) -> None:
-    """Against the real API server: the Accept header is honoured (no data reaches the cache), a
-    tenant's edit of the data arrives as a drift by the tenant's field manager, a deletion as
-    DELETED, and the observer's one read of a Secret (by name) returns its token."""
     core = CoreV1Api(kube_admin)
+    # A real order to own the Secret (the garbage collector deletes what an absent owner owns).
+    made = CustomObjectsApi(kube_admin).create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        ORDERS,
+        {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService", "metadata": {"name": "chat"}, "spec": SPEC},
+    )
+    uid = made["metadata"]["uid"]
     labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_ORDER: "chat"}
+    owner = {
+        "apiVersion": "ai.deckhouse.io/v1alpha1",
+        "kind": "InferenceService",
+        "name": "chat",
+        "uid": uid,
+        "controller": True,
+    }
     core.create_namespaced_secret(
         namespace,
-        {"metadata": {"name": "chat-auth", "labels": labels}, "data": {"token": base64.b64encode(b"one").decode()}},
+        {
+            "metadata": {"name": "chat-auth", "labels": labels, "ownerReferences": [owner]},
+            "data": {"token": base64.b64encode(b"one").decode()},
+        },
         field_manager=FIELD_MANAGER,
     )
-    resource = Resource(
-        inf.SECRET, lambda **kw: core.list_namespaced_secret(namespace, **kw), MODULE_SELECTOR, metadata_only=True
-    )
-    items: queue.Queue[InformerItem] = queue.Queue()
-    watch = ListWatch(resource, items.put, timeout_seconds=30)
-    cache = Informer(inf.SECRET)
-    changes: list[Change] = []
-
-    def drain(until: Callable[[], bool]) -> None:
-        deadline = time.monotonic() + 30
-        while not until():
-            assert time.monotonic() < deadline, changes
-            with contextlib.suppress(queue.Empty):
-                item = items.get(timeout=0.5)
-                changes.extend(
-                    cache.listed(item.items) if isinstance(item, Listed) else cache.watched(item.type, item.obj)
-                )
-
-    watch.start()
-    try:
-        drain(lambda: cache.get(f"{namespace}/chat-auth") is not None)
-        made = cache.get(f"{namespace}/chat-auth")
-        assert made is not None
-        assert "data" not in made
-        assert made["metadata"]["labels"] == labels
-        assert d.last_writer(made) == FIELD_MANAGER
-        assert token_from_secret(secret_reader(kube_admin)(namespace, "chat-auth")) == "one"
-        assert secret_reader(kube_admin)(namespace, "nope") is None
-        # The tenant rewrites the token.
-        with local_cluster.api_client("ns-user") as tenant:
-            CoreV1Api(tenant).patch_namespaced_secret(
-                "chat-auth", namespace, {"data": {"token": base64.b64encode(b"two").decode()}}, field_manager="tenant"
-            )
-        drain(lambda: any(c.type == d.MODIFIED for c in changes))
-        (modified,) = [c for c in changes if c.type == d.MODIFIED]
-        assert d.owned_change(inf.SECRET, d.MODIFIED, modified.old, modified.new) == (
-            f"Secret {namespace}/chat-auth changed by tenant"
+    # A tenant's Secrets with the module's labels (the flood of before, in small).
+    for i in range(20):
+        core.create_namespaced_secret(
+            namespace,
+            {"metadata": {"name": f"flood-{i:02d}", "labels": labels}, "data": {"blob": "eA=="}},
         )
-        assert token_from_secret(secret_reader(kube_admin)(namespace, "chat-auth")) == "two"
-        core.delete_namespaced_secret("chat-auth", namespace)
-        drain(lambda: any(c.type == d.DELETED for c in changes))
-        assert cache.get(f"{namespace}/chat-auth") is None
-    finally:
-        watch.stop()
+    read = secret_reader(kube_admin)
+    reads: list[str] = []
+
+    def counted(ns: str, name: str) -> dict[str, Any] | None:
+        reads.append(f"{ns}/{name}")
+        return read(ns, name)
+
+    # The production observer informs on no Secret: the flood is never listed, watched or cached.
+    assert inf.SECRET not in {r.kind for r in inf.resources(kube_admin, catalog=True)}
+    settings = ModuleSettings(
+        temporal=TemporalSettings(taskQueue="secret-by-name"),
+        health=HealthSettings(intervalSeconds=3600),
+        observer=ObserverSettings(debounceSeconds=0.01),
+    )
+    obs = Observer(kube_admin, temporal_client, settings, resources=[], fingerprint="fp", read_secret=counted)
+    obs.secret_check_seconds = 0  # every probe reads again (the period is 30 s in production)
+    obs.handle(Listed(inf.ORDER, [_order(namespace, uid)]))
+    ((ref, _),) = list(obs.probe_candidates())
+    assert (await obs.probe_spec(ref)).token == "one"
+    seen = obs.secrets[f"{namespace}/chat-auth"]
+    assert seen.metadata is not None
+    assert "data" not in seen.metadata
+    assert _observed(obs, uid) == []
+    # The tenant rewrites the token: the probes send the new one, the workflow hears who wrote it.
+    with local_cluster.api_client("ns-user") as tenant:
+        CoreV1Api(tenant).patch_namespaced_secret(
+            "chat-auth", namespace, {"data": {"token": base64.b64encode(b"two").decode()}}, field_manager="tenant"
+        )
+    assert (await obs.probe_spec(ref)).token == "two"
+    assert _observed(obs, uid) == [f"Secret {namespace}/chat-auth changed by tenant"]
+    # Deleted: the GET's 404 is the owned Secret deleted, told once; no token is sent.
+    core.delete_namespaced_secret("chat-auth", namespace)
+    assert (await obs.probe_spec(ref)).token is None
+    assert _observed(obs, uid) == [f"Secret {namespace}/chat-auth deleted"]
+    assert (await obs.probe_spec(ref)).token is None
+    assert _observed(obs, uid) == []
+    # Only the order's own Secret was ever read, and only by name.
+    assert set(reads) == {f"{namespace}/chat-auth"}
