@@ -15,15 +15,23 @@ status, never the error's text.
 
 **The start window.** A new order (one with no status yet: no workflow has carried it) starts its
 workflow only while fewer than ``start_window`` new orders are between their start and their first
-settled status (``decisions.start_settled``: Ready, failed, or waiting on something — a load, capacity,
-an edit); the others wait here, first come first started, each for at most ``start_window_seconds``
-once admitted. Why: a worker keeps ``worker.cachedWorkflows`` workflows in memory, and an order in
-progress has a workflow task every few seconds; a burst of thousands started at once puts all of them
-in progress together, every task then finds its workflow evicted and replays its history from the
-server, and the whole burst slows down together (measured: 10,000 at once on PostgreSQL, 1,332 Ready
-after 964 s). Admitted a window at a time, the first orders of a burst are Ready in seconds and the
-worker's cache holds the orders in progress. Orders already started (with a status), signals and the
-resync's starts of missing workflows are never held.
+settled status (``decisions.start_settled``: Ready, failed, or waiting on something — a load,
+capacity, an edit); the others wait here (namespaces in turn, below), each holding its place for at
+most ``start_window_seconds`` once admitted. Why: a worker keeps ``worker.cachedWorkflows``
+workflows in memory, and an order in progress has a workflow task every few seconds; a burst of
+thousands started at once puts all of them in progress together, every task then finds its workflow
+evicted and replays its history from the server, and the whole burst slows down together (measured:
+10,000 at once on PostgreSQL, 1,332 Ready after 964 s). Admitted a window at a time, the first
+orders of a burst are Ready in seconds and the worker's cache holds the orders in progress. Orders
+already started (with a status), signals and the resync's starts of missing workflows are never
+held.
+
+**Namespaces in turn.** The new orders' starts that wait (for a place in the window, or for a sender)
+are a :class:`planner.fairness.FairQueue` by namespace: first come first started within a namespace,
+and the namespaces with starts waiting take turns, one start each. At most ``senders`` of them are on
+their way (queued to send or in flight) at once, so a namespace's flood of hundreds does not sit in
+the send queue ahead of another namespace's one order: that one is let out after at most one start of
+every other waiting namespace (measured in ``benchmarks/start_fairness.py``).
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from inference_api.observation import ORDER_WORKFLOW_TYPE, ObservedChange, OrderSignal
 from inference_api.payloads import OrderRef, order_workflow_id
+from planner.fairness import FairQueue
 from worker.observer.metrics import PENDING_SIGNALS, SIGNALS, START_WINDOW_ADMITTED, START_WINDOW_HELD
 from workflows.order_state import OrderState
 
@@ -106,6 +115,13 @@ def signal_to(
     )
 
 
+def namespace_of(delivery: Delivery) -> str:
+    """The order's namespace (its turn in the start window)."""
+    if delivery.start is not None:
+        return delivery.start.namespace
+    return delivery.order.partition("/")[0]
+
+
 def merge(queued: Delivery, newer: Delivery) -> None:
     """Fold ``newer`` into the queued delivery of the same key."""
     if queued.signal == OrderSignal.SPEC_CHANGED and queued.args and newer.args:
@@ -154,8 +170,12 @@ class Outbox:
         self.start_window_seconds = start_window_seconds
         # workflow id → when its new order was admitted (its start queued); until settled or expired.
         self.admitted: dict[str, float] = {}
-        # New orders' starts waiting for a place in the window, first come first started.
-        self.held: dict[str, Delivery] = {}
+        # New orders' starts waiting for a place in the window or a sender: workflow id → delivery,
+        # served by namespace in turn (first come first within one).
+        self.held: FairQueue[str, Delivery] = FairQueue()
+        # Workflow ids of new orders' starts let out of ``held`` and not yet sent (queued or in flight):
+        # at most ``senders``, so the send queue never holds one namespace's flood ahead of another's.
+        self.releasing: set[str] = set()
         # With leader election: true while this observer leads (worker/observer/leader.py); asked
         # before every send, so a deposed leader sends nothing from the instant its lease lapses.
         self.fence = fence
@@ -201,17 +221,15 @@ class Outbox:
                 merge(held, delivery)
                 return
             # Anything else for an order whose start waits (its delete, a signal): it starts now.
-            del self.held[wid]
+            self.held.pop(wid)
+            START_WINDOW_HELD.set(len(self.held))
             self._admit(held)
-        elif delivery.new_order and self.start_window > 0 and wid not in self.admitted:
-            self._expire()
-            if len(self.admitted) >= self.start_window:
-                self.held[wid] = delivery
-                START_WINDOW_HELD.set(len(self.held))
-                self._idle.clear()
-                return
-            self.admitted[wid] = self.clock()
-            START_WINDOW_ADMITTED.set(len(self.admitted))
+        elif delivery.new_order and wid not in self.admitted and wid not in self.releasing:
+            # Waits for its namespace's turn (at once when nothing else waits and there is room).
+            self.held.push(namespace_of(delivery), wid, delivery)
+            self._idle.clear()
+            self._release()
+            return
         self._queue(delivery)
 
     def settled(self, workflow_id: str) -> None:
@@ -219,7 +237,7 @@ class Outbox:
         is gone): its place in the start window goes to the next order waiting."""
         if self.admitted.pop(workflow_id, None) is not None:
             self._release()
-        elif self.held.pop(workflow_id, None) is not None:  # gone before it started
+        elif self.held.pop(workflow_id) is not None:  # gone before it started
             START_WINDOW_HELD.set(len(self.held))
             if self.idle():
                 self._idle.set()
@@ -231,16 +249,35 @@ class Outbox:
             del self.admitted[wid]
 
     def _release(self) -> None:
-        self._expire()
-        while self.held and len(self.admitted) < self.start_window:
-            wid = next(iter(self.held))
-            self._admit(self.held.pop(wid))
+        """Lets held starts out, namespaces in turn, while the window has places and fewer than
+        ``senders`` let out are still on their way."""
+        if self.start_window > 0:
+            self._expire()
+        while (
+            self.held
+            and (self.start_window <= 0 or len(self.admitted) < self.start_window)
+            and len(self.releasing) < max(1, self.senders)
+        ):
+            wid, delivery = self.held.popleft()
+            self.releasing.add(wid)
+            self._admit(delivery)
         START_WINDOW_HELD.set(len(self.held))
         START_WINDOW_ADMITTED.set(len(self.admitted))
+        if self.idle():
+            self._idle.set()
 
     def _admit(self, delivery: Delivery) -> None:
-        self.admitted[delivery.workflow_id] = self.clock()
+        if self.start_window > 0:
+            self.admitted[delivery.workflow_id] = self.clock()
         self._queue(delivery)
+
+    def _sent(self, delivery: Delivery) -> None:
+        """A delivery left (sent, given up, or back to wait for a retry): if it was a start let out of
+        ``held``, its sender place goes to the next namespace in turn."""
+        if delivery.workflow_id in self.releasing:
+            self.releasing.discard(delivery.workflow_id)
+            if self.held:
+                self._release()
 
     def _queue(self, delivery: Delivery) -> None:
         key = delivery.key
@@ -325,6 +362,7 @@ class Outbox:
             SIGNALS.labels(delivery.label, outcome).inc()
             if outcome == "retry":
                 self._retry(delivery)
+            self._sent(delivery)
             PENDING_SIGNALS.set(len(self.pending))
             if self.idle():
                 self._idle.set()
