@@ -16,6 +16,13 @@ the informers show the order's claims allocated, the order plans again, or the b
 (``planner.bookingTTLSeconds``) passes; unallocated order claims no booking covers count too. Plans
 are serialized under the ledger's lock, as kube-scheduler assumes one pod at a time.
 
+**Namespaces in turn.** Requests waiting to be planned are let in by a :class:`planner.fairness.FairGate`
+keyed by the order's namespace (``holder``'s first part): one at a time with bookings (the ledger's
+lock serializes them anyway), ``PLAN_CONCURRENCY`` without; the namespaces with requests waiting take
+turns, first come first within one. Without it the waiters queued first come first (the thread pool's
+40 places, then its FIFO), so a namespace whose flood of orders plans at once put every other
+namespace's plan behind all of its own.
+
 Callers are authorized like an extension API server: the bearer token goes to a **TokenReview**
 (``authentication.k8s.io/v1``) that requires the service's **audience** (``planner.audience``,
 ``ai-inference-planner``: the caller sends a projected ServiceAccount token requested for it, so a
@@ -60,6 +67,7 @@ from inference_api.plan import LaunchPlan, LaunchPlanRequest, PlanOutcome
 from inference_api.settings import PLANNER_AUDIENCE
 from inference_api.types import CLASSES, GROUP
 from planner.bookings import Booking, OrderClaim, prune, reserve, with_booked_pods
+from planner.fairness import FairGate
 from planner.fragmentation import RecentDemand
 from planner.inventory import InventorySnapshot
 from planner.planning import PlanningRequest, plan_launch, plan_launch_traced, stranded_devices
@@ -83,6 +91,8 @@ PERMISSION = f"{PLANNER_VERB} {PLANNER_RESOURCE}/{PLANNER_SUBRESOURCE} in API gr
 MAX_BODY_BYTES = 1 << 20
 DEFAULT_CACHE_TTL = 30.0
 DEFAULT_BOOKING_TTL = 600.0
+# Plans at once without bookings (a plain inventory reader: no lock to share); with bookings, one.
+PLAN_CONCURRENCY = 4
 
 ErrorKind = Literal["BadRequest", "Unauthorized", "Forbidden", "PayloadTooLarge", "InternalError", "ServiceUnavailable"]
 
@@ -539,6 +549,11 @@ def demand_of(plan: LaunchPlan) -> RecentDemand:
     )
 
 
+def namespace_of(body: LaunchPlanRequest) -> str:
+    """The order's namespace (``holder`` is ``namespace/name``; none: one shared turn)."""
+    return (body.holder or "").partition("/")[0]
+
+
 # ---------------------------------------------------------------------------------- app
 
 
@@ -601,6 +616,14 @@ def create_app(
         registry=metrics,
     )
     stranded.set_function(lambda: ledger.stranded() if ledger is not None else 0.0)
+    # Plans let in by namespace in turn (one at a time with bookings: they are serialized anyway).
+    gate = FairGate(1 if ledger is not None else PLAN_CONCURRENCY)
+    waiting = Gauge(
+        "ai_inference_planner_plans_waiting",
+        "Launch-plan requests waiting for their namespace's turn to be planned.",
+        registry=metrics,
+    )
+    waiting.set_function(lambda: gate.waiting)
     metrics_app = make_asgi_app(registry=metrics)
 
     def plan_once(body: LaunchPlanRequest) -> PlanOutcome:
@@ -658,7 +681,8 @@ def create_app(
             message = f"the body is not a LaunchPlanRequest: {err.error_count()} error(s)"
             return _error(400, "BadRequest", message, [dict(d) for d in details])
         try:
-            outcome = await run_in_threadpool(plan_once, body)
+            async with gate.turn(namespace_of(body)):
+                outcome = await run_in_threadpool(plan_once, body)
         except InventoryReadError as err:
             log.warning("planner: inventory read failed", error=err.what)
             plans.labels("ServiceUnavailable").inc()
