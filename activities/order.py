@@ -63,6 +63,7 @@ from activities.builders.statefulset import build_statefulset
 from activities.catalog import KubernetesCatalogReader, lookup_model, model_resolution
 from activities.health import probe_models, probe_target, token_from_secret
 from activities.kube import Applier, refusals_are_final, watch_events
+from activities.plan_seal import SealKey, seal_problem, sealed
 from activities.preemption_ledger import CeilingReader
 from activities.release import order_timings, release_fingerprint
 from activities.trusted_apply import (
@@ -96,7 +97,7 @@ from inference_api.payloads import (
 )
 from inference_api.plan import PlanOutcome
 from inference_api.preemption import preemption_workflow_id
-from inference_api.reasons import Reason
+from inference_api.reasons import STATE_REFUSED, Reason
 from inference_api.settings import ModuleSettings
 from inference_api.types import (
     CLASSES,
@@ -124,6 +125,12 @@ FIRST_SERVE_LOOK_SECONDS = 0.5
 def _refused(message: str) -> ApplicationError:
     """An apply that must not write: WorkloadRefused (non-retryable), the workflow waits for a change."""
     return ApplicationError(message, type=str(Reason.WORKLOAD_REFUSED), non_retryable=True)
+
+
+def _distrusted(message: str) -> ApplicationError:
+    """An apply that refuses the run's own state (plan, recipe, resolution, held spec): nothing is
+    written, and the workflow plans again from the cluster (non-retryable: the same state is refused)."""
+    return ApplicationError(message, type=STATE_REFUSED, non_retryable=True)
 
 
 def fetchable(resolution: ModelResolution, name: str) -> ModelResolution:
@@ -174,6 +181,8 @@ class OrderActivities:
         self.catalog_reader = KubernetesCatalogReader(api, settings.aiModels.catalogLookup.timeoutSeconds)
         # What each preemption run told every order, kept across applies (reads only new events).
         self.ceilings = CeilingReader()
+        # The key the planner's answers are sealed with (read or made at the first plan or apply).
+        self.seal_key = SealKey(self.core, settings.moduleNamespace)
 
     def all(self) -> list[Callable[..., Any]]:
         return [
@@ -316,7 +325,11 @@ class OrderActivities:
 
     @activity.defn(name=act.PLAN_LAUNCH)
     def plan_launch(self, request: PlanInput) -> PlanOutcome:
-        return self.planner(request)
+        """The planner's answer, sealed for this order: the apply writes only a plan this worker sealed."""
+        outcome = self.planner(request)
+        if outcome.plan is None:
+            return outcome
+        return outcome.model_copy(update={"plan": sealed(outcome.plan, request.ref.uid, self.seal_key())})
 
     # ----------------------------------------------------------------- apply
 
@@ -346,12 +359,17 @@ class OrderActivities:
         order = trusted_order(live, request.order)
         if order.spec.model.src == ModelSource.HUGGING_FACE:
             if (problem := resolution_problem(order, request.resolution)) is not None:
-                raise _refused(problem)
+                raise _distrusted(problem)
             resolution = request.resolution
         else:
             # A catalog model is resolved again: its origin (what the fetcher downloads) and facts are the
             # catalog's, not the workflow's.
             resolution = await self.resolve_model(order)
+            if resolution.refusal is not None and resolution.retryAfterSeconds:
+                # The catalog did not answer (a blip): the apply is tried again, never refused for good.
+                raise ApplicationError(
+                    f"the catalog did not answer: {resolution.refusal}: {resolution.message}", type="CatalogUnavailable"
+                )
             if resolution.refusal is not None:
                 raise _refused(f"{resolution.refusal}: {resolution.message}")
         if (refusal := check_model_policy(order, cls, resolution.facts)) is not None:
@@ -530,22 +548,31 @@ class OrderActivities:
         ) == (desired["metadata"].get("annotations") or {}).get(ANNOTATION_PLACEMENT)
         if not placement_kept and (problem := plan_policy_problem(request.plan, request.cls)) is not None:
             # A placement the class does not allow is kept only where it already runs (a held plan).
-            raise _refused(f"the launch plan is not one the class allows: {problem}")
+            raise _distrusted(f"the launch plan is not one the class allows: {problem}")
         if runs_already(standing, desired):
             return  # keeping exactly what runs (a held plan, a held spec, an older release's recipe)
         if held_model:
-            raise _refused(
+            raise _distrusted(
                 "the workflow holds another model or Secret than the order names "
                 f"(spec.model of {request.ref.namespace}/{request.ref.name}), and it is not what runs: "
                 "the order is applied only as it is written"
             )
-        facts = recipe_facts(request.order, request.resolution, request.endpointType)
+        facts = recipe_facts(
+            request.order,
+            request.resolution,
+            request.endpointType,
+            request.cls.spec.modelPolicy.disabledFeatures or [],
+        )
         book = load_recipe_book(self.settings.planner.recipesDirectory)
         problem = recipe_problem(
             request.plan, facts, book, fallback_enabled=self.settings.planner.runtimeFallback.enabled
         )
         if problem is not None:
-            raise _refused(f"the launch plan's recipe is not the release's: {problem}")
+            raise _distrusted(f"the launch plan's recipe is not the release's: {problem}")
+        # What the tables cannot judge (node, devices, share, CPU, memory, volume) only the planner can:
+        # the plan must be the one it answered for this order, as this worker sealed it.
+        if (problem := seal_problem(request.plan, request.ref.uid, self.seal_key())) is not None:
+            raise _distrusted(problem)
 
     def _still_the_order(self, ref: OrderRef) -> None:
         """Right before creating an object: the order still stands, with this uid, not being deleted."""

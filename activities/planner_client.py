@@ -80,6 +80,7 @@ def launch_plan_request(request: PlanInput, settings: ModuleSettings) -> LaunchP
             quantization=facts.quantization if facts else None,
             format=facts.format if facts else None,
             endpointType=request.endpointType,
+            disabledFeatures=request.cls.spec.modelPolicy.disabledFeatures or [],
         ),
         acceleratorPolicy=request.cls.spec.acceleratorPolicy,
         runtimeFallback=RuntimeFallbackFlag(enabled=settings.planner.runtimeFallback.enabled),

@@ -43,7 +43,7 @@ from activities.builders.endpoint_front import FRONT_CONTAINER
 from inference_api.catalog_types import ModelFacts
 from inference_api.payloads import ModelResolution
 from inference_api.plan import LaunchPlan, OrderFacts, RecipeSource
-from inference_api.types import EndpointType, InferenceService, InferenceServiceClass, ModelSource
+from inference_api.types import EndpointType, InferenceService, InferenceServiceClass, ModelSource, ServingFeature
 from planner.policy import effective_policy
 from planner.recipes import GPU_MEMORY_UTILIZATION, TENSOR_PARALLEL_SIZE, RecipeBook, render_recipe, resolve_recipe
 
@@ -106,8 +106,14 @@ def resolution_problem(order: InferenceService, resolution: ModelResolution) -> 
 # ------------------------------------------------------------------------------------------ recipe
 
 
-def recipe_facts(order: InferenceService, resolution: ModelResolution, endpoint_type: EndpointType) -> OrderFacts:
-    """The facts the planner compiled the recipe from (as ``planner_client.launch_plan_request`` sends them)."""
+def recipe_facts(
+    order: InferenceService,
+    resolution: ModelResolution,
+    endpoint_type: EndpointType,
+    disabled_features: Sequence[ServingFeature] = (),
+) -> OrderFacts:
+    """The facts the planner compiled the recipe from (as ``planner_client.launch_plan_request`` sends them;
+    ``disabled_features``: the class's ``modelPolicy.disabledFeatures``)."""
     facts: ModelFacts | None = resolution.facts
     return OrderFacts(
         modelName=resolution.servedName,
@@ -116,6 +122,7 @@ def recipe_facts(order: InferenceService, resolution: ModelResolution, endpoint_
         quantization=facts.quantization if facts else None,
         format=facts.format if facts else None,
         endpointType=endpoint_type,
+        disabledFeatures=list(disabled_features),
     )
 
 

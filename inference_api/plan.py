@@ -132,6 +132,9 @@ class LaunchPlan(BaseModel):
         description="Where each replica goes, when the request asked for several (the first is nodeName and "
         "deviceNames); empty: one replica was planned.",
     )
+    # The worker's seal of the planner's answer for one order (activities/plan_seal.py): the apply writes
+    # only a plan it sealed. None: not sealed (a plan recorded before seals, or one made by hand).
+    seal: str | None = None
 
     def placements(self) -> list[ReplicaPlacement]:
         """Every replica's placement the plan made (one when it made none per replica)."""

@@ -88,6 +88,12 @@ class Reason(StrEnum):
     CLASS_INVALID = "ClassInvalid"
 
 
+# The type of an apply's refusal of the run's own state (a plan, a recipe, a resolution or a held
+# spec the order, its class and the release do not give): shown as WorkloadRefused, and the run drops
+# that state and plans again from the cluster (a forged run heals). Not a condition reason.
+STATE_REFUSED = "WorkloadStateRefused"
+
+
 class EventReason(StrEnum):
     """Reasons of Kubernetes Events recorded on an order (not condition reasons)."""
 

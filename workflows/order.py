@@ -41,7 +41,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from inference_api.plan import LaunchPlan, PlanOutcome
     from inference_api.preemption import ScalingObservation
-    from inference_api.reasons import CAPACITY_REFUSALS, EventReason, Reason
+    from inference_api.reasons import CAPACITY_REFUSALS, STATE_REFUSED, EventReason, Reason
     from inference_api.types import (
         ConditionStatus,
         ConditionType,
@@ -702,6 +702,24 @@ class OrderWorkflow(PreemptionMembership):
             )
         except ActivityError as err:
             cause = err.cause
+            if isinstance(cause, ApplicationError) and cause.type == STATE_REFUSED:
+                # The apply refused this run's own state (a forged plan, recipe, resolution or held spec):
+                # after a backoff the order is planned again from what the cluster says, and the new plan's
+                # spec, resolution and recipe replace the refused ones (a type no run recorded before, so
+                # no patch). The refused plan is only the planner's hint of where the order runs: kept
+                # where it is still allowed and fits (the planner judges it), so a serving order stays put.
+                state.planKey = None
+                state.replanRequested = True
+                state.retryDelaySeconds = self._backoff()
+                self._refuse(
+                    ConditionType.WORKLOAD_READY,
+                    Refusal(
+                        Reason.WORKLOAD_REFUSED,
+                        f"{cause.message}; nothing was written, and the order is planned again from what the "
+                        f"cluster says in {_duration(state.retryDelaySeconds)}",
+                    ),
+                )
+                return None
             if isinstance(cause, ApplicationError) and cause.type in (Reason.WORKLOAD_REFUSED, Reason.HOST_NAME_TAKEN):
                 # The API server's answer will not change by retrying: wait for an edit. (HostNameTaken: the
                 # order's host is another's; a type no run recorded before, so no patch.)

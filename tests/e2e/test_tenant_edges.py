@@ -132,3 +132,43 @@ async def test_colliding_hosts_the_first_order_keeps_its_host_and_the_second_is_
     why = first.condition("console", "WorkloadReady")
     assert why is not None
     assert "reserved for the platform" in why["message"]
+
+
+async def test_a_forged_plans_sizing_is_refused_and_the_order_heals_by_itself(stand: Stand) -> None:
+    # Before, the order kept WorkloadReady=False (WorkloadRefused) after a forged run for as long as it
+    # was watched: the run held the refused plan and waited for an edit that never came.
+    stand.create_order("mended", MODEL)
+    await stand.until_phase("mended", "Ready")
+    sts_uid = stand.apps.read_namespaced_stateful_set("mended", stand.namespace).metadata.uid
+    handle = stand.workflow("mended")
+    state: OrderState = await handle.query(OrderWorkflow.query_state)
+    assert state.plan is not None
+    # Sizing the tables cannot judge: more CPU and memory than the planner gave (the seal catches it).
+    forged_plan = state.plan.model_copy(update={"cpu": "64", "memory": "512Gi"})
+    await stand.client.start_workflow(
+        OrderWorkflow.run,
+        state.model_copy(update={"plan": forged_plan, "dirty": True}),
+        id=handle.id,
+        task_queue=stand.settings.temporal.taskQueue,
+        id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,
+    )
+
+    def refused() -> bool:
+        cond = stand.condition("mended", "WorkloadReady")
+        return cond is not None and cond["reason"] == "WorkloadRefused"
+
+    await stand.until(refused, timeout=60, what="the forged plan refused")
+    cond = stand.condition("mended", "WorkloadReady")
+    assert cond is not None
+    assert "seal does not match" in cond["message"]
+    assert "planned again from what the cluster says" in cond["message"]
+    # Within a minute, by itself: planned again, applied, serving; the workload was never replaced.
+    await stand.until(
+        lambda: (stand.condition("mended", "WorkloadReady") or {}).get("status") == "True",
+        timeout=60,
+        what="WorkloadReady again",
+    )
+    await stand.until_phase("mended", "Ready", timeout=60)
+    assert stand.apps.read_namespaced_stateful_set("mended", stand.namespace).metadata.uid == sts_uid
+    runtime = stand.apps.read_namespaced_stateful_set("mended", stand.namespace).spec.template.spec.containers
+    assert all((c.resources.requests or {}).get("cpu") != "64" for c in runtime)

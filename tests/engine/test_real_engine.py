@@ -33,6 +33,7 @@ from devstack.standins.runtime import StandInRuntime
 from devstack.vllm_cpu_env import VllmCpuEnv
 from tests.e2e.stand import Stand, open_stand
 from tests.engine.serving import ENGINE_STAND_OVERRIDES, RELEASES, Served, chat_body, request, serve_order
+from tests.engine.test_engine_features import assert_auto_tool_choice_refused
 from tests.vllm.metric_names import used_metric_names
 
 pytestmark = [pytest.mark.engine, pytest.mark.cluster, pytest.mark.temporal]
@@ -118,6 +119,17 @@ async def test_the_order_is_ready_only_after_the_engine_answers_models_with_the_
     status, body = _request(served.url, "/v1/models", served.token)
     assert status == 200
     assert [card["id"] for card in json.loads(body)["data"]] == [served_name]
+
+
+async def test_tools_with_auto_choice_to_a_family_without_a_parser_are_answered_as_vllm_answers(
+    served: Served,
+) -> None:
+    # The tiny chat model's family is unknown to the recipe tables: no parser is compiled, the status
+    # says so before anyone tries, and the engine answers tools with tool_choice "auto" with its own 400.
+    features = served.stand.status(ORDER)["resolved"]["features"]
+    assert features["toolCalling"] is False
+    assert features["reasoning"] is False
+    await asyncio.to_thread(assert_auto_tool_choice_refused, served.url, served.token, served.model)
 
 
 async def test_a_chat_completion_and_a_streamed_one_are_generated(served: Served) -> None:

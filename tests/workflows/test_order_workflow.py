@@ -18,7 +18,7 @@ from temporalio.worker import Replayer
 from inference_api.observation import ObservedChange, OrderSignal
 from inference_api.payloads import ApplyInput, ApplyResult, PlanInput, StatusUpdate
 from inference_api.plan import PlanOutcome, PlanRefusal
-from inference_api.reasons import EventReason, Reason
+from inference_api.reasons import STATE_REFUSED, EventReason, Reason
 from inference_api.types import Condition, ConditionStatus, Phase
 from tests.factories import make_class, make_order, make_plan
 from tests.workflows.world import FAST, Harness, World, delete_as_a_step_finishes, runs_of
@@ -456,3 +456,37 @@ async def test_a_run_started_with_a_forged_teardown_deletes_nothing_and_heals(ha
     assert "support/forged" in harness.world.finalizers
     assert all(u.reason != Reason.DELETING for u in harness.world.statuses[statuses_before:])
     assert (await forged_run.describe()).status == WorkflowExecutionStatus.RUNNING
+
+
+async def test_a_refused_run_state_is_dropped_and_the_order_heals_by_planning_again(harness: Harness) -> None:
+    # Issue 33: a forged state refused at apply stuck at WorkloadRefused for good; now the run drops it
+    # and plans again from the cluster after a backoff.
+    refusals: list[ApplyInput] = []
+    plans: list[PlanInput] = []
+
+    async def refusing_once(request: ApplyInput) -> ApplyResult:
+        refusals.append(request)
+        harness.world.apply_override = None  # the next apply goes through
+        raise ApplicationError(
+            "the launch plan's recipe is not the release's: image docker.io/library/busybox:latest",
+            type=STATE_REFUSED,
+            non_retryable=True,
+        )
+
+    def counting_plan(request: PlanInput) -> PlanOutcome:
+        plans.append(request)
+        return PlanOutcome(plan=make_plan())
+
+    harness.world.plan = counting_plan
+    harness.world.apply_override = refusing_once
+    await harness.start(make_order("healing"))
+    await harness.until(harness.phase_is(Phase.PENDING, Reason.WORKLOAD_REFUSED))
+    refused = cond(harness.world.last(), "WorkloadReady")
+    assert "busybox" in refused.message
+    assert "planned again from what the cluster says" in refused.message
+    await harness.until(harness.phase_is(Phase.READY), timeout=30)
+    assert len(refusals) == 1
+    assert len(harness.world.applies) == 1
+    # Planned again (the refused plan only the planner's hint): the refused state was not applied again.
+    assert len(plans) == 2
+    assert plans[1].current is not None

@@ -61,7 +61,11 @@ log = structlog.get_logger(__name__)
 Obj = Mapping[str, Any]
 
 # The models the local stack makes on this machine: orders of these get real engines.
-ENGINE_REPOSITORIES: Mapping[str, Callable[[Path], Path]] = {tiny_model.REPOSITORY: tiny_model.install_model}
+ENGINE_REPOSITORIES: Mapping[str, Callable[[Path], Path]] = {
+    tiny_model.REPOSITORY: tiny_model.install_model,
+    # The same model in the QwQ chat format: its orders get the tool-call and reasoning parsers.
+    tiny_model.FEATURES_REPOSITORY: tiny_model.install_features_model,
+}
 MAX_ENGINES = 2
 ENGINE_MODULE = "vllm.entrypoints.openai.api_server"
 KV_CACHE_BYTES = "64M"
