@@ -791,7 +791,11 @@ def test_process_roles_are_least_privilege(docs: list[Doc]) -> None:
     # The observer reads what orders own (the auth Secret for a Token order's probes) and writes only
     # the class status, and for an order's pod stranded on a lost node, its force delete and the Event
     # saying so (held to the module's pods by the watcher guard).
-    assert _grants(watcher, "", "secrets", "watch")
+    # It reads an order's own Secrets by name (get) and never lists or watches any (issue 33 item 4).
+    assert _grants(watcher, "", "secrets", "get")
+    for verb in ("list", "watch"):
+        for role in (watcher, worker, planner):
+            assert not _grants(role, "", "secrets", verb), verb
     watcher_writes = {
         (g, r)
         for rule in _rules(watcher)
