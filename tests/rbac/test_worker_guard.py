@@ -32,6 +32,7 @@ from activities.builders.common import LABEL_MANAGED_BY, MANAGED_BY
 from activities.order import OrderActivities
 from devstack.cluster.launcher import LocalCluster
 from inference_api.payloads import ApplyInput, ModelResolution, OrderEvent, OrderRef, StatusUpdate
+from inference_api.reasons import EventReason
 from inference_api.settings import ModuleSettings
 from inference_api.types import (
     CLASSES,
@@ -129,7 +130,12 @@ def test_the_workers_role_suffices_for_every_step_of_an_order(
         assert worker.apply_request(request).authSecretName == "steady-auth"
         worker.apply_request(request)  # a re-apply patches what stands
         worker.publish_status(StatusUpdate(ref=ref, phase=Phase.PENDING, reason="Applying"))
-        worker.record_event(OrderEvent(ref=ref, reason="WorkerRoleChecked", message="every step ran"))
+        # One of the module's own Event reasons: the worker records no other (activities/trusted_status.py).
+        worker.record_event(OrderEvent(ref=ref, reason=EventReason.SETTLED_REGION_KEPT, message="every step ran"))
+        recorded = CoreV1Api(kube_admin).list_namespaced_event(
+            namespace, field_selector=f"involvedObject.name=steady,reason={EventReason.SETTLED_REGION_KEPT}"
+        )
+        assert [e.message for e in recorded.items] == ["every step ran"]
         # The class turns ClusterLocal without a token: the Ingress and the Secret are pruned.
         local = InferenceServiceClass.model_validate(admin.get_cluster_custom_object(GROUP, VERSION, CLASSES, internal))
         worker.apply_request(request.model_copy(update={"cls": local}))
