@@ -51,6 +51,9 @@ async def test_a_flood_of_500_in_one_namespace_does_not_hold_back_another_namesp
         new_order(outbox, r)
     lone = ref("tenant-b", "b-0")
     new_order(outbox, lone)
+    # Let out next but one: after the start of a's whose turn came first (the senders' 16 places are
+    # taken by a's first 16).
+    assert list(outbox.held).index(wid(lone)) <= 1
     began = time.monotonic()
     async with run_outbox(outbox):
 
@@ -67,13 +70,14 @@ async def test_a_flood_of_500_in_one_namespace_does_not_hold_back_another_namesp
 
         await eventually(hundred, timeout=120, what="100 starts delivered")
     print(f"\nb's start: {rank} starts delivered before it, {b_after:.2f} s after the outbox began")
-    assert rank <= outbox.senders + 2
-    # Within a namespace, still first come first: a's starts went out in their order (senders race
-    # within a batch of 16 only).
-    a_times = sorted((t, w) for w, t in outbox.started.items() if w != wid(lone))
-    positions = {wid(r): i for i, r in enumerate(flood)}
-    for n, (_, w) in enumerate(a_times):
-        assert abs(positions[w] - n) <= outbox.senders
+    # Let out of the queue 18th (the 16 let out at once, a's next, then b), and delivered among the
+    # first few (those on their way when it was let out, and any whose RPC it raced; a loaded runner
+    # widens the race, never to a's 500).
+    let_out = list(outbox.admitted)
+    assert let_out.index(wid(lone)) <= outbox.senders + 1
+    assert rank <= 3 * outbox.senders
+    # Within a namespace, still first come first started.
+    assert [w for w in let_out if w != wid(lone)] == [wid(r) for r in flood[: len(let_out) - 1]]
 
 
 async def test_with_the_window_full_the_next_place_goes_to_the_namespace_whose_turn_it_is(

@@ -226,11 +226,15 @@ class Outbox:
             self._admit(held)
         elif delivery.new_order and wid not in self.admitted and wid not in self.releasing:
             # Waits for its namespace's turn (at once when nothing else waits and there is room).
-            self.held.push(namespace_of(delivery), wid, delivery)
+            self.held.push(self.turn_of(delivery), wid, delivery)
             self._idle.clear()
             self._release()
             return
         self._queue(delivery)
+
+    def turn_of(self, delivery: Delivery) -> str:
+        """Whose turn a waiting start takes: its order's namespace."""
+        return namespace_of(delivery)
 
     def settled(self, workflow_id: str) -> None:
         """The order's status says its workflow carried it to Ready, a failure or a wait (or the order
