@@ -81,6 +81,7 @@ from activities.trusted_apply import (
     runs_already,
     trusted_order,
     verified_ceiling,
+    workload_sizing,
 )
 from activities.trusted_status import being_deleted, trusted_event, trusted_status
 from inference_api.payloads import (
@@ -549,7 +550,18 @@ class OrderActivities:
         if not placement_kept and (problem := plan_policy_problem(request.plan, request.cls)) is not None:
             # A placement the class does not allow is kept only where it already runs (a held plan).
             raise _distrusted(f"the launch plan is not one the class allows: {problem}")
-        if runs_already(standing, desired):
+        # What the tables cannot judge (node, devices, share, CPU, memory, volume) only the planner can: the
+        # plan must be the one it answered for this order, as this worker sealed it. A plan recorded before
+        # seals passes only where it changes nothing that runs (placement, sizing and what runs all kept).
+        problem = seal_problem(request.plan, request.ref.uid, self.seal_key())
+        unchanged = (
+            placement_kept
+            and runs_already(standing, desired)
+            and standing is not None
+            and workload_sizing(standing) == workload_sizing(desired)
+        )
+        sealed_or_unchanged = problem is None or (request.plan.seal is None and unchanged)
+        if runs_already(standing, desired) and sealed_or_unchanged:
             return  # keeping exactly what runs (a held plan, a held spec, an older release's recipe)
         if held_model:
             raise _distrusted(
@@ -569,8 +581,6 @@ class OrderActivities:
         )
         if problem is not None:
             raise _distrusted(f"the launch plan's recipe is not the release's: {problem}")
-        # What the tables cannot judge (node, devices, share, CPU, memory, volume) only the planner can:
-        # the plan must be the one it answered for this order, as this worker sealed it.
         if (problem := seal_problem(request.plan, request.ref.uid, self.seal_key())) is not None:
             raise _distrusted(problem)
 

@@ -26,6 +26,7 @@ functions, against what the API server and the release say at apply time:
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
@@ -38,6 +39,7 @@ from activities.builders.common import (
     LABEL_ORDER,
     MANAGED_BY,
     RUNTIME_CONTAINER,
+    parse_quantity,
 )
 from activities.builders.endpoint_front import FRONT_CONTAINER
 from inference_api.catalog_types import ModelFacts
@@ -252,6 +254,32 @@ def workload_identity(statefulset: Mapping[str, Any]) -> tuple[Any, ...]:
         tuple(front.get("args") or ()),
         tuple(_env(front)),
     )
+
+
+def workload_sizing(statefulset: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Where and how large a StatefulSet's replicas are: every container's resources, the pod's node
+    affinity and the volume claim templates' requests (what a plan sizes and places)."""
+    spec = (statefulset.get("spec") or {}).get("template", {}).get("spec") or {}
+    containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    claims = (statefulset.get("spec") or {}).get("volumeClaimTemplates") or []
+    return (
+        tuple((c.get("name"), _amounts(c.get("resources") or {})) for c in containers),
+        json.dumps(spec.get("affinity") or {}, sort_keys=True),
+        tuple(_amounts((c.get("spec") or {}).get("resources") or {}) for c in claims),
+    )
+
+
+def _amounts(resources: Mapping[str, Any]) -> tuple[Any, ...]:
+    """``requests``/``limits`` as exact amounts: the server rewrites quantities ("40960Mi" as "40Gi")."""
+    out = []
+    for kind in ("requests", "limits"):
+        for name, value in sorted((resources.get(kind) or {}).items()):
+            try:
+                amount: Any = parse_quantity(value)
+            except (ValueError, TypeError):
+                amount = str(value)
+            out.append((kind, name, amount))
+    return tuple(out)
 
 
 def runs_already(standing: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> bool:
