@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from kubernetes.client import CoreV1Api
+from kubernetes.client.exceptions import ApiException
 
 from devstack.cluster.build import Binaries, missing_binaries
 from devstack.cluster.launcher import LocalCluster
@@ -139,6 +142,7 @@ class Helm:
             "--ignore-not-found",
             timeout=180,
         )
+        marks_guard_gone(cluster)
 
     @contextmanager
     def installed(self, cluster: LocalCluster, values: dict[str, Any] | None = None) -> Iterator[None]:
@@ -154,3 +158,24 @@ def render(values: dict[str, Any] | None = None, api_versions: Iterable[str] = (
     """``Helm.pinned().render(...)``: for a test that cannot take the ``helm`` fixture (prefer the
     fixture: it marks the test ``binaries`` and builds helm when missing)."""
     return Helm.pinned().render(values, api_versions)
+
+
+def marks_guard_gone(cluster: LocalCluster, timeout: float = 30) -> None:
+    """Wait until the API server no longer enforces the chart's marks guard: the policy is deleted at
+    once, but its admission takes a moment to drop it, and a test after an uninstall that writes the
+    module's labels as the cluster administrator (a decoy, a forged object) would be refused meanwhile."""
+    probe = {
+        "metadata": {"name": "marks-guard-gone", "labels": {"ai.deckhouse.io/inference-service": "probe"}},
+        "data": {},
+    }
+    deadline = time.monotonic() + timeout
+    with cluster.api_client("admin") as api:
+        core = CoreV1Api(api)
+        while True:
+            try:
+                core.create_namespaced_config_map("default", probe, dry_run="All")
+                return
+            except ApiException as err:
+                if err.status != 403 or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.2)

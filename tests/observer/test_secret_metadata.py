@@ -18,8 +18,8 @@ from kubernetes.client import ApiClient
 from temporalio.client import Client
 
 from activities.builders.common import LABEL_MANAGED_BY, LABEL_ORDER, MANAGED_BY
-from inference_api.observation import OrderSignal
 from inference_api.settings import HealthSettings, ModuleSettings, ObserverSettings, TemporalSettings
+from tests.observer import signals
 from worker.observer import Observer
 from worker.observer import decisions as d
 from worker.observer import informer as inf
@@ -157,15 +157,7 @@ class Clock:
 
 
 def observed(obs: Observer) -> list[str]:
-    obs.flush("u-chat")
-    found = [
-        change.what
-        for key, delivery in obs.outbox.pending.items()
-        if key[1] == OrderSignal.OBSERVED
-        for change in delivery.args
-    ]
-    obs.outbox.pending.clear()
-    return found
+    return signals.observed(obs, "u-chat")
 
 
 async def test_the_token_is_read_by_name_at_most_once_a_period_and_a_deletion_or_edit_is_told(

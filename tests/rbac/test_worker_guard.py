@@ -26,7 +26,6 @@ from kubernetes.client import (
     CustomObjectsApi,
     V1TokenRequestSpec,
 )
-from kubernetes.client.rest import ApiException
 
 from activities.builders.common import LABEL_MANAGED_BY, MANAGED_BY
 from activities.order import OrderActivities
@@ -48,7 +47,7 @@ from tests import factories as f
 from tests.chart.helm import NAMESPACE as MODULE_NAMESPACE
 from tests.chart.helm import Helm
 from tests.polling import wait_until
-from tests.security.impersonation import STATEFULSET_CONTROLLER, impersonating
+from tests.security.impersonation import STATEFULSET_CONTROLLER, api_status, impersonating
 
 pytestmark = pytest.mark.cluster
 
@@ -74,14 +73,6 @@ def worker_api(local_cluster: LocalCluster, kube_admin: ApiClient, helm: Helm) -
         configuration.api_key = {"BearerToken": f"Bearer {issued.status.token}"}
         with ApiClient(configuration) as api:
             yield api
-
-
-def _status(call: Callable[[], Any]) -> tuple[int, str]:
-    try:
-        call()
-    except ApiException as err:
-        return int(err.status), str(err.body or "")
-    return 200, ""
 
 
 def _class(name: str, cls: Any) -> dict[str, Any]:
@@ -140,7 +131,7 @@ def test_the_workers_role_suffices_for_every_step_of_an_order(
         local = InferenceServiceClass.model_validate(admin.get_cluster_custom_object(GROUP, VERSION, CLASSES, internal))
         worker.apply_request(request.model_copy(update={"cls": local}))
         core = CoreV1Api(kube_admin)
-        assert _status(lambda: core.read_namespaced_secret("steady-auth", namespace))[0] == 404
+        assert api_status(lambda: core.read_namespaced_secret("steady-auth", namespace))[0] == 404
         # A finalize of an order the API server does not delete changes nothing; once it is deleted, the
         # worker's role suffices to take its finalizer off (and the order goes).
         worker.finalize_order(ref)
@@ -150,7 +141,8 @@ def test_the_workers_role_suffices_for_every_step_of_an_order(
         admin.delete_namespaced_custom_object(GROUP, VERSION, namespace, ORDERS, "steady")
         worker.finalize_order(ref)
         assert (
-            _status(lambda: admin.get_namespaced_custom_object(GROUP, VERSION, namespace, ORDERS, "steady"))[0] == 404
+            api_status(lambda: admin.get_namespaced_custom_object(GROUP, VERSION, namespace, ORDERS, "steady"))[0]
+            == 404
         )
     finally:
         for name in (external, internal):
@@ -172,7 +164,7 @@ def test_the_worker_guard_refuses_what_rbac_cannot(
         lambda: (
             r
             if (
-                r := _status(
+                r := api_status(
                     lambda: worker.create_namespaced_secret("kube-system", secret("guarded", True), dry_run=DRY)
                 )
             )[0]
@@ -186,22 +178,23 @@ def test_the_worker_guard_refuses_what_rbac_cannot(
 
     # An object it did not make, in an order's namespace: readable (RBAC), not writable (the guard).
     admin.create_namespaced_secret(namespace, secret("hf-token", False))
-    assert _status(lambda: worker.read_namespaced_secret("hf-token", namespace))[0] == 200
-    assert _status(lambda: worker.list_namespaced_secret(namespace))[0] == 403
+    assert api_status(lambda: worker.read_namespaced_secret("hf-token", namespace))[0] == 200
+    assert api_status(lambda: worker.list_namespaced_secret(namespace))[0] == 403
     patch = {"metadata": {"labels": {LABEL_MANAGED_BY: MANAGED_BY}}}
     for what, call in {
         "patch": lambda: worker.patch_namespaced_secret("hf-token", namespace, patch, dry_run=DRY),
         "delete": lambda: worker.delete_namespaced_secret("hf-token", namespace, dry_run=DRY),
         "create unlabelled": lambda: worker.create_namespaced_secret(namespace, secret("x", False), dry_run=DRY),
     }.items():
-        status, body = _status(call)
+        status, body = api_status(call)
         assert status == 403, (what, status, body)
         assert "managed-by=ai-inference" in body, (what, status, body)
 
     # What orders own stays the worker's to write; and the guard is the worker's alone.
-    assert _status(lambda: worker.create_namespaced_secret(namespace, secret("mine", True), dry_run=DRY))[0] == 200
+    assert api_status(lambda: worker.create_namespaced_secret(namespace, secret("mine", True), dry_run=DRY))[0] == 200
     assert (
-        _status(lambda: admin.create_namespaced_secret("kube-system", secret("theirs", False), dry_run=DRY))[0] == 200
+        api_status(lambda: admin.create_namespaced_secret("kube-system", secret("theirs", False), dry_run=DRY))[0]
+        == 200
     )
 
 
@@ -239,7 +232,7 @@ def test_the_watcher_may_force_delete_only_the_modules_pods(
         }
 
     def force_delete(name: str, where: str) -> tuple[int, str]:
-        return _status(lambda: watcher.delete_namespaced_pod(name, where, grace_period_seconds=0, dry_run=DRY))
+        return api_status(lambda: watcher.delete_namespaced_pod(name, where, grace_period_seconds=0, dry_run=DRY))
 
     # The module's marks are written by the StatefulSet controller (the marks guard refuses them to
     # anyone else, the admin included): the labelled pods are made as it.
@@ -260,9 +253,9 @@ def test_the_watcher_may_force_delete_only_the_modules_pods(
         assert "may not delete pods in namespace kube-system" in body
         assert force_delete("replica-0", namespace)[0] == 200
         # Its other writes are still none: no pod created or changed.
-        assert _status(lambda: watcher.create_namespaced_pod(namespace, pod("x", True), dry_run=DRY))[0] == 403
+        assert api_status(lambda: watcher.create_namespaced_pod(namespace, pod("x", True), dry_run=DRY))[0] == 403
         patch = {"metadata": {"labels": {"x": "y"}}}
-        assert _status(lambda: watcher.patch_namespaced_pod("replica-0", namespace, patch, dry_run=DRY))[0] == 403
+        assert api_status(lambda: watcher.patch_namespaced_pod("replica-0", namespace, patch, dry_run=DRY))[0] == 403
         event = {
             "metadata": {"generateName": "replica-0."},
             "involvedObject": {"kind": "Pod", "name": "replica-0", "namespace": namespace},
@@ -270,6 +263,6 @@ def test_the_watcher_may_force_delete_only_the_modules_pods(
             "message": "dry run",
             "type": "Warning",
         }
-        assert _status(lambda: watcher.create_namespaced_event(namespace, event, dry_run=DRY))[0] in (200, 201)
+        assert api_status(lambda: watcher.create_namespaced_event(namespace, event, dry_run=DRY))[0] in (200, 201)
     finally:
         admin.delete_namespaced_pod(guarded, "kube-system", grace_period_seconds=0)

@@ -4,8 +4,12 @@ pods, the worker's writes) without running it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from kubernetes import config as kube_config
 from kubernetes.client import ApiClient, Configuration
+from kubernetes.client.exceptions import ApiException
 
 from devstack.cluster.launcher import LocalCluster
 
@@ -21,3 +25,12 @@ def impersonating(cluster: LocalCluster, user: str) -> ApiClient:
     configuration = Configuration()
     kube_config.load_kube_config(config_file=str(cluster.kubeconfig("admin")), client_configuration=configuration)
     return ApiClient(configuration, header_name="Impersonate-User", header_value=user)
+
+
+def api_status(call: Callable[[], Any]) -> tuple[int, str]:
+    """The API server's answer to ``call``: 200 and nothing, or the refusal's status and body."""
+    try:
+        call()
+    except ApiException as err:
+        return int(err.status), str(err.body or "")
+    return 200, ""

@@ -25,7 +25,6 @@ from typing import Any
 
 import pytest
 from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi, RbacAuthorizationV1Api
-from kubernetes.client.rest import ApiException
 
 from activities.builders.claim import ANNOTATION_PLANNED_PLACEMENTS
 from activities.builders.common import LABEL_MANAGED_BY, LABEL_ORDER, MANAGED_BY
@@ -33,7 +32,7 @@ from devstack.cluster.launcher import LocalCluster
 from tests.chart.helm import NAMESPACE as MODULE_NAMESPACE
 from tests.chart.helm import Helm
 from tests.polling import wait_until
-from tests.security.impersonation import impersonating, service_account
+from tests.security.impersonation import api_status, impersonating, service_account
 
 pytestmark = pytest.mark.cluster
 
@@ -59,14 +58,6 @@ def worker(chart: None, local_cluster: LocalCluster) -> Iterator[ApiClient]:
 def tenant(chart: None, local_cluster: LocalCluster) -> Iterator[ApiClient]:
     with local_cluster.api_client("ns-user") as api:
         yield api
-
-
-def _status(call: Callable[[], Any]) -> tuple[int, str]:
-    try:
-        call()
-    except ApiException as err:
-        return int(err.status), str(err.body or "")
-    return 200, ""
 
 
 def _template(name: str, labels: dict[str, str], annotations: dict[str, str] | None = None) -> dict[str, Any]:
@@ -125,7 +116,7 @@ def test_a_tenant_cannot_write_the_modules_marks(
     placements = json.dumps([{"node": "gpu-node-0", "devices": [f"gpu-{i}" for i in range(8)]}])
 
     def create_template(api: ApiClient, body: dict[str, Any]) -> tuple[int, str]:
-        return _status(
+        return api_status(
             lambda: CustomObjectsApi(api).create_namespaced_custom_object(
                 "resource.k8s.io", "v1", namespace, "resourceclaimtemplates", body, dry_run=DRY
             )
@@ -156,7 +147,7 @@ def test_a_tenant_cannot_write_the_modules_marks(
     # Pods with an order's labels (scraped, counted as its replicas): refused.
     for labels in (MARKS, {LABEL_ORDER: "victim"}, {LABEL_MANAGED_BY: MANAGED_BY}):
         pod = _pod("victim-0", labels)
-        status, body = _status(functools.partial(core.create_namespaced_pod, namespace, pod, dry_run=DRY))
+        status, body = api_status(functools.partial(core.create_namespaced_pod, namespace, pod, dry_run=DRY))
         assert status == 403, (labels, status, body)
         assert REFUSED in body
         assert "pods" in body
@@ -164,7 +155,7 @@ def test_a_tenant_cannot_write_the_modules_marks(
     # The tenant's own labels pass (the guard judges the module's marks only).
     own = {"app.kubernetes.io/name": "mine", "app.kubernetes.io/managed-by": "helm", "team": "a"}
     assert create_template(tenant, _template("mine", own))[0] == 200
-    assert _status(lambda: core.create_namespaced_pod(namespace, _pod("mine", own), dry_run=DRY))[0] == 200
+    assert api_status(lambda: core.create_namespaced_pod(namespace, _pod("mine", own), dry_run=DRY))[0] == 200
 
     # The worker's own apply passes, and what it made keeps its marks against the tenant.
     assert create_template(worker, forged)[0] == 200
@@ -177,7 +168,7 @@ def test_a_tenant_cannot_write_the_modules_marks(
         "add placements": {"metadata": {"annotations": {ANNOTATION_PLANNED_PLACEMENTS: placements}}},
         "change the app name of the module's object": {"metadata": {"labels": {"app.kubernetes.io/name": "x"}}},
     }.items():
-        status, body = _status(
+        status, body = api_status(
             functools.partial(
                 custom.patch_namespaced_custom_object,
                 "resource.k8s.io",
@@ -193,7 +184,7 @@ def test_a_tenant_cannot_write_the_modules_marks(
         assert REFUSED in body, (what, body)
     # A change that leaves the marks as they were is the tenant's business.
     unmarked = {"metadata": {"labels": {"team": "a"}}}
-    status, body = _status(
+    status, body = api_status(
         lambda: custom.patch_namespaced_custom_object(
             "resource.k8s.io", "v1", namespace, "resourceclaimtemplates", "victim-claim", unmarked, dry_run=DRY
         )
@@ -212,7 +203,7 @@ def test_the_controllers_still_copy_the_marks(
     # Wait until the guard is in force (a tenant-like write refused), so that what follows is judged.
     wait_until(
         lambda: (
-            _status(lambda: CoreV1Api(kube_admin).create_namespaced_pod(namespace, _pod("x", marks), dry_run=DRY))[0]
+            api_status(lambda: CoreV1Api(kube_admin).create_namespaced_pod(namespace, _pod("x", marks), dry_run=DRY))[0]
             == 403
             or None
         ),

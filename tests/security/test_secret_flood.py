@@ -22,9 +22,9 @@ from temporalio.client import Client
 
 from activities.builders.common import LABEL_MANAGED_BY, LABEL_ORDER, MANAGED_BY
 from devstack.cluster.launcher import LocalCluster
-from inference_api.observation import OrderSignal
 from inference_api.settings import HealthSettings, ModuleSettings, ObserverSettings, TemporalSettings
 from inference_api.types import GROUP, ORDERS, VERSION
+from tests.observer.signals import observed
 from worker.observer import Observer
 from worker.observer import informer as inf
 from worker.observer.decisions import FIELD_MANAGER
@@ -50,18 +50,6 @@ def _order(namespace: str, uid: str) -> dict[str, Any]:
 
 
 SPEC = {"inferenceServiceClassName": "default-llm", "model": {"src": "HuggingFace", "ref": {"name": "org/m"}}}
-
-
-def _observed(obs: Observer, uid: str) -> list[str]:
-    obs.flush(uid)
-    found = [
-        change.what
-        for key, delivery in obs.outbox.pending.items()
-        if key[1] == OrderSignal.OBSERVED
-        for change in delivery.args
-    ]
-    obs.outbox.pending.clear()
-    return found
 
 
 async def test_labelled_secrets_are_never_read_and_the_orders_own_is_read_by_name(
@@ -121,19 +109,19 @@ async def test_labelled_secrets_are_never_read_and_the_orders_own_is_read_by_nam
     seen = obs.secrets[f"{namespace}/chat-auth"]
     assert seen.metadata is not None
     assert "data" not in seen.metadata
-    assert _observed(obs, uid) == []
+    assert observed(obs, uid) == []
     # The tenant rewrites the token: the probes send the new one, the workflow hears who wrote it.
     with local_cluster.api_client("ns-user") as tenant:
         CoreV1Api(tenant).patch_namespaced_secret(
             "chat-auth", namespace, {"data": {"token": base64.b64encode(b"two").decode()}}, field_manager="tenant"
         )
     assert (await obs.probe_spec(ref)).token == "two"
-    assert _observed(obs, uid) == [f"Secret {namespace}/chat-auth changed by tenant"]
+    assert observed(obs, uid) == [f"Secret {namespace}/chat-auth changed by tenant"]
     # Deleted: the GET's 404 is the owned Secret deleted, told once; no token is sent.
     core.delete_namespaced_secret("chat-auth", namespace)
     assert (await obs.probe_spec(ref)).token is None
-    assert _observed(obs, uid) == [f"Secret {namespace}/chat-auth deleted"]
+    assert observed(obs, uid) == [f"Secret {namespace}/chat-auth deleted"]
     assert (await obs.probe_spec(ref)).token is None
-    assert _observed(obs, uid) == []
+    assert observed(obs, uid) == []
     # Only the order's own Secret was ever read, and only by name.
     assert set(reads) == {f"{namespace}/chat-auth"}
