@@ -66,6 +66,7 @@ from activities.kube import Applier, refusals_are_final, watch_events
 from activities.plan_seal import SealKey, seal_problem, sealed
 from activities.preemption_ledger import CeilingReader
 from activities.release import order_timings, release_fingerprint
+from activities.scaling import order_pods
 from activities.trusted_apply import (
     Ownership,
     decoys,
@@ -426,7 +427,10 @@ class OrderActivities:
         pods = self.core.list_namespaced_pod(
             ns, label_selector=",".join(f"{k}={v}" for k, v in selector_labels(name).items())
         )
-        versions = replica_runtime_versions(self.api.sanitize_for_serialization(p) for p in pods.items)
+        # The runtime releases the order's own replicas run: pods along the controller chain only (a pod
+        # someone labelled as the order's must not decide whether its replicas are held).
+        listed = [self.api.sanitize_for_serialization(p) for p in pods.items]
+        versions = replica_runtime_versions(order_pods(listed, request.ref.uid, standing))
         ours = standing if standing_is_ours else None
         kept = storage_class_kept(ours, cls)
         inputs = WorkloadInputs(
