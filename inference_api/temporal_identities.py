@@ -105,8 +105,15 @@ _UI = (
 )
 
 
+# The gRPC health check (``Client.service_client.check_health``): the worker's and the watcher's
+# readiness (worker/processes.py ``temporal_reachable``) asks it; it reveals nothing but "serving".
+HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+
+
 def _paths(workflow: Iterable[str], operator: Iterable[str] = ()) -> frozenset[str]:
-    return frozenset([f"/{WORKFLOW_SERVICE}/{m}" for m in workflow] + [f"/{OPERATOR_SERVICE}/{m}" for m in operator])
+    return frozenset(
+        [f"/{WORKFLOW_SERVICE}/{m}" for m in workflow] + [f"/{OPERATOR_SERVICE}/{m}" for m in operator] + [HEALTH_CHECK]
+    )
 
 
 # Identity -> the gRPC paths (``/<package>.<Service>/<Method>``) it may call. ``admin``: every one.

@@ -36,6 +36,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from devstack.cluster.paths import REPO_ROOT
 from devstack.temporal_tls import IDENTITIES_CONFIG, SERVER_NAME, LocalTemporal, TemporalCredentials, TLSTerminator
 from inference_api.temporal_identities import (
+    HEALTH_CHECK,
     IDENTITIES,
     METHODS,
     OPERATOR_SERVICE,
@@ -95,6 +96,8 @@ def _calls(tree: ast.AST) -> set[str]:
         elif name == "start_workflow":
             signal = any(k.arg == "start_signal" for k in node.keywords)
             found.add(method_path("SignalWithStartWorkflowExecution" if signal else "StartWorkflowExecution"))
+        elif name == "check_health":  # the processes' readiness (worker/processes.py temporal_reachable)
+            found.add(HEALTH_CHECK)
         elif name in HIGH_LEVEL:
             found.add(method_path(HIGH_LEVEL[name]))
         elif name == "signal" and "get_workflow_handle" in ast.unparse(owner) + ast.unparse(node):
@@ -137,6 +140,9 @@ def test_every_temporal_call_of_the_code_is_in_its_identity() -> None:
     assert method_path("UpdateWorkflowExecution") in seen["cli"]
     assert method_path("AddSearchAttributes", "temporal.api.operatorservice.v1.OperatorService") in seen["worker"]
     assert method_path("GetWorkflowExecutionHistoryReverse") in seen["worker"]
+    # The readiness probe of the worker's and the watcher's pods (a 503 for ever when it was refused).
+    assert HEALTH_CHECK in seen["worker"]
+    assert all(allowed(identity, HEALTH_CHECK) for identity in SUBJECTS)
 
 
 def test_the_cli_and_the_ui_hold_no_worker_or_destructive_method() -> None:
