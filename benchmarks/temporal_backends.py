@@ -137,7 +137,7 @@ async def compare(args: argparse.Namespace, server: ProductionTemporal | None = 
                     dev_server_database_filename=str(directory / "temporal.db"),
                 )
             )
-            dev_client = await local.connect("worker", data_converter=pydantic_data_converter)
+            dev_client = await local.connect("admin", data_converter=pydantic_data_converter)
         dev = await engine_tier(args.orders, client=dev_client, **tier)
     print(f"### 2. the production Temporal (PostgreSQL, {args.history_shards} history shards)", flush=True)
     async with contextlib.AsyncExitStack() as stack:

@@ -50,11 +50,13 @@ class DevServer:
         """The terminator's: mTLS with a client certificate of ``credentials``."""
         return self.terminator.address
 
-    def process_env(self, client: str = "worker") -> dict[str, str]:
-        """The TLS settings of an ``ai-inference`` process connecting as ``client``."""
+    def process_env(self, client: str = "admin") -> dict[str, str]:
+        """The TLS settings of an ``ai-inference`` process connecting as ``client`` (by default the
+        unrestricted identity: the fault suite's worker and observer share one environment; each
+        identity's own method list is tested in tests/security and tests/cli)."""
         return self.credentials.module_env(client)
 
-    async def connect(self, client: str = "worker") -> Client:
+    async def connect(self, client: str = "admin") -> Client:
         return await Client.connect(
             self.address, data_converter=pydantic_data_converter, tls=self.credentials.tls_config(client)
         )

@@ -50,7 +50,7 @@ async def main(orders: int, repeats: int) -> None:
         async with local_temporal(
             Path(directory), data_converter=pydantic_data_converter, search_attributes=list(ALL_KEYS), ui=False
         ) as server:
-            client = await server.connect("worker", data_converter=pydantic_data_converter)
+            client = await server.connect("admin", data_converter=pydantic_data_converter)
             world = World()
             world.classes["default-llm"] = make_class()
             queue = f"bench-{uuid.uuid4()}"
