@@ -57,6 +57,8 @@ def test_wheel_carries_the_recipe_tables_and_none_of_the_local_stack(wheel: Path
         "recipes/runtime-recipes.compiled.yaml",
         "recipes/recipe-taxonomy.yaml",
         "recipes/platform-hardware-families.yaml",
+        # The model families' serving features (tool-call and reasoning parsers), read by planner/recipes.py.
+        "recipes/model-families.yaml",
     }
     top_level = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith(".dist-info")}
     assert top_level == {"inference_api", "planner", "recipes", "workflows", "activities", "worker"}
