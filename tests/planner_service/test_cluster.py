@@ -23,6 +23,7 @@ from kubernetes.client import (
     AuthenticationV1TokenRequest,
     Configuration,
     CoreV1Api,
+    CustomObjectsApi,
     RbacAuthorizationV1Api,
     V1TokenRequestSpec,
 )
@@ -42,7 +43,7 @@ from devstack.cluster.launcher import LocalCluster
 from inference_api.plan import LaunchPlan, LaunchPlanRequest, OrderFacts, PlanOutcome
 from inference_api.reasons import Reason
 from inference_api.settings import PLANNER_AUDIENCE, ModuleSettings
-from inference_api.types import AcceleratorPolicy, PlacementType, SharingMode
+from inference_api.types import GROUP, VERSION, AcceleratorPolicy, PlacementType, SharingMode
 from planner.cel_selectors import select_devices
 from planner.inventory import DeviceAllocation
 from planner.quantity import Quantity
@@ -179,6 +180,35 @@ def test_read_inventory_sees_every_simulated_device_and_class(kube_admin: ApiCli
         assert {(d.node, d.name) for d in chosen.devices} == {(d.node, d.name) for d in inv.devices_of_class(dc.name)}
 
 
+def order_owner(api: ApiClient, namespace: str, name: str) -> list[dict[str, Any]]:
+    """An order made for the pod to belong to: the planner believes an order's label on a pod only along
+    its controller ownerReference chain to that order (issue 33)."""
+    order = CustomObjectsApi(api).create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        "inferenceservices",
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "InferenceService",
+            "metadata": {"name": name},
+            "spec": {
+                "inferenceServiceClassName": "default-llm",
+                "model": {"src": "HuggingFace", "ref": {"name": "a/b"}},
+            },
+        },
+    )
+    return [
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "InferenceService",
+            "name": name,
+            "uid": order["metadata"]["uid"],
+            "controller": True,
+        }
+    ]
+
+
 def test_read_inventory_sees_the_allocations_the_scheduler_made(
     local_cluster: LocalCluster, kube_admin: ApiClient, namespace: str
 ) -> None:
@@ -197,7 +227,12 @@ def test_read_inventory_sees_the_allocations_the_scheduler_made(
                 **kwok_pod(
                     "llm-x-0", namespace, resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "shared"}]
                 ),
-                "metadata": {"name": "llm-x-0", "namespace": namespace, "labels": {ORDER_LABEL: "llm-x"}},
+                "metadata": {
+                    "name": "llm-x-0",
+                    "namespace": namespace,
+                    "labels": {ORDER_LABEL: "llm-x"},
+                    "ownerReferences": order_owner(kube_admin, namespace, "llm-x"),
+                },
             },
             {
                 "apiVersion": RESOURCE,
@@ -561,7 +596,12 @@ def test_the_charts_planner_and_worker_roles_suffice(
             claim_template("tpl", namespace, "nvidia-t4-mps-physical", capacity={"requests": {f"{D}/memory": "4Gi"}}),
             {
                 **kwok_pod("llm-t-0", namespace, resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "tpl"}]),
-                "metadata": {"name": "llm-t-0", "namespace": namespace, "labels": {ORDER_LABEL: "llm-t"}},
+                "metadata": {
+                    "name": "llm-t-0",
+                    "namespace": namespace,
+                    "labels": {ORDER_LABEL: "llm-t"},
+                    "ownerReferences": order_owner(kube_admin, namespace, "llm-t"),
+                },
             },
         ]
     )
