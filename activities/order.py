@@ -531,6 +531,9 @@ class OrderActivities:
         why = host_taken(host, ref.uid, found, self.settings.exposure.reservedHosts)
         if why is None:
             return
+        # A held apply of an order deleted and made again meets the new order's Ingress: it is refused
+        # as what it is (not this order any more), and deletes nothing.
+        self._still_the_order(ref)
         for mine in found:
             meta = mine.get("metadata") or {}
             if meta.get("namespace") == ref.namespace and ownership(mine, ref.name, ref.uid) == Ownership.OURS:
