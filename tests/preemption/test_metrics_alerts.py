@@ -78,9 +78,12 @@ class Endpoint:
 
     def input_series(self) -> list[dict[str, str]]:
         keys = sorted({key for scrape in self.scrapes for key in scrape})
+        # The target labels Prometheus adds to what it scrapes: the chart's PodMonitor names the worker's
+        # job "ai-inference", and the rules select that job only.
+        target = {"job": "ai-inference", "instance": "worker:8081"}
         return [
             {
-                "series": series_selector(name, dict(lbls)),
+                "series": series_selector(name, {**dict(lbls), **target}),
                 "values": series_values([s.get((name, lbls)) for s in self.scrapes]),
             }
             for name, lbls in keys
