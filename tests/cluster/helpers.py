@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubernetes.client import ApiClient
+from kubernetes.client import ApiClient, CustomObjectsApi
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError
 
 import devstack.cluster.kube as kube
+from inference_api.types import GROUP, VERSION
 
 
 def dynamic(api: ApiClient) -> DynamicClient:
@@ -59,3 +60,18 @@ def kwok_pod(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
 def pod_running(dyn: DynamicClient, name: str, namespace: str) -> dict[str, Any] | None:
     pod = get(dyn, "v1", "Pod", name, namespace)
     return pod if pod.get("status", {}).get("phase") == "Running" else None
+
+
+def create_order(api: ApiClient, namespace: str, name: str, model: str = "acme/llm-1B") -> dict[str, Any]:
+    """An InferenceService of the bundled class, stored (no module acts on it in these tests): something
+    for an object to belong to, along the controller ownerReference chain the readers check."""
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "InferenceService",
+        "metadata": {"name": name},
+        "spec": {"inferenceServiceClassName": "default-llm", "model": {"src": "HuggingFace", "ref": {"name": model}}},
+    }
+    created: dict[str, Any] = CustomObjectsApi(api).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, "inferenceservices", body
+    )
+    return created

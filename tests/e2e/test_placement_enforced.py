@@ -13,7 +13,7 @@ from functools import partial
 from typing import Any
 
 import pytest
-from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
+from kubernetes.client import ApiClient, CoreV1Api
 
 from activities.builders.claim import build_claim_template
 from activities.builders.statefulset import build_statefulset
@@ -23,9 +23,9 @@ from devstack.cluster.launcher import LocalCluster
 from inference_api.plan import LaunchPlan, LaunchPlanRequest, OrderFacts, PlanOutcome
 from inference_api.reasons import Reason
 from inference_api.settings import ModuleSettings
-from inference_api.types import GROUP, VERSION, AcceleratorPolicy, PlacementType, SharingMode
+from inference_api.types import AcceleratorPolicy, PlacementType, SharingMode
 from tests import factories as f
-from tests.cluster.helpers import dynamic, get, kwok_pod, pod_running
+from tests.cluster.helpers import create_order, dynamic, get, kwok_pod, pod_running
 from tests.polling import wait_until as eventually
 
 pytestmark = pytest.mark.cluster
@@ -169,21 +169,7 @@ def test_a_pinned_orders_unstarted_replicas_keep_their_planned_place(
     template = build_claim_template(inputs)
     # The order's own template, controlled by the order (the planner believes no other: issue 33), of an
     # order that exists (the garbage collector would take a template of a missing one).
-    order = CustomObjectsApi(kube_admin).create_namespaced_custom_object(
-        GROUP,
-        VERSION,
-        namespace,
-        "inferenceservices",
-        {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "InferenceService",
-            "metadata": {"name": "elastic"},
-            "spec": {
-                "inferenceServiceClassName": "default-llm",
-                "model": {"src": "HuggingFace", "ref": {"name": "acme/llm-1B"}},
-            },
-        },
-    )
+    order = create_order(kube_admin, namespace, "elastic")
     template["metadata"]["ownerReferences"][0]["uid"] = order["metadata"]["uid"]
     local_cluster.apply([template])  # no replica runs yet
 

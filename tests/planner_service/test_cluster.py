@@ -23,7 +23,6 @@ from kubernetes.client import (
     AuthenticationV1TokenRequest,
     Configuration,
     CoreV1Api,
-    CustomObjectsApi,
     RbacAuthorizationV1Api,
     V1TokenRequestSpec,
 )
@@ -49,7 +48,7 @@ from planner.inventory import DeviceAllocation
 from planner.quantity import Quantity
 from planner.service import KubernetesAccessReviewer, create_app
 from tests.chart.helm import Helm
-from tests.cluster.helpers import dynamic, get, kwok_pod, pod_running
+from tests.cluster.helpers import create_order, dynamic, get, kwok_pod, pod_running
 from tests.planner_service import running_service
 from tests.polling import wait_until as eventually
 from tests.security.leaks import assert_clean, needles
@@ -183,21 +182,7 @@ def test_read_inventory_sees_every_simulated_device_and_class(kube_admin: ApiCli
 def order_owner(api: ApiClient, namespace: str, name: str) -> list[dict[str, Any]]:
     """An order made for the pod to belong to: the planner believes an order's label on a pod only along
     its controller ownerReference chain to that order (issue 33)."""
-    order = CustomObjectsApi(api).create_namespaced_custom_object(
-        GROUP,
-        VERSION,
-        namespace,
-        "inferenceservices",
-        {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "InferenceService",
-            "metadata": {"name": name},
-            "spec": {
-                "inferenceServiceClassName": "default-llm",
-                "model": {"src": "HuggingFace", "ref": {"name": "a/b"}},
-            },
-        },
-    )
+    order = create_order(api, namespace, name, model="a/b")
     return [
         {
             "apiVersion": f"{GROUP}/{VERSION}",
