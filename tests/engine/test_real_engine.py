@@ -20,6 +20,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import jsonschema
 import pytest
 import pytest_asyncio
 from kubernetes.client import ApiClient
@@ -33,7 +34,7 @@ from devstack.standins.runtime import StandInRuntime
 from devstack.vllm_cpu_env import VllmCpuEnv
 from tests.e2e.stand import Stand, open_stand
 from tests.engine.serving import ENGINE_STAND_OVERRIDES, RELEASES, Served, chat_body, request, serve_order
-from tests.engine.test_engine_features import assert_auto_tool_choice_refused
+from tests.engine.test_engine_features import PERSON, assert_auto_tool_choice_refused
 from tests.vllm.metric_names import used_metric_names
 
 pytestmark = [pytest.mark.engine, pytest.mark.cluster, pytest.mark.temporal]
@@ -130,6 +131,47 @@ async def test_tools_with_auto_choice_to_a_family_without_a_parser_are_answered_
     assert features["toolCalling"] is False
     assert features["reasoning"] is False
     await asyncio.to_thread(assert_auto_tool_choice_refused, served.url, served.token, served.model)
+
+
+def _structured_answers(served: Served) -> list[str]:
+    """The content of three json_schema answers (seeds 1-3), each one finished object."""
+    texts = []
+    for seed in (1, 2, 3):
+        body = {
+            "model": served.model,
+            "messages": [{"role": "user", "content": "Describe a person as JSON."}],
+            "max_tokens": 200,
+            "temperature": 1.0,
+            "seed": seed,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}},
+        }
+        status, answer = _request(served.url, "/v1/chat/completions", served.token, body, 120)
+        assert status == 200, answer
+        (choice,) = json.loads(answer)["choices"]
+        assert choice["finish_reason"] == "stop", f"the object was cut short: {choice}"
+        texts.append(str(choice["message"]["content"]))
+    return texts
+
+
+async def test_structured_output_is_one_object_that_validates_against_its_schema(served: Served) -> None:
+    # Issue 36: every chat recipe launches the engine with xgrammar and no free whitespace; on an order
+    # without a reasoning parser the answer to a json_schema request is one compact object that validates.
+    config = served.replica.argv[served.replica.argv.index("--structured-outputs-config") + 1]
+    assert json.loads(config) == {"backend": "xgrammar", "disable_any_whitespace": True}
+    for text in await asyncio.to_thread(_structured_answers, served):
+        value = json.loads(text, strict=False)  # raw control characters inside strings: see the xfail below
+        jsonschema.validate(value, PERSON)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=json.JSONDecodeError,
+    reason="vllm-cpu 0.32 with xgrammar lets raw control characters into JSON strings (seen 2026-12-04 on "
+    "the tiny chat model): Python's strict json.loads refuses them; strict, so an engine that stops shows",
+)
+async def test_structured_output_parses_with_a_strict_json_parser(served: Served) -> None:
+    for text in await asyncio.to_thread(_structured_answers, served):
+        json.loads(text)
 
 
 async def test_a_chat_completion_and_a_streamed_one_are_generated(served: Served) -> None:
