@@ -560,15 +560,10 @@ class OrderActivities:
         # What the tables cannot judge (node, devices, share, CPU, memory, volume) only the planner can: the
         # plan must be the one it answered for this order, as this worker sealed it. A plan recorded before
         # seals passes only where it changes nothing that runs (placement, sizing and what runs all kept).
-        problem = seal_problem(request.plan, request.ref.uid, self.seal_key())
-        unchanged = (
-            placement_kept
-            and runs_already(standing, desired)
-            and standing is not None
-            and workload_sizing(standing) == workload_sizing(desired)
-        )
-        sealed_or_unchanged = problem is None or (request.plan.seal is None and unchanged)
-        if runs_already(standing, desired) and sealed_or_unchanged:
+        unsealed = seal_problem(request.plan, request.ref.uid, self.seal_key())
+        runs = runs_already(standing, desired)
+        unchanged = runs and placement_kept and workload_sizing(standing or {}) == workload_sizing(desired)
+        if runs and (unsealed is None or (request.plan.seal is None and unchanged)):
             return  # keeping exactly what runs (a held plan, a held spec, an older release's recipe)
         if held_model:
             raise _distrusted(
@@ -588,8 +583,8 @@ class OrderActivities:
         )
         if problem is not None:
             raise _distrusted(f"the launch plan's recipe is not the release's: {problem}")
-        if (problem := seal_problem(request.plan, request.ref.uid, self.seal_key())) is not None:
-            raise _distrusted(problem)
+        if unsealed is not None:
+            raise _distrusted(unsealed)
 
     def _still_the_order(self, ref: OrderRef) -> None:
         """Right before creating an object: the order still stands, with this uid, not being deleted."""

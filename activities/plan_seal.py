@@ -30,6 +30,7 @@ import structlog
 from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
+from activities.builders.common import LABEL_MANAGED_BY, MANAGED_BY
 from inference_api.plan import LaunchPlan
 
 log = structlog.get_logger(__name__)
@@ -101,7 +102,7 @@ class SealKey:
     def _create(self) -> bytes:
         key = secrets.token_bytes(32)
         body = {
-            "metadata": {"name": SEAL_SECRET, "labels": {"app.kubernetes.io/managed-by": "ai-inference"}},
+            "metadata": {"name": SEAL_SECRET, "labels": {LABEL_MANAGED_BY: MANAGED_BY}},
             "type": "Opaque",
             "data": {SEAL_KEY: base64.b64encode(key).decode()},
         }

@@ -10,8 +10,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from activities.builders.common import SERVICE_PORT, ObjectNames
-from activities.builders.exposure import external_host
+from activities.builders.common import ObjectNames
+from activities.builders.exposure import cluster_local_url, external_host
 from inference_api.payloads import OrderEvent, StatusUpdate
 from inference_api.reasons import EventReason, Reason
 from inference_api.settings import ModuleSettings
@@ -33,9 +33,7 @@ def says_deleting(update: StatusUpdate) -> bool:
 
 def order_endpoint_urls(order: InferenceService, settings: ModuleSettings) -> set[str]:
     """Every URL the order's endpoint can have: its External host, its in-cluster Service."""
-    urls = {f"http://{order.metadata.name}.{order.metadata.namespace}.svc"}
-    if SERVICE_PORT != 80:
-        urls = {f"{u}:{SERVICE_PORT}" for u in urls}
+    urls = {cluster_local_url(order)}
     with contextlib.suppress(ValueError):  # a domainTemplate the settings refuse: no External URL
         urls.add(f"https://{external_host(order, settings)}")
     return urls

@@ -137,12 +137,17 @@ def endpoint_status(
     exposure = service_class.spec.exposurePolicy.type
     if exposure == ExposureType.EXTERNAL:
         return EndpointStatus(url=f"https://{external_host(order, settings)}", type=exposure)
+    return EndpointStatus(url=cluster_local_url(order), type=exposure)
+
+
+def cluster_local_url(order: InferenceService) -> str:
+    """The in-cluster URL of the order's Service."""
     # `<svc>.<ns>.svc` resolves from any pod through the cluster's DNS search path, without
     # hard-coding the cluster domain; port 80 needs no port in the URL.
     url = f"http://{order.metadata.name}.{order.metadata.namespace}.svc"
     if SERVICE_PORT != 80:
         url = f"{url}:{SERVICE_PORT}"
-    return EndpointStatus(url=url, type=exposure)
+    return url
 
 
 def custom_certificate_source(service_class: InferenceServiceClass, settings: ModuleSettings) -> tuple[str, str] | None:

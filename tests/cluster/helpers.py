@@ -62,16 +62,25 @@ def pod_running(dyn: DynamicClient, name: str, namespace: str) -> dict[str, Any]
     return pod if pod.get("status", {}).get("phase") == "Running" else None
 
 
+def order_body(
+    name: str, namespace: str | None = None, model: str = "acme/llm-1B", class_name: str = "default-llm"
+) -> dict[str, Any]:
+    """An InferenceService of the bundled class: a Hugging Face model and nothing else."""
+    metadata: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "InferenceService",
+        "metadata": metadata,
+        "spec": {"inferenceServiceClassName": class_name, "model": {"src": "HuggingFace", "ref": {"name": model}}},
+    }
+
+
 def create_order(api: ApiClient, namespace: str, name: str, model: str = "acme/llm-1B") -> dict[str, Any]:
     """An InferenceService of the bundled class, stored (no module acts on it in these tests): something
     for an object to belong to, along the controller ownerReference chain the readers check."""
-    body = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "InferenceService",
-        "metadata": {"name": name},
-        "spec": {"inferenceServiceClassName": "default-llm", "model": {"src": "HuggingFace", "ref": {"name": model}}},
-    }
     created: dict[str, Any] = CustomObjectsApi(api).create_namespaced_custom_object(
-        GROUP, VERSION, namespace, "inferenceservices", body
+        GROUP, VERSION, namespace, "inferenceservices", order_body(name, model=model)
     )
     return created

@@ -15,6 +15,7 @@ from kubernetes.client import V1ResourceQuotaSpec as Spec
 from kubernetes.client.rest import ApiException
 
 from inference_api.types import GROUP, VERSION
+from tests.cluster.helpers import order_body
 from tests.polling import wait_until
 
 pytestmark = pytest.mark.cluster
@@ -25,15 +26,7 @@ LIMIT = 2
 
 
 def order(name: str, namespace: str) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "InferenceService",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "inferenceServiceClassName": "default-llm",
-            "model": {"src": "HuggingFace", "ref": {"name": "Qwen/Qwen2.5-0.5B-Instruct"}},
-        },
-    }
+    return order_body(name, namespace, model="Qwen/Qwen2.5-0.5B-Instruct")
 
 
 def test_a_quota_on_the_kind_refuses_the_order_past_it(
