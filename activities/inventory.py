@@ -176,15 +176,29 @@ def _order_pods(api: ApiClient, timeout: float | None) -> dict[tuple[str, str], 
 def order_pod_names(pods: Iterable[Obj], statefulsets: Iterable[Obj] = ()) -> dict[tuple[str, str], str]:
     """(namespace, pod) → order name, for the pods that are an order's: the order label, believed only
     when the pod's controller chain reaches that order through one of ``statefulsets``
-    (``inference_api.ownership.believed_order``; a pod labelled by anyone else is no order's)."""
+    (``inference_api.ownership.believed_order``; a pod labelled by anyone else is no order's).
+
+    And (namespace, ``claim/<name>``) → order name for each ResourceClaim such a pod was given
+    (``claim_key``): its ``status.resourceClaimStatuses``, which the resourceclaim controller writes
+    and no tenant can. That, not a claim's own label or ownerReferences (a tenant may write both on a
+    claim of their own), is what makes a claim an order's."""
     owners = by_uid(*statefulsets)
     out: dict[tuple[str, str], str] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
         order = believed_order(pod, LABEL_ORDER, owners)
         if order:
-            out[(meta.get("namespace", ""), meta.get("name", ""))] = order
+            namespace = meta.get("namespace", "")
+            out[(namespace, meta.get("name", ""))] = order
+            for given in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
+                if isinstance(given, dict) and given.get("resourceClaimName"):
+                    out[claim_key(namespace, str(given["resourceClaimName"]))] = order
     return out
+
+
+def claim_key(namespace: str, claim: str) -> tuple[str, str]:
+    """The key of a claim in :func:`order_pod_names` (a pod's name has no ``/``: no pod shares it)."""
+    return (namespace, f"claim/{claim}")
 
 
 def template_order(template: Obj) -> str | None:
@@ -763,35 +777,35 @@ class _Held:
 
 
 def _needs_pods(claim: Obj, drivers: Collection[str]) -> bool:
-    """Whether the claim's holder can only be learnt from its pods."""
-    meta = claim.get("metadata") or {}
-    if (meta.get("labels") or {}).get(LABEL_ORDER):
-        return False
+    """Whether the claim holds a device of ``drivers``: its holder is learnt from the pods."""
     results = ((((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results")) or []
     return any(r.get("driver") in drivers for r in results)
 
 
-def claim_holder(claim: Obj, order_pods: Mapping[tuple[str, str], str]) -> str:
-    """``<namespace>/<order>`` when a pod owning or reserving the claim is the order's (``order_pods``:
-    the pods whose controller chain reaches their order) or the claim's order label names it (copied from
-    the order's template by the resourceclaim controller; the marks guard refuses it to anyone else);
-    else ``<namespace>/<claim>``."""
+def claim_order(claim: Obj, order_pods: Mapping[tuple[str, str], str]) -> str | None:
+    """The order whose replica a claim is, from ``order_pods`` (:func:`order_pod_names`): a claim an
+    order's pod was given (its ``resourceClaimStatuses``), else one that reserves it for such a pod
+    (``status.reservedFor``, written by the scheduler). Never the claim's own order label or owner
+    references alone: whoever may create a claim in a namespace may write those."""
     meta = claim.get("metadata") or {}
     namespace = meta.get("namespace", "")
-    order = (meta.get("labels") or {}).get(LABEL_ORDER)
-    if order:
-        return f"{namespace}/{order}"
-    pods = [ref.get("name", "") for ref in meta.get("ownerReferences") or [] if ref.get("kind") == "Pod"]
-    pods += [
-        ref.get("name", "")
-        for ref in (claim.get("status") or {}).get("reservedFor") or []
-        if ref.get("resource") == "pods" and not ref.get("apiGroup")
-    ]
-    for pod in pods:
-        order = order_pods.get((namespace, pod))
-        if order:
-            return f"{namespace}/{order}"
-    return f"{namespace}/{meta.get('name', '')}"
+    given = order_pods.get(claim_key(namespace, str(meta.get("name", ""))))
+    if given:
+        return given
+    for ref in (claim.get("status") or {}).get("reservedFor") or []:
+        if ref.get("resource") == "pods" and not ref.get("apiGroup"):
+            order = order_pods.get((namespace, ref.get("name", "")))
+            if order:
+                return order
+    return None
+
+
+def claim_holder(claim: Obj, order_pods: Mapping[tuple[str, str], str]) -> str:
+    """``<namespace>/<order>`` for an order's claim (:func:`claim_order`), else ``<namespace>/<claim>``."""
+    meta = claim.get("metadata") or {}
+    namespace = meta.get("namespace", "")
+    order = claim_order(claim, order_pods)
+    return f"{namespace}/{order or meta.get('name', '')}"
 
 
 def _allocations(

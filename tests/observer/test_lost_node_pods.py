@@ -255,7 +255,7 @@ def test_the_setting_is_on_by_default_and_read_from_the_environment(monkeypatch:
 def _owned_by_sts(obj: dict[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(obj)
     out["metadata"]["uid"] = "p-chat-0"
-    out["metadata"]["ownerReferences"] = [{"kind": "StatefulSet", "uid": STS_UID, "controller": True}]
+    out["metadata"]["ownerReferences"] = [{"kind": "StatefulSet", "name": "chat", "uid": STS_UID, "controller": True}]
     return out
 
 

@@ -234,6 +234,7 @@ async def test_the_observer_tells_not_ready_then_lost_with_no_event_between(temp
     from tests.observer.test_dispatch import SERVING as SERVING_ORDER
     from tests.observer.test_dispatch import observer, order, settle
     from tests.observer.test_dispatch import pod as order_pod
+    from tests.observer.test_dispatch import statefulset
     from tests.observer.test_trouble_dispatch import node as listed_node
     from tests.observer.test_trouble_dispatch import troubles
     from worker.observer import informer as inf
@@ -242,6 +243,7 @@ async def test_the_observer_tells_not_ready_then_lost_with_no_event_between(temp
     obs = observer(temporal_client)
     obs.config.nodeNotReadyGraceSeconds = 3.0
     obs.handle(Listed(inf.NODE, [listed_node("gpu-1")]))
+    obs.handle(Listed(inf.STATEFULSET, [statefulset("u-chat", ready=1)]))
     obs.handle(Listed(inf.ORDER, [order("chat", "u-chat", **SERVING_ORDER)]))
     obs.handle(Listed(inf.POD, [order_pod("chat-0", ready=True)]))
     await settle()

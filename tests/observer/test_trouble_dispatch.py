@@ -11,7 +11,7 @@ import pytest
 from temporalio.client import Client
 
 from inference_api.reasons import Reason
-from tests.observer.test_dispatch import SERVING, observer, order, pod, sent, settle, statefulset
+from tests.observer.test_dispatch import SERVING, observer, order, pod, sent, settle, statefulset, sts_owner
 from worker.observer import decisions as d
 from worker.observer import informer as inf
 from worker.observer.informer import Listed, Watched
@@ -43,6 +43,7 @@ def troubles(obs: Any) -> list[ReplicaTrouble]:
 async def test_an_image_pull_failure_is_told_once_and_its_end_once(temporal_client: Client) -> None:
     obs = observer(temporal_client)
     obs.handle(Listed(inf.NODE, [node("gpu-1")]))
+    obs.handle(Listed(inf.STATEFULSET, [statefulset("u-chat", ready=1)]))
     obs.handle(Listed(inf.ORDER, [order("chat", "u-chat", **SERVING)]))
     obs.handle(Listed(inf.POD, [pod("chat-0", ready=True)]))
     await settle()
@@ -69,6 +70,7 @@ async def test_an_image_pull_failure_is_told_once_and_its_end_once(temporal_clie
 async def test_a_node_lost_under_an_orders_pod_is_told(temporal_client: Client) -> None:
     obs = observer(temporal_client)
     obs.handle(Listed(inf.NODE, [node("gpu-1"), node("gpu-2")]))
+    obs.handle(Listed(inf.STATEFULSET, [statefulset("u-chat", ready=1)]))
     obs.handle(Listed(inf.ORDER, [order("chat", "u-chat", **SERVING)]))
     obs.handle(Listed(inf.POD, [pod("chat-0", ready=True)]))
     await settle()
@@ -133,6 +135,7 @@ async def test_a_node_gone_before_the_nodes_are_listed_is_told_once_they_are(tem
     """After a restart the pods may be listed before the nodes: a node deleted meanwhile is found
     missing from the nodes' first listing."""
     obs = observer(temporal_client)
+    obs.handle(Listed(inf.STATEFULSET, [statefulset("u-chat", ready=1)]))
     obs.handle(Listed(inf.ORDER, [order("chat", "u-chat", **SERVING)]))
     obs.handle(Listed(inf.POD, [pod("chat-0", ready=True)]))
     await settle()
@@ -142,3 +145,26 @@ async def test_a_node_gone_before_the_nodes_are_listed_is_told_once_they_are(tem
     [told] = troubles(obs)
     assert told.reason == Reason.NODE_LOST
     assert told.subject == "gpu-1"
+
+
+async def test_a_tenants_pod_with_the_orders_label_is_no_trouble_of_the_order(temporal_client: Client) -> None:
+    """Before, a failing pod a tenant labelled as the order's (its own StatefulSet's, or none)
+    was told to the order as its trouble: only pods along the order's controller chain count."""
+    obs = observer(temporal_client)
+    obs.handle(Listed(inf.NODE, [node("gpu-1")]))
+    obs.handle(Listed(inf.STATEFULSET, [statefulset("u-chat", ready=1)]))
+    obs.handle(Listed(inf.ORDER, [order("chat", "u-chat", **SERVING)]))
+    crash = {"waiting": {"reason": "ImagePullBackOff", "message": "no such image"}}
+    forged = [
+        with_runtime(pod("decoy-a", ready=False, owners=sts_owner("sts-tenant", "mine")), crash, "1"),
+        with_runtime(pod("decoy-b", ready=False, owners=[]), crash, "1"),
+        with_runtime(pod("decoy-c", ready=False, owners=sts_owner("sts-u-other", "chat")), crash, "1"),
+    ]
+    obs.handle(Listed(inf.POD, [pod("chat-0", ready=True), *forged]))
+    await settle()
+    assert troubles(obs) == []
+    # The order's own pod in the same state is its trouble.
+    obs.handle(Watched(inf.POD, d.MODIFIED, with_runtime(pod("chat-0", ready=False), crash, "2")))
+    await settle()
+    [told] = troubles(obs)
+    assert told.subject == "team/chat-0"

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from activities.inventory import claim_key
 from inference_api.plan import LaunchPlanRequest, OrderFacts, PlanOutcome
 from inference_api.reasons import Reason
 from inference_api.settings import PlannerSettings
@@ -197,6 +198,10 @@ def test_the_setting_defaults_to_ten_minutes_and_stays_out_of_the_fingerprint() 
 # ------------------------------------------------------------------------------ order claims
 
 
+# The claim an order's pod was given (its status.resourceClaimStatuses): what makes it the order's.
+GIVEN = {claim_key("ns", "llm-0-gpu-x1"): "llm"}
+
+
 def claim_obj(**over: Any) -> dict[str, Any]:
     obj: dict[str, Any] = {
         "metadata": {"name": "llm-0-gpu-x1", "namespace": "ns", "labels": {"ai.deckhouse.io/inference-service": "llm"}},
@@ -220,29 +225,43 @@ def claim_obj(**over: Any) -> dict[str, Any]:
     return obj
 
 
-def test_an_order_claim_is_read_from_its_label_and_template_shape() -> None:
-    assert order_claim(claim_obj(), {}) == OrderClaim("ns/llm", "llm-0-gpu-x1", "cls", 2, 24 * 1024, allocated=False)
+def test_an_order_claim_is_read_from_its_template_shape() -> None:
+    assert order_claim(claim_obj(), GIVEN) == OrderClaim("ns/llm", "llm-0-gpu-x1", "cls", 2, 24 * 1024, allocated=False)
     allocated = claim_obj(status={"allocation": {"devices": {"results": []}}})
-    assert order_claim(allocated, {}) == OrderClaim("ns/llm", "llm-0-gpu-x1", "cls", 2, 24 * 1024, allocated=True)
+    assert order_claim(allocated, GIVEN) == OrderClaim("ns/llm", "llm-0-gpu-x1", "cls", 2, 24 * 1024, allocated=True)
 
 
 def test_a_whole_device_claim_has_no_memory_and_a_count_of_one_by_default() -> None:
     obj = claim_obj()
     obj["spec"]["devices"]["requests"][0]["exactly"] = {"deviceClassName": "cls"}
-    assert order_claim(obj, {}) == OrderClaim("ns/llm", "llm-0-gpu-x1", "cls", 1, None)
+    assert order_claim(obj, GIVEN) == OrderClaim("ns/llm", "llm-0-gpu-x1", "cls", 1, None)
 
 
-def test_an_unlabelled_claim_belongs_to_the_order_of_its_pod() -> None:
-    meta = {"name": "c", "namespace": "ns", "ownerReferences": [{"kind": "Pod", "name": "llm-0"}]}
-    found = order_claim(claim_obj(metadata=meta), {("ns", "llm-0"): "llm"})
-    assert found is not None
-    assert found.holder == "ns/llm"
+def test_a_claim_is_the_order_whose_pod_was_given_it_or_reserves_it() -> None:
+    given = order_claim(claim_obj(metadata={"name": "c", "namespace": "ns"}), {claim_key("ns", "c"): "llm"})
+    assert given is not None
+    assert given.holder == "ns/llm"
     reserved = claim_obj(
         metadata={"name": "c", "namespace": "ns"},
         status={"reservedFor": [{"resource": "pods", "name": "llm-1"}]},
     )
     assert order_claim(reserved, {("ns", "llm-1"): "llm"}) is not None
     assert order_claim(claim_obj(metadata={"name": "c", "namespace": "ns"}), {("ns", "x"): "llm"}) is None
+
+
+def test_a_claim_a_tenant_labels_or_owns_as_an_orders_is_no_orders() -> None:
+    """Before, a pending claim carrying an order's label was counted as that order's replica, and
+    the planner reserved capacity for it: a claim's label and ownerReferences are anyone's to write."""
+    forged = claim_obj(
+        metadata={
+            "name": "mine",
+            "namespace": "ns",
+            "labels": {"ai.deckhouse.io/inference-service": "llm"},
+            "ownerReferences": [{"kind": "Pod", "name": "llm-0", "uid": "pod-uid", "controller": True}],
+        }
+    )
+    assert order_claim(forged, {("ns", "llm-0"): "llm", claim_key("ns", "llm-0-gpu-x1"): "llm"}) is None
+    assert order_claims([forged, claim_obj()], GIVEN) == [OrderClaim("ns/llm", "llm-0-gpu-x1", "cls", 2, 24 * 1024)]
 
 
 @pytest.mark.parametrize(
@@ -261,8 +280,8 @@ def test_an_unlabelled_claim_belongs_to_the_order_of_its_pod() -> None:
 def test_claims_the_bookings_cannot_read_are_left_out(spoil: Any) -> None:
     obj = claim_obj()
     spoil(obj)
-    assert order_claim(obj, {}) is None
-    assert order_claims([obj, claim_obj()], {}) == [OrderClaim("ns/llm", "llm-0-gpu-x1", "cls", 2, 24 * 1024)]
+    assert order_claim(obj, GIVEN) is None
+    assert order_claims([obj, claim_obj()], GIVEN) == [OrderClaim("ns/llm", "llm-0-gpu-x1", "cls", 2, 24 * 1024)]
 
 
 def test_a_steered_claim_is_read_from_its_first_alternative() -> None:
@@ -277,4 +296,4 @@ def test_a_steered_claim_is_read_from_its_first_alternative() -> None:
         "selectors": [{"cel": {"expression": "device.attributes['x'].uuid in ['a']"}}],
     }
     obj["spec"]["devices"]["requests"][0]["firstAvailable"] = [planned, {**exactly, "name": "any"}]
-    assert order_claim(obj, {}) == OrderClaim("ns/llm", "llm-0-gpu-x1", "cls", 2, 24 * 1024, allocated=False)
+    assert order_claim(obj, GIVEN) == OrderClaim("ns/llm", "llm-0-gpu-x1", "cls", 2, 24 * 1024, allocated=False)

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from activities.builders.common import LABEL_ORDER
-from activities.inventory import build_nodes, build_snapshot, claim_holder, pod_requests
+from activities.inventory import build_nodes, build_snapshot, claim_holder, claim_key, order_pod_names, pod_requests
 from devstack.cluster.inventory import (
     device_class_object,
     load_inventory,
@@ -92,12 +92,14 @@ def test_allocations_consumed_capacity_and_holders() -> None:
             [result("gpu-h100-0", "gpu-0", memory="24Gi", sharePercent="0")],
             labels={ORDER_LABEL: "llm-a"},
         ),
-        # No label on the claim; the pod that owns it names the order.
+        # No label on the claim, and no pod was given it: its owner pod names nobody (anyone may
+        # write a claim's ownerReferences); the pod it is reserved for does.
         claim(
             "pod-b-gpu-y",
             "team",
             [result("gpu-h100-0", "gpu-0", memory="30Gi", sharePercent="40")],
             owner_pod="llm-b-0",
+            reserved_for="llm-b-0",
         ),
         # A claim nobody labels: itself.
         claim("plain", "other", [result("gpu-h100-0", "gpu-4")], reserved_for="somepod"),
@@ -107,7 +109,8 @@ def test_allocations_consumed_capacity_and_holders() -> None:
         claim("observer", "other", [{**result("gpu-t4-0", "gpu-2"), "adminAccess": True}]),
         claim("nic", "other", [{**result("gpu-t4-0", "gpu-3"), "driver": "nic.example.com"}]),
     ]
-    snap = build_snapshot(classes, slices, claims, gpus, {("team", "llm-b-0"): "llm-b"})
+    given = {claim_key("team", "llm-a-claim-x"): "llm-a", ("team", "llm-b-0"): "llm-b"}
+    snap = build_snapshot(classes, slices, claims, gpus, given)
     by_key = {d.key: d for d in snap.devices}
     assert by_key["gpu-h100-0/gpu-0"].allocations == [
         DeviceAllocation(holder="team/llm-a", sharePercent=0, memoryMiB=24 * 1024),
@@ -119,14 +122,36 @@ def test_allocations_consumed_capacity_and_holders() -> None:
     assert by_key["gpu-t4-0/gpu-3"].allocations == []
 
 
-def test_claim_holder_prefers_the_label_then_pods_then_the_claim() -> None:
+def test_claim_holder_is_the_order_that_was_given_it_then_the_one_it_is_reserved_for_then_the_claim() -> None:
     c = claim("c", "ns", [], owner_pod="p1", reserved_for="p2")
     assert claim_holder(c, {}) == "ns/c"
     assert claim_holder(c, {("ns", "p2"): "order-2"}) == "ns/order-2"
-    assert claim_holder(c, {("ns", "p1"): "order-1", ("ns", "p2"): "order-2"}) == "ns/order-1"
-    assert claim_holder(c, {("elsewhere", "p1"): "order-1"}) == "ns/c"
+    # Its owner reference alone names nobody: a tenant may write it.
+    assert claim_holder(c, {("ns", "p1"): "order-1"}) == "ns/c"
+    assert claim_holder(c, {claim_key("ns", "c"): "order-1", ("ns", "p2"): "order-2"}) == "ns/order-1"
+    assert claim_holder(c, {claim_key("elsewhere", "c"): "order-1"}) == "ns/c"
+    # Before, a claim's own order label was believed: a tenant's claim booked against an order.
     labelled = claim("c", "ns", [], labels={ORDER_LABEL: "mine"}, owner_pod="p1")
-    assert claim_holder(labelled, {("ns", "p1"): "order-1"}) == "ns/mine"
+    assert claim_holder(labelled, {("ns", "p1"): "order-1"}) == "ns/c"
+
+
+def test_the_claims_an_orders_pod_was_given_are_the_orders() -> None:
+    order_ref = {"apiVersion": "ai.deckhouse.io/v1alpha1", "kind": "InferenceService", "name": "llm", "uid": "o1"}
+    controller = [{**order_ref, "controller": True}]
+    sts = {"metadata": {"name": "llm", "namespace": "ns", "uid": "sts-1", "ownerReferences": controller}}
+    given = {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "llm-0-gpu-x1"}]}
+    pod = {
+        "metadata": {
+            "name": "llm-0",
+            "namespace": "ns",
+            "labels": {ORDER_LABEL: "llm"},
+            "ownerReferences": [{"kind": "StatefulSet", "name": "llm", "uid": "sts-1", "controller": True}],
+        },
+        "status": given,
+    }
+    tenants = {**pod, "metadata": {**pod["metadata"], "name": "mine-0", "ownerReferences": []}}
+    tenants["status"] = {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "forged"}]}
+    assert order_pod_names([pod, tenants], [sts]) == {("ns", "llm-0"): "llm", claim_key("ns", "llm-0-gpu-x1"): "llm"}
 
 
 def test_only_the_newest_generation_of_a_pool_counts() -> None:

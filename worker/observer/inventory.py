@@ -44,6 +44,7 @@ from activities.inventory import (
     Obj,
     build_nodes,
     build_snapshot,
+    claim_order,
     memoized,
     order_pod_names,
     template_order,
@@ -119,20 +120,9 @@ def physical_gpus_served(api: ApiClient, timeout: float = 10) -> bool:
 
 
 def _order_of(claim: Obj, order_pods: Mapping[tuple[str, str], str]) -> str | None:
-    """The order a claim belongs to: its order label, else a pod owning or reserving it that is an
-    order's (``order_pods``: believed along the controller chain)."""
-    meta = claim.get("metadata") or {}
-    order = (meta.get("labels") or {}).get(LABEL_ORDER)
-    if order:
-        return str(order)
-    namespace = meta.get("namespace", "")
-    pods = [ref.get("name", "") for ref in meta.get("ownerReferences") or [] if ref.get("kind") == "Pod"]
-    pods += [
-        ref.get("name", "")
-        for ref in (claim.get("status") or {}).get("reservedFor") or []
-        if ref.get("resource") == "pods" and not ref.get("apiGroup")
-    ]
-    return next((order_pods[(namespace, p)] for p in pods if (namespace, p) in order_pods), None)
+    """The order a claim belongs to (``activities.inventory.claim_order``: given to an order's pod, or
+    reserved for one; a tenant's own label on it is not believed)."""
+    return claim_order(claim, order_pods)
 
 
 def order_claim(claim: Obj, order_pods: Mapping[tuple[str, str], str]) -> OrderClaim | None:
@@ -232,9 +222,10 @@ def _requests_only(containers: Iterable[Obj] | None) -> list[Obj]:
 
 def slim_pod(pod: Obj) -> Obj:
     """A Pod as the planner reads it: who it is, the order label, its node, its containers' requests
-    (and overhead) and its phase."""
+    (and overhead), its phase and the names of the claims it was given."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
     labels = meta.get("labels") or {}
     return {
         "metadata": {
@@ -247,8 +238,20 @@ def slim_pod(pod: Obj) -> Obj:
             "containers": _requests_only(spec.get("containers")),
             "initContainers": _requests_only(spec.get("initContainers")),
         },
-        "status": {"phase": (pod.get("status") or {}).get("phase")},
+        "status": {
+            "phase": status.get("phase"),
+            # The claims the resourceclaim controller gave it: what makes a claim an order's.
+            **({"resourceClaimStatuses": given} if (given := _given_claims(status)) else {}),
+        },
     }
+
+
+def _given_claims(status: Mapping[str, Any]) -> list[Obj]:
+    return [
+        {"resourceClaimName": g["resourceClaimName"]}
+        for g in status.get("resourceClaimStatuses") or []
+        if isinstance(g, Mapping) and g.get("resourceClaimName")
+    ]
 
 
 def _controller_only(meta: Mapping[str, Any]) -> dict[str, Any]:

@@ -46,6 +46,7 @@ from activities.order import order_event_body
 from activities.release import release_fingerprint
 from activities.scaling import priority_value, scaling_observation
 from inference_api.observation import HealthReport, ObservedChange, OrderSignal
+from inference_api.ownership import by_uid, owned_by
 from inference_api.payloads import OrderEvent, OrderRef, order_workflow_id
 from inference_api.preemption import ScalingObservation
 from inference_api.reasons import EventReason
@@ -231,6 +232,17 @@ class Observer:
         if obj is None:
             return None
         return obj if d.owned_by(obj, str(m.get("uid"))) else None
+
+    def _order_pods(self, order: d.Obj, statefulset: d.Obj | None) -> list[d.Obj]:
+        """The order's pods: found by its label (the index), believed only when their controller chain
+        reaches the order through its own StatefulSet. A tenant's pod carrying an order's label (a
+        crash loop, an unschedulable pod) is no trouble of that order's and no replica of it."""
+        if statefulset is None:
+            return []
+        uid = str(d.meta(order).get("uid") or "")
+        owners = by_uid(statefulset)
+        found = (self.informers[inf.POD].get(k) for k in sorted(self.pods_of.get(d.object_key(order), ())))
+        return [p for p in found if p and owned_by(p, uid, owners)]
 
     # -------------------------------------------------------------------------- events
 
@@ -502,8 +514,8 @@ class Observer:
         force-deleted (``observer.forceDeletePodsOnLostNodes``), and a NodeLost message says so."""
         key = d.object_key(order)
         uid = str(d.meta(order).get("uid"))
-        pods = [p for p in (self.informers[inf.POD].get(k) for k in sorted(self.pods_of.get(key, ()))) if p]
         statefulset = self._owned(inf.STATEFULSET, order)
+        pods = self._order_pods(order, statefulset)
         sts_key = d.object_key(statefulset) if statefulset is not None else key
         events = [e for e in (self.informers[inf.EVENT].get(k) for k in self.events_of.get(sts_key, ())) if e]
         informer = self.informers[inf.NODE]
@@ -678,13 +690,13 @@ class Observer:
         hpa = self._owned(inf.HPA, order)
         if hpa is None and uid not in self.scaling_last:
             return None
-        # Pods found by the order's label; only those of its StatefulSet count (scaling_observation).
-        pods = [p for p in (self.informers[inf.POD].get(k) for k in self.pods_of.get(d.object_key(order), ())) if p]
+        statefulset = self._owned(inf.STATEFULSET, order)
+        pods = self._order_pods(order, statefulset)
         constraints = ((order.get("status") or {}).get("constraints")) or {}
         priority = priority_value(
             constraints.get("priorityClassName"), self.informers[inf.PRIORITY_CLASS].cache.values()
         )
-        return scaling_observation(hpa, pods, priority, order_uid=uid, statefulset=self._owned(inf.STATEFULSET, order))
+        return scaling_observation(hpa, pods, priority, order_uid=uid, statefulset=statefulset)
 
     # ---------------------------------------------------------------------------- health
 
