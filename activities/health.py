@@ -32,6 +32,13 @@ MAX_PROBE_BODY_BYTES = 1 << 20
 TOKEN_UNUSABLE_DETAIL = (
     "the order's auth Secret has no usable token (empty, missing or not text): the endpoint refuses every request"
 )
+# The token is never in it: only that the one in the Secret is refused, and what makes it current.
+TOKEN_NOT_HELD_DETAIL = (
+    "GET /v1/models: HTTP {status} with the token of the order's auth Secret: the replicas hold another "
+    "token (each reads it once, when it starts), so an edited token has not reached them yet; restart "
+    "them to take it (kubectl rollout restart statefulset/<order>), or delete the Secret to have a new "
+    "token made and the replicas rolled onto it"
+)
 
 
 def probe_target(
@@ -57,9 +64,17 @@ def token_from_secret(secret: Mapping[str, Any] | None, key: str = "token") -> s
         return None
 
 
-def models_verdict(status_code: int, body: bytes, served_name: str | None) -> ProbeResult:
+def models_verdict(status_code: int, body: bytes, served_name: str | None, token_sent: bool = False) -> ProbeResult:
     """ok when the API answered 200 with a model list naming ``served_name`` (any model when it is
-    not known)."""
+    not known). ``token_sent``: the request carried the token of the order's Secret, so a 401 or 403
+    means the replicas hold another token (``AuthTokenInvalid``: the Secret was edited after they
+    started; each reads it once, when it starts)."""
+    if status_code in (401, 403) and token_sent:
+        return ProbeResult(
+            ok=False,
+            detail=TOKEN_NOT_HELD_DETAIL.format(status=status_code),
+            reason=Reason.AUTH_TOKEN_INVALID.value,
+        )
     if status_code != 200:
         return ProbeResult(ok=False, detail=f"GET {MODELS_PATH}: HTTP {status_code}")
     try:
@@ -117,7 +132,7 @@ async def probe_models(
         return ProbeResult(ok=False, detail=f"GET {MODELS_PATH}: no whole answer in {timeout_seconds:g} s")
     except httpx.HTTPError as err:
         return ProbeResult(ok=False, detail=f"GET {MODELS_PATH}: {type(err).__name__}")
-    return models_verdict(answer.status_code, bytes(body), served_name)
+    return models_verdict(answer.status_code, bytes(body), served_name, token_sent=bool(token))
 
 
 def _too_large(limit: int) -> ProbeResult:

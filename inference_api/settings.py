@@ -338,6 +338,10 @@ class WorkerSettings(BaseModel):
     # history on its next task: harmless for serving orders (a task a day), costly when more orders
     # than this make progress at once (a burst of new orders, a release reaching every order).
     cachedWorkflows: int = Field(default=1000, ge=0)
+    # How often the worker checks that the namespace still holds the module's search attributes and
+    # registers the missing ones: a production Temporal's namespace made again comes back without
+    # them, and every order's workflow task fails until they are back.
+    searchAttributeCheckSeconds: float = Field(default=60, gt=0)
 
 
 class ModuleSettings(BaseSettings):

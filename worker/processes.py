@@ -73,16 +73,25 @@ async def run_worker(
     """The worker: registers the module's search attributes (``worker.search_attribute_registration``;
     ``SearchAttributeError`` when it may not), then polls its task queue until cancelled. ``health``
     gets its checks: live while the worker runs, ready while Temporal answers too."""
-    from worker.search_attribute_registration import ensure_search_attributes
+    from worker.search_attribute_registration import ensure_search_attributes, keep_search_attributes
 
+    keeper: asyncio.Task[None] | None = None
     if register_search_attributes:
         await ensure_search_attributes(client, settings.temporal.namespace)
+        keeper = asyncio.create_task(
+            keep_search_attributes(client, settings.temporal.namespace, settings.worker.searchAttributeCheckSeconds),
+            name="keep-search-attributes",
+        )
     worker = order_worker(client, api, settings)
     if health is not None:
         health.add_live("worker", lambda: (worker.is_running, "polling" if worker.is_running else "not running"))
         health.add_ready("temporal", temporal_reachable(client))
     log.info("worker started", task_queue=settings.temporal.taskQueue, planner=settings.planner.baseURL or "in-process")
-    await worker.run()
+    try:
+        await worker.run()
+    finally:
+        if keeper is not None:
+            keeper.cancel()
 
 
 async def run_watcher(

@@ -8,10 +8,18 @@ console or ``tcld``) is an error that says so and what to do: the worker does no
 run workflows whose attribute updates would fail. So is a namespace with no room left for them
 (on SQL visibility a namespace holds at most 10 custom Keyword attributes; the module needs 8).
 Messages carry names and types only, never credentials.
+
+Kept, not only registered: :func:`keep_search_attributes` checks the namespace again every
+``worker.searchAttributeCheckSeconds`` and registers what went missing. A production Temporal's
+namespace that is made again (deleted and registered, restored from an older backup) comes back
+without them, and every order's workflow task then fails on its first attribute update; they
+converge again within one check, with no restart. A check that fails is logged and tried again at
+the next one: the worker keeps serving the orders it can.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 
 import structlog
@@ -105,7 +113,7 @@ async def ensure_search_attributes(
         raise
     missing = missing_keys(registered, keys)
     if not missing:
-        log.info("search attributes registered already", namespace=namespace, count=len(keys))
+        log.debug("search attributes registered already", namespace=namespace, count=len(keys))
         return []
     request = AddSearchAttributesRequest(
         namespace=namespace,
@@ -125,3 +133,27 @@ async def ensure_search_attributes(
     names = [key.name for key in missing]
     log.info("search attributes registered", namespace=namespace, added=names)
     return names
+
+
+async def keep_search_attributes(
+    client: Client, namespace: str, every_seconds: float, keys: Sequence[SearchAttributeKey] = ALL_KEYS
+) -> None:
+    """Until cancelled: every ``every_seconds``, register the keys the namespace lacks again (level-
+    triggered: what the namespace holds is read each time, nothing is remembered). Never raises but
+    for cancellation: a refusal or an unreachable server is logged and the next check tries again."""
+    while True:
+        await asyncio.sleep(every_seconds)
+        try:
+            added = await ensure_search_attributes(client, namespace, keys)
+        except SearchAttributeError as err:
+            log.error("search attributes cannot be registered again", namespace=namespace, error=str(err))
+            continue
+        except RPCError as err:
+            log.warning(
+                "search attributes not checked: Temporal did not answer",
+                namespace=namespace,
+                status=err.status.name if err.status else None,
+            )
+            continue
+        if added:
+            log.warning("search attributes were missing and are registered again", namespace=namespace, added=added)

@@ -7,6 +7,8 @@ real terminator, with the module's real worker and watcher:
 * an order whose auth Secret's token is emptied is not Ready (``AuthTokenInvalid``); a new Secret
   makes it Ready, with the new token only (the front's own fail-closed refusal of an empty token is
   tested on the real front process in tests/builders/test_endpoint_guard.py);
+* an order whose auth Secret's token is edited (a token the running replicas never read) says so
+  (``AuthTokenInvalid``, what to do), and is Ready on the new token once its replicas restart;
 * two orders whose External hosts collide: the first keeps its host, the second is refused
   ``HostNameTaken`` with nothing published; a platform host (``exposure.reservedHosts``) is refused.
 """
@@ -102,6 +104,39 @@ async def test_an_emptied_token_makes_the_order_not_ready_and_a_new_secret_serve
         url = endpoint_of(stand, "emptied")
         assert (await http.get(f"{url}/v1/models")).status_code == 401
         assert (await http.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {token}"})).status_code == 200
+
+
+async def test_an_edited_token_is_named_on_the_order_until_the_replicas_restart_on_it(stand: Stand) -> None:
+    # Before, the probe's 401 with the Secret's new token was a nameless health failure.
+    stand.create_order("edited", MODEL)
+    await stand.until_phase("edited", "Ready")
+    old = base64.b64decode(stand.core.read_namespaced_secret("edited-auth", stand.namespace).data["token"]).decode()
+    new = "an-edited-token-0f3b9a"
+    encoded = base64.b64encode(new.encode()).decode()
+    stand.core.patch_namespaced_secret("edited-auth", stand.namespace, {"data": {"token": encoded}})
+    await stand.until_phase("edited", "Pending", reason="AuthTokenInvalid", timeout=90)
+    ready = stand.condition("edited", "Ready")
+    assert ready is not None
+    assert (ready["status"], ready["reason"]) == ("False", "AuthTokenInvalid")
+    assert "an edited token has not reached them yet" in ready["message"]
+    assert "kubectl rollout restart statefulset/<order>" in ready["message"]
+    assert new not in ready["message"]
+    assert old not in ready["message"]
+    url = endpoint_of(stand, "edited")
+    async with httpx.AsyncClient(timeout=5) as http:
+        # The replicas still hold the old token: what the order said.
+        assert (await http.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {old}"})).status_code == 200
+    # What the message says to do, as `kubectl rollout restart` does it: the replicas restart and read
+    # the Secret again (the module's apply leaves the annotation alone: it is not its field).
+    restarted = {"kubectl.kubernetes.io/restartedAt": "2026-12-04T00:00:00Z"}
+    stand.apps.patch_namespaced_stateful_set(
+        "edited", stand.namespace, {"spec": {"template": {"metadata": {"annotations": restarted}}}}
+    )
+    await stand.until_phase("edited", "Ready", timeout=120)
+    url = endpoint_of(stand, "edited")
+    async with httpx.AsyncClient(timeout=5) as http:
+        assert (await http.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {new}"})).status_code == 200
+        assert (await http.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {old}"})).status_code == 401
 
 
 async def test_colliding_hosts_the_first_order_keeps_its_host_and_the_second_is_refused(make_stand: MakeStand) -> None:

@@ -565,6 +565,14 @@ class TestProbeHelpers:
         assert models_verdict(200, body, None).ok
         assert not models_verdict(200, b'{"data": []}', None).ok
         assert models_verdict(401, b"", "m").detail == "GET /v1/models: HTTP 401"
+        assert models_verdict(401, b"", "m").reason is None
+        for refused in (401, 403):
+            # With the Secret's token sent, a refusal means the replicas hold another one.
+            edited = models_verdict(refused, b"", "m", token_sent=True)
+            assert not edited.ok
+            assert edited.reason == "AuthTokenInvalid"
+            assert f"HTTP {refused} with the token of the order's auth Secret" in edited.detail
+        assert models_verdict(500, b"", "m", token_sent=True).reason is None
         assert models_verdict(200, b"<html>", "m").detail == "GET /v1/models: not JSON"
 
     def test_target(self) -> None:
