@@ -15,6 +15,13 @@ own client certificate, in its own Secret.
 {{/* The client certificate Secret of a caller; call with "worker". */}}
 {{- define "ai-inference.temporalClientSecret" -}}{{ printf "ai-inference-temporal-%s-tls" . }}{{- end -}}
 
+{{/*
+The CA's certificate revocation list in the terminator (tls.revocationList): the administrator's
+Secret, its key mounted under this one name; files/temporal-tls-proxy.conf's ssl_crl.
+*/}}
+{{- define "ai-inference.temporalCRLDir" -}}/etc/ai-inference/temporal-crl{{- end -}}
+{{- define "ai-inference.temporalCRLFile" -}}{{ include "ai-inference.temporalCRLDir" . }}/ca.crl{{- end -}}
+
 {{/* The loopback port of the dev server; the Service's port (7233) is the terminator's. */}}
 {{- define "ai-inference.temporalUpstreamPort" -}}7234{{- end -}}
 
