@@ -9,9 +9,15 @@ preemption workflow (``workflows/preemption.py``), whose pure decisions live in
 
 from __future__ import annotations
 
+import base64
+import json
+import zlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
 
-from inference_api.payloads import OrderRef
+from inference_api.payloads import OrderRef, order_workflow_id
 
 # HPA condition types (autoscaling/v2) and the reasons this module reads.
 ABLE_TO_SCALE = "AbleToScale"
@@ -120,3 +126,116 @@ class PreemptionMetrics(_Payload):
     deviceClass: str
     preemptions: list[ReplicaCount] = Field(default_factory=list)
     held: list[ReplicaCount] = Field(default_factory=list)
+
+
+# ------------------------------------------------------------------ the packed form of many members
+
+# The layout of what :func:`pack_members` writes; a reader refuses a later layout it does not know.
+PACKED_FORMAT = 1
+
+
+def _flatten(row: Mapping[str, Any]) -> dict[str, Any]:
+    """One level of nesting as dotted columns: ``{"ref": {"name": n}}`` is ``{"ref.name": n}``."""
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        if isinstance(value, dict):
+            for inner, cell in value.items():
+                out[f"{key}.{inner}"] = cell
+        else:
+            out[key] = value
+    return out
+
+
+def _unflatten(row: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        outer, dot, inner = key.partition(".")
+        if dot:
+            out.setdefault(outer, {})[inner] = value
+        else:
+            out[key] = value
+    return out
+
+
+def _table(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Rows of one model as columns and value lists: the field names are written once, not per row."""
+    flat = [_flatten(row) for row in rows]
+    columns: dict[str, None] = {}  # in the order first seen (every row of one model has the same keys)
+    for row in flat:
+        columns.update(dict.fromkeys(row))
+    return {"columns": list(columns), "rows": [[row.get(column) for column in columns] for row in flat]}
+
+
+def _untable(table: Mapping[str, Any]) -> list[dict[str, Any]]:
+    # A column a later release added is dropped by the model (extra="ignore"); one it removed takes
+    # the field's default.
+    columns = list(table.get("columns", []))
+    return [_unflatten(dict(zip(columns, row, strict=False))) for row in table.get("rows", [])]
+
+
+def pack_members(device_class: str, reports: Mapping[str, MemberReport], metrics: PreemptionMetrics | None) -> str:
+    """The members of one preemption workflow (and its metrics as last set), compact and deterministic.
+
+    Canonical JSON (reports sorted by workflow id, one column list and a value list per report, the
+    device class and a workflow id that :func:`~inference_api.payloads.order_workflow_id` derives from
+    the ref left out), zlib-compressed and base64-encoded so it travels as a JSON string. The same
+    arguments give the same string. Read back by :func:`unpack_members`; the reports are keyed by
+    their ``workflowId``, as the workflow keys them.
+    """
+    rows: list[dict[str, Any]] = []
+    # A metrics series names its order by namespace and name: the member's row instead, as the step from
+    # the row the series named before (the series follow the members' order: mostly 1).
+    index: dict[tuple[str, str], int] = {}
+    for _, report in sorted(reports.items()):
+        index.setdefault((report.ref.namespace, report.ref.name), len(rows))
+        row = report.model_dump(mode="json")
+        if row["deviceClass"] == device_class:
+            row["deviceClass"] = None
+        if row["workflowId"] == order_workflow_id(report.ref.namespace, report.ref.name, report.ref.uid):
+            row["workflowId"] = None
+        rows.append(row)
+    packed_metrics: dict[str, Any] | None = None
+    if metrics is not None:
+        packed_metrics = metrics.model_dump(mode="json")
+        for series in ("preemptions", "held"):
+            counts, last = [], -1
+            for count in packed_metrics[series]:
+                member = index.get((count["namespace"], count["name"]))
+                if member is not None:
+                    count = {"memberStep": member - last, **count, "namespace": None, "name": None}
+                    last = member
+                counts.append(count)
+            packed_metrics[series] = _table(counts)
+    body = {"format": PACKED_FORMAT, "members": _table(rows), "metrics": packed_metrics}
+    raw = json.dumps(body, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode("ascii")
+    return base64.b64encode(zlib.compress(raw, 9)).decode("ascii")
+
+
+def unpack_members(device_class: str, packed: str) -> tuple[dict[str, MemberReport], PreemptionMetrics | None]:
+    """What :func:`pack_members` wrote: the reports by workflow id, and the metrics."""
+    body = json.loads(zlib.decompress(base64.b64decode(packed, validate=True)))
+    if body.get("format") != PACKED_FORMAT:
+        raise ValueError(f"packed members of format {body.get('format')!r}: this release reads {PACKED_FORMAT}")
+    reports: dict[str, MemberReport] = {}
+    refs: list[OrderRef] = []
+    for row in _untable(body["members"]):
+        if row.get("deviceClass") is None:
+            row["deviceClass"] = device_class
+        if row.get("workflowId") is None:
+            ref = row["ref"]
+            row["workflowId"] = order_workflow_id(ref["namespace"], ref["name"], ref["uid"])
+        report = MemberReport.model_validate(row)
+        reports[report.workflowId] = report
+        refs.append(report.ref)
+    metrics: PreemptionMetrics | None = None
+    if (packed_metrics := body.get("metrics")) is not None:
+        series: dict[str, list[dict[str, Any]]] = {}
+        for name in ("preemptions", "held"):
+            series[name], last = [], -1
+            for count in _untable(packed_metrics.get(name) or {}):
+                if (step := count.pop("memberStep", None)) is not None:
+                    last += step
+                    count.update(namespace=refs[last].namespace, name=refs[last].name)
+                series[name].append(count)
+        metrics = PreemptionMetrics.model_validate({**packed_metrics, **series})
+    return reports, metrics

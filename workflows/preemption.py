@@ -16,20 +16,51 @@ that cannot grow. Everything the decisions remember — holds, recipients' bases
 blocks as signalled, preemption totals — is in :class:`PreemptionState`, carried by
 continue-as-new, so a worker that dies mid-decision loses nothing and a replay counts nothing
 twice. Metrics are set from that state by an activity, as absolute values.
+
+The state is bounded. It holds a report per member and the member's series in the metrics as last
+set: about 550 bytes of JSON a member, so written plainly a run's continue-as-new input passed
+Temporal's 512 KiB warning at about 960 members of one device class and its 2 MiB limit at about
+3,800, where the worker refuses to upload it (``PayloadsTooLarge``) and the run is stuck on a failing
+workflow task (the ``state`` query is refused likewise). Past ``PLAIN_MEMBERS_BYTES`` (a few hundred
+members) the reports and metrics travel packed (:class:`PreemptionState`,
+``inference_api.preemption.pack_members``): about 46 bytes a member, so the state stays under 512 KiB
+up to about 10,900 members per device class and under 2 MiB up to about 45,000 (measured by
+``tests/workflows/test_preemption_state_bound.py -k sizes -s``: 10,000 members 480 KB, 40,000 members
+1.8 MB). What then grows past the limits first is the metrics activity's input (one series a member,
+not packed): 512 KiB (a warning) at about 8,500 members, 2 MiB at about 34,000. Encoding and decoding
+the packed state costs about 30 µs a member in the workflow task that continues as new and the one
+that starts the next run. The details (Markdown) show a bounded table: the ``SHOWN_TOP``
+highest-priority members and up to ``SHOWN_ROLES`` recipients, donors and blocked ones.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
-    from pydantic import BaseModel, ConfigDict, Field
+    from pydantic import (
+        BaseModel,
+        ConfigDict,
+        Field,
+        SerializationInfo,
+        SerializerFunctionWrapHandler,
+        model_serializer,
+        model_validator,
+    )
+    from pydantic_core import to_json
 
-    from inference_api.payloads import OrderEvent
-    from inference_api.preemption import MemberReport, PreemptionMetrics, ReplicaCount
+    from inference_api.payloads import OrderEvent, OrderRef
+    from inference_api.preemption import (
+        MemberReport,
+        PreemptionMetrics,
+        ReplicaCount,
+        pack_members,
+        unpack_members,
+    )
     from inference_api.reasons import EventReason
     from planner.preemption import Decision, Ledger, decide, freed_units, held_replicas, member_from_report
     from workflows import activity_names as act
@@ -39,6 +70,15 @@ with workflow.unsafe.imports_passed_through():
 SET_REPLICA_CEILING = "set_replica_ceiling"
 SCALING_BLOCKED = "scaling_blocked"
 LOG_LENGTH = 20
+# What one line of the decision log names at most (a decision that moves many replicas is summed up).
+LOG_ITEMS = 10
+# The Markdown details: the highest-priority members, and members with a role (recipient, donor,
+# blocked), highest priority first; the rest is counted.
+SHOWN_TOP = 50
+SHOWN_ROLES = 100
+# The state's members and metrics are written as the previous release wrote them (``reports``,
+# ``metrics``) while their JSON is at most this long, packed (``packed``) beyond: see PreemptionState.
+PLAIN_MEMBERS_BYTES = 256 * 1024
 
 
 class PreemptionTimings(BaseModel):
@@ -72,6 +112,51 @@ class PreemptionState(BaseModel):
     # The metrics as last set (they are set again only when they change, or on a timer).
     metrics: PreemptionMetrics | None = None
 
+    # How the state travels (continue-as-new input, the ``state`` query). ``reports`` and ``metrics``
+    # grow with the members (about 550 bytes of JSON a member); Temporal refuses a payload over 2 MiB
+    # (and warns over 512 KiB), and a continue-as-new refused leaves the run stuck. Small, they are
+    # written exactly as the previous release wrote them (a rollback reads them); past
+    # PLAIN_MEMBERS_BYTES as one ``packed`` string instead (inference_api.preemption.pack_members:
+    # columnar JSON, zlib, base64; about 46 bytes a member). Both forms are read. The choice depends on
+    # the state alone, so a replay writes the same. docs/upgrade.md.
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unpack(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("packed") is None:
+            return data
+        data = dict(data)
+        reports, metrics = unpack_members(str(data.get("deviceClass", "")), data.pop("packed"))
+        # Only the packed form is written; plain entries beside it (none) would be the newer.
+        data["reports"] = {**reports, **(data.get("reports") or {})}
+        if data.get("metrics") is None:
+            data["metrics"] = metrics
+        return data
+
+    @model_serializer(mode="wrap")
+    def _pack(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        if not info.mode_is_json():
+            return handler(self)
+        if len(self.reports) * _SHORTEST_REPORT_BYTES <= PLAIN_MEMBERS_BYTES:
+            plain = handler(self)
+            if not isinstance(plain, dict) or not {"reports", "metrics"} <= plain.keys():
+                return plain  # some of it excluded by the caller
+            if len(to_json(plain["reports"])) + len(to_json(plain["metrics"])) <= PLAIN_MEMBERS_BYTES:
+                return plain
+        rest = handler(self.model_copy(update={"reports": {}, "metrics": None}))
+        packed = {key: value for key, value in rest.items() if key not in ("reports", "metrics")}
+        packed["packed"] = pack_members(self.deviceClass, self.reports, self.metrics)
+        return packed
+
+
+# No report's JSON is shorter (its field names alone): past PLAIN_MEMBERS_BYTES / this many reports the
+# state is packed without measuring its plain form first.
+_SHORTEST_REPORT_BYTES = len(
+    MemberReport(
+        ref=OrderRef(namespace="", name="", uid=""), workflowId="", deviceClass="", sequence=0, priorityClassName=""
+    ).model_dump_json()
+)
+
 
 @workflow.defn(name="PreemptionWorkflow")
 class PreemptionWorkflow:
@@ -96,6 +181,8 @@ class PreemptionWorkflow:
 
     @workflow.query(name="state")
     def query_state(self) -> PreemptionState:
+        """The whole state; beyond a few hundred members its reports and metrics travel packed (decoded
+        as a PreemptionState, they are whole again)."""
         return self.state
 
     @workflow.run
@@ -190,9 +277,11 @@ class PreemptionWorkflow:
                 words.append(f"{self._name(wid)} can grow again")
         if not words:
             return
+        workflow.logger.info("preemption on %s: %s", state.deviceClass, "; ".join(words))
+        if len(words) > LOG_ITEMS:  # the log travels in the state: bounded
+            words = [*words[:LOG_ITEMS], f"and {len(words) - LOG_ITEMS} more"]
         stamp = workflow.now().strftime("%H:%M:%S")
         state.log = [*state.log, f"{stamp} #{state.decisions}: " + "; ".join(words)][-LOG_LENGTH:]
-        workflow.logger.info("preemption on %s: %s", state.deviceClass, "; ".join(words))
 
     async def _signal(self, workflow_id: str, signal: str, arg: int | str | None) -> None:
         handle = workflow.get_external_workflow_handle(workflow_id)
@@ -289,30 +378,51 @@ class PreemptionWorkflow:
         state = self.state
         status = "Blocked" if state.blocked else "Holding" if state.ledger.holds else "Idle"
         workflow.upsert_search_attributes(preemption_search_attributes(state.deviceClass, status))
-        held = held_replicas(state.ledger)
-        recipients = {r.key for r in state.ledger.recipients}
-        rows = []
-        for wid, report in sorted(self._members().items(), key=lambda kv: (-kv[1].priority, kv[1].ref.key)):
-            role = []
-            if wid in recipients:
-                role.append(f"recipient ({state.ledger.held_for(wid)} held for it)")
-            if wid in held:
-                role.append(f"donor (-{held[wid]})")
-            if wid in state.blocked:
-                role.append("**blocked**")
-            ceiling = state.ledger.ceilings.get(wid)
-            rows.append(
-                f"| {report.ref.key} | {report.priorityClassName or '—'} ({report.priority}) | "
-                f"{report.minReplicas}..{report.maxReplicas} | {ceiling if ceiling is not None else '—'} | "
-                f"{report.placed}/{report.desired}"
-                + (f" (+{report.unschedulable} unschedulable)" if report.unschedulable else "")
-                + f" | {', '.join(role) or '—'} | {state.preemptions.get(wid, 0)} |"
-            )
-        log = "\n".join(f"- {line}" for line in reversed(state.log)) or "- none yet"
-        workflow.set_current_details(
-            f"## Preemption on {state.deviceClass}\n\n"
-            f"**Status:** {status} · **Decisions:** {state.decisions} · "
-            f"**Held replicas:** {sum(held.values())}\n\n"
-            "| order | priority | class bounds | ceiling | placed/desired | role | preemptions |\n"
-            "|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n### Recent decisions\n" + log
+        workflow.set_current_details(details_markdown(state, status))
+
+
+def details_markdown(state: PreemptionState, status: str) -> str:
+    """The workflow's details: a bounded table (SHOWN_TOP highest-priority members and up to SHOWN_ROLES
+    recipients, donors and blocked ones; the rest counted) and the recent decisions."""
+    held = held_replicas(state.ledger)
+    recipients = {r.key for r in state.ledger.recipients}
+    members = sorted(
+        ((wid, r) for wid, r in state.reports.items() if not r.leaving), key=lambda kv: (-kv[1].priority, kv[1].ref.key)
+    )
+    with_role = [wid for wid, _ in members if wid in recipients or wid in held or wid in state.blocked]
+    shown = {wid for wid, _ in members[:SHOWN_TOP]} | set(with_role[:SHOWN_ROLES])
+    rows = []
+    for wid, report in members:
+        if wid not in shown:
+            continue
+        role = []
+        if wid in recipients:
+            role.append(f"recipient ({state.ledger.held_for(wid)} held for it)")
+        if wid in held:
+            role.append(f"donor (-{held[wid]})")
+        if wid in state.blocked:
+            role.append("**blocked**")
+        ceiling = state.ledger.ceilings.get(wid)
+        rows.append(
+            f"| {report.ref.key} | {report.priorityClassName or '—'} ({report.priority}) | "
+            f"{report.minReplicas}..{report.maxReplicas} | {ceiling if ceiling is not None else '—'} | "
+            f"{report.placed}/{report.desired}"
+            + (f" (+{report.unschedulable} unschedulable)" if report.unschedulable else "")
+            + f" | {', '.join(role) or '—'} | {state.preemptions.get(wid, 0)} |"
         )
+    more = ""
+    if len(shown) < len(members):
+        hidden_roles = len(with_role) - len(shown.intersection(with_role))
+        more = (
+            f"\n\n*… and {len(members) - len(shown)} more member(s)"
+            + (f", {hidden_roles} of them recipient, donor or blocked" if hidden_roles else "")
+            + " (the `state` query has every one).*"
+        )
+    log = "\n".join(f"- {line}" for line in reversed(state.log)) or "- none yet"
+    return (
+        f"## Preemption on {state.deviceClass}\n\n"
+        f"**Status:** {status} · **Members:** {len(members)} · **Decisions:** {state.decisions} · "
+        f"**Held replicas:** {sum(held.values())}\n\n"
+        "| order | priority | class bounds | ceiling | placed/desired | role | preemptions |\n"
+        "|---|---|---|---|---|---|---|\n" + "\n".join(rows) + more + "\n\n### Recent decisions\n" + log
+    )
