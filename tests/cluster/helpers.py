@@ -84,3 +84,33 @@ def create_order(api: ApiClient, namespace: str, name: str, model: str = "acme/l
         GROUP, VERSION, namespace, "inferenceservices", order_body(name, model=model)
     )
     return created
+
+
+def order_statefulset(
+    api: ApiClient, namespace: str, name: str, pod: dict[str, Any], replicas: int = 1
+) -> dict[str, Any]:
+    """A stored order ``name`` and the body of a StatefulSet it controls whose pods are ``pod``'s spec
+    with the order's label: the chain the readers follow before they believe a label (order →
+    StatefulSet → pod → the claims the pod was given). Apply the body; its pods are ``{name}-{i}``."""
+    from activities.builders.common import LABEL_ORDER
+
+    order = create_order(api, namespace, name)
+    labels = {LABEL_ORDER: name}
+    owner = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "InferenceService",
+        "name": name,
+        "uid": order["metadata"]["uid"],
+        "controller": True,
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels, "ownerReferences": [owner]},
+        "spec": {
+            "replicas": replicas,
+            "serviceName": name,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": pod["spec"]},
+        },
+    }

@@ -31,7 +31,7 @@ from inference_api.settings import ModuleSettings
 from inference_api.types import AcceleratorPolicy, PlacementType, SharingMode
 from planner.quantity import Quantity
 from tests import factories as f
-from tests.cluster.helpers import dynamic, get, kwok_pod, pod_running
+from tests.cluster.helpers import dynamic, get, kwok_pod, order_statefulset, pod_running
 from tests.polling import wait_until as eventually
 
 pytestmark = pytest.mark.cluster
@@ -66,13 +66,17 @@ def _start(
     results = []
     dyn = dynamic(api)
     local_cluster.apply([template])
+    pod = kwok_pod(name, namespace, resourceClaims=copy.deepcopy(pod_spec["resourceClaims"]))
+    pod["spec"]["containers"][0]["resources"] = {"requests": pod_spec["containers"][0]["resources"]["requests"]}
+    for key in ("affinity", "tolerations", "nodeSelector"):
+        if key in pod_spec:
+            pod["spec"][key] = pod_spec[key]
+    # The order's replicas as the module makes them: pods of a StatefulSet the stored order controls (the
+    # inventory believes a claim is the order's only along that chain), added one at a time.
+    statefulset = order_statefulset(api, namespace, name, pod, replicas=0)
     for i in range(replicas):
-        pod = kwok_pod(f"{name}-{i}", namespace, resourceClaims=copy.deepcopy(pod_spec["resourceClaims"]))
-        pod["spec"]["containers"][0]["resources"] = {"requests": pod_spec["containers"][0]["resources"]["requests"]}
-        for key in ("affinity", "tolerations", "nodeSelector"):
-            if key in pod_spec:
-                pod["spec"][key] = pod_spec[key]
-        local_cluster.apply([pod])
+        statefulset["spec"]["replicas"] = i + 1
+        local_cluster.apply([statefulset])
         running = eventually(
             partial(pod_running, dyn, f"{name}-{i}", namespace), timeout=90, what=f"{name}-{i} Running"
         )

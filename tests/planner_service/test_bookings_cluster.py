@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
+from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi
 
 from activities.builders.claim import memory_request_mib
 from devstack.cluster.launcher import LocalCluster
@@ -22,7 +22,7 @@ from inference_api.plan import LaunchPlan, LaunchPlanRequest, OrderFacts, PlanOu
 from inference_api.reasons import Reason
 from inference_api.types import AcceleratorPolicy, PlacementType, SharingMode
 from planner.service import LAUNCH_PLAN_PATH, create_app
-from tests.cluster.helpers import kwok_pod
+from tests.cluster.helpers import kwok_pod, order_statefulset
 from tests.planner_service import running_service
 from tests.planner_service.fakes import ALLOWED, FakeReviewer
 from tests.polling import wait_until
@@ -122,9 +122,10 @@ def refused(outcome: PlanOutcome) -> None:
     assert outcome.refusal.reason is Reason.NO_CAPACITY, outcome.refusal
 
 
-def replica(order: str, namespace: str, p: LaunchPlan) -> list[dict[str, Any]]:
+def replica(api: ApiClient, order: str, namespace: str, p: LaunchPlan) -> list[dict[str, Any]]:
     """What the order's objects make of a plan: the claim template (activities/builders/claim.py: class,
-    count, memory request, claims labelled with the order) and one replica's pod using it."""
+    count, memory request, claims labelled with the order) and a StatefulSet of the stored order with
+    one replica using it (the chain the planner follows to believe a claim is the order's)."""
     exactly: dict[str, Any] = {"deviceClassName": p.deviceClass, "allocationMode": "ExactCount", "count": p.deviceCount}
     memory = memory_request_mib(p)
     if memory is not None:
@@ -141,8 +142,7 @@ def replica(order: str, namespace: str, p: LaunchPlan) -> list[dict[str, Any]]:
     pod = kwok_pod(
         f"{order}-0", namespace, resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": f"{order}-claim"}]
     )
-    pod["metadata"]["labels"] = {ORDER_LABEL: order}
-    return [template, pod]
+    return [template, order_statefulset(api, namespace, order, pod)]
 
 
 def test_bookings_keep_back_to_back_plans_from_over_committing_a_card(
@@ -174,7 +174,7 @@ def test_bookings_keep_back_to_back_plans_from_over_committing_a_card(
         assert planned(plan(url, request("order-a"))).deviceNames == ["gpu-0"]
 
         # A's replica: the claim made from its template, allocated by the scheduler on the card.
-        local_cluster.apply(replica("order-a", namespace, a))
+        local_cluster.apply(replica(kube_admin, "order-a", namespace, a))
         wait_until(
             lambda: [c for c in claims_of("order-a") if c.allocated],
             timeout=90,
@@ -194,6 +194,7 @@ def test_bookings_keep_back_to_back_plans_from_over_committing_a_card(
         refused(plan(url, request("order-b")))
 
         # A's replica goes, and its claim with it: B fits beside C's booking (47.5 + 24 GiB).
+        AppsV1Api(kube_admin).delete_namespaced_stateful_set("order-a", namespace, propagation_policy="Background")
         CoreV1Api(kube_admin).delete_namespaced_pod("order-a-0", namespace, grace_period_seconds=0)
         wait_until(lambda: not claims_of("order-a"), timeout=90, what="order-a's claim gone, in the informers")
         b = planned(plan(url, request("order-b")))
@@ -203,7 +204,7 @@ def test_bookings_keep_back_to_back_plans_from_over_committing_a_card(
 
 
 def test_a_claim_planned_by_another_planner_counts_for_its_class(
-    local_cluster: LocalCluster, informers: InventoryInformers, one_card: str, namespace: str
+    local_cluster: LocalCluster, kube_admin: ApiClient, informers: InventoryInformers, one_card: str, namespace: str
 ) -> None:
     """A pending claim no booking covers (the service restarted after answering) holds its class: a
     replica whose pod cannot be scheduled keeps its claim unallocated, and the card stays reserved."""
@@ -216,9 +217,9 @@ def test_a_claim_planned_by_another_planner_counts_for_its_class(
     with running_service(create_app(informers, FakeReviewer())) as first:
         wait_until(lambda: plan(first, request.model_copy(update={"holder": None})).plan, timeout=30, what="the card")
         old = planned(plan(first, request.model_copy(update={"holder": f"{namespace}/old"})))
-    objects = replica("old", namespace, old)
+    objects = replica(kube_admin, "old", namespace, old)
     # A node no pod can go to: the claim is made from the template but never allocated.
-    objects[1]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "no-such-node"}
+    objects[1]["spec"]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "no-such-node"}
     local_cluster.apply(objects)
     wait_until(
         lambda: [c for c in informers.view()[1] if c.holder == f"{namespace}/old" and not c.allocated],
