@@ -12,8 +12,8 @@ from datetime import timedelta
 from temporalio import workflow
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest, RemoveSearchAttributesRequest
 from temporalio.client import Client
-from temporalio.common import TypedSearchAttributes
-from temporalio.worker import Worker
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from devstack.temporal_server import ProductionTemporal
 from worker.search_attribute_registration import ensure_search_attributes, keep_search_attributes
@@ -49,18 +49,21 @@ async def test_search_attributes_removed_under_a_running_worker_come_back_and_it
             RemoveSearchAttributesRequest(namespace=namespace, search_attributes=sorted(names))
         )
         removed_at = asyncio.get_running_loop().time()
+        assert not names & await _registered(client, namespace)  # gone (the next check is a second away)
         # Back within a check or two, with no restart.
         while not names <= await _registered(client, namespace):
             assert asyncio.get_running_loop().time() - removed_at < 30, "the worker never registered them again"
             await asyncio.sleep(0.2)
         queue = f"q-{uuid.uuid4().hex[:6]}"
-        async with Worker(client, task_queue=queue, workflows=[UpsertsOrderPhase]):
+        async with Worker(
+            client, task_queue=queue, workflows=[UpsertsOrderPhase], workflow_runner=UnsandboxedWorkflowRunner()
+        ):
             result = await client.execute_workflow(
                 UpsertsOrderPhase.run,
                 id=f"wf-{uuid.uuid4().hex[:6]}",
                 task_queue=queue,
                 execution_timeout=timedelta(seconds=60),
-                search_attributes=TypedSearchAttributes([ORDER_PHASE.value_set("Pending")]),
+                search_attributes=TypedSearchAttributes([SearchAttributePair(ORDER_PHASE, "Pending")]),
             )
         assert result == "upserted"
     finally:
