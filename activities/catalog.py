@@ -17,6 +17,12 @@ lookup), never the worker's own ServiceAccount token.
 ``catalog.mode: None`` means no catalog client at all: an order naming ``src: ai-models`` gets
 ``CatalogDisabled`` without any I/O, and Hugging Face orders never reach this module.
 
+``catalog.mode: Enabled`` on a cluster without the ai-models module: the lookup service does not
+answer, and the API server does not serve the Model / ClusterModel kinds at all (a 404 that
+discovery confirms: not "this model does not exist"). The order gets ``CatalogNotInstalled``, a
+message naming the missing module, and looks again every ``notReadyRequeueSeconds``, so installing
+ai-models later lets it proceed.
+
 The answer is a :class:`CatalogOutcome`: either the facts of a ready model, or a refusal Reason
 with a message for the owner of the order. Only when *neither* path can answer is an exception
 (:class:`CatalogUnavailableError`) raised, because that is an outage worth retrying, not a verdict.
@@ -130,13 +136,18 @@ class CatalogReadError(Exception):
     """A catalog object could not be read (anything but "it does not exist")."""
 
 
+class CatalogNotInstalledError(Exception):
+    """The API server does not serve the catalog's kinds: the ai-models module is not installed."""
+
+
 class CatalogObjectReader(Protocol):
     """Reads one Model / ClusterModel object. Blocking; called from a worker thread."""
 
     def read_model(self, kind: ModelKind, name: str, namespace: str | None) -> Mapping[str, Any] | None:
         """The object as the API server returns it, or None when it does not exist.
 
-        Raises CatalogReadError for every other failure (forbidden, unreachable, timeout).
+        Raises CatalogNotInstalledError when the API server does not serve the kind (ai-models is
+        not installed), CatalogReadError for every other failure (forbidden, unreachable, timeout).
         """
         ...
 
@@ -262,6 +273,24 @@ def model_resolution(outcome: CatalogOutcome, ref: ModelRef) -> ModelResolution:
         servedName=resolved.servedName,
         source=resolved.source,
         message=outcome.message,
+    )
+
+
+def catalog_not_installed_outcome(
+    ref: ModelRef, namespace: str | None, settings: ModuleSettings, rest_unavailable: str | None = None
+) -> CatalogOutcome:
+    """catalog.mode Enabled, and the ai-models module is not installed: the order looks again."""
+    assert ref.kind is not None
+    requeue = settings.aiModels.catalogLookup.notReadyRequeueSeconds
+    return CatalogOutcome(
+        reason=Reason.CATALOG_NOT_INSTALLED,
+        message=f"the ai-models module is not installed: its Model and ClusterModel kinds are not served "
+        f"({CATALOG_GROUP}/{CATALOG_VERSION}), so {describe_ref(ref.kind, ref.name, namespace)} cannot be "
+        f"looked up. The order looks again in {requeue:g}s and proceeds once ai-models is installed; ask "
+        "your administrator to install it, or order the model from a direct source (src: HuggingFace).",
+        requeueAfterSeconds=requeue,
+        answeredBy=CatalogPath.KUBERNETES,
+        restUnavailable=rest_unavailable,
     )
 
 
@@ -417,8 +446,12 @@ async def lookup_model(
     fields = {"kind": kind.value, "name": ref.name, "namespace": namespace}
 
     if settings.aiModels.catalogTransport is CatalogTransport.KUBERNETES:
-        result = await _read_objects(reader, kind, ref.name, namespace)
-        outcome = outcome_from_result(result, ref, namespace, settings, CatalogPath.KUBERNETES)
+        try:
+            result = await _read_objects(reader, kind, ref.name, namespace)
+        except CatalogNotInstalledError:
+            outcome = catalog_not_installed_outcome(ref, namespace, settings)
+        else:
+            outcome = outcome_from_result(result, ref, namespace, settings, CatalogPath.KUBERNETES)
         log.info("catalog lookup answered", answered_by=CatalogPath.KUBERNETES, outcome=_summary(outcome), **fields)
         return outcome
 
@@ -439,8 +472,12 @@ async def lookup_model(
     except _RestUnavailableError as err:
         why = str(err)
         log.warning("catalog REST lookup unavailable; reading the catalog object instead", why=why, **fields)
-        result = await _read_objects(reader, kind, ref.name, namespace)
-        outcome = outcome_from_result(result, ref, namespace, settings, CatalogPath.KUBERNETES, why)
+        try:
+            result = await _read_objects(reader, kind, ref.name, namespace)
+        except CatalogNotInstalledError:
+            outcome = catalog_not_installed_outcome(ref, namespace, settings, why)
+        else:
+            outcome = outcome_from_result(result, ref, namespace, settings, CatalogPath.KUBERNETES, why)
     else:
         outcome = outcome_from_result(rest_result, ref, namespace, settings, CatalogPath.REST)
     log.info(
@@ -487,6 +524,11 @@ class KubernetesCatalogReader:
                 )
         except ApiException as err:
             if err.status == 404:
+                # No such model, or no such kind at all: discovery tells which.
+                if not self.kind_served(plural):
+                    raise CatalogNotInstalledError(
+                        f"{CATALOG_GROUP}/{CATALOG_VERSION} {plural} is not served"
+                    ) from None
                 return None
             # Status and reason only: the body and headers of an API error are not ours to log.
             raise CatalogReadError(f"HTTP {err.status} {err.reason}") from err
@@ -495,3 +537,19 @@ class KubernetesCatalogReader:
         if not isinstance(obj, dict):
             raise CatalogReadError(f"unexpected answer type {type(obj).__name__}")
         return obj
+
+    def kind_served(self, plural: str) -> bool:
+        """Whether the API server serves ``plural`` of the catalog's group and version (discovery:
+        ``GET /apis/ai-models.deckhouse.io/v1alpha1``, which every authenticated identity may read)."""
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError as Urllib3Error
+
+        try:
+            found = self._api.get_api_resources(CATALOG_GROUP, CATALOG_VERSION, _request_timeout=self._timeout)
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise CatalogReadError(f"discovery of {CATALOG_GROUP}/{CATALOG_VERSION}: HTTP {err.status}") from err
+        except (Urllib3Error, OSError) as err:
+            raise CatalogReadError(f"discovery: {type(err).__name__}: {err}") from err
+        return any(resource.name == plural for resource in found.resources or [])

@@ -17,6 +17,10 @@ class Reason(StrEnum):
     FORMAT_NOT_ALLOWED = "FormatNotAllowed"
     PARAMETER_COUNT_NOT_ALLOWED = "ParameterCountNotAllowed"
     CATALOG_DISABLED = "CatalogDisabled"
+    # catalog.mode is Enabled, but the ai-models module is not installed: the API server serves no Model
+    # and ClusterModel kinds. The order looks again (aiModels.catalogLookup.notReadyRequeueSeconds) and
+    # proceeds once ai-models is installed.
+    CATALOG_NOT_INSTALLED = "CatalogNotInstalled"
     # The catalog model's source is not one the model fetcher downloads (not a Hugging Face repository).
     UNSUPPORTED_MODEL_SOURCE = "UnsupportedModelSource"
     # Planner refusals.
@@ -86,6 +90,12 @@ class Reason(StrEnum):
     # Class conditions (Validated, Ready).
     CLASS_VALID = "ClassValid"
     CLASS_INVALID = "ClassInvalid"
+    # Class Ready=False (Validated stays True): the class names an object the cluster does not have. The
+    # class turns Ready by itself once it exists (the watcher informs on these kinds).
+    DEVICE_CLASS_NOT_FOUND = "DeviceClassNotFound"
+    PRIORITY_CLASS_NOT_FOUND = "PriorityClassNotFound"
+    STORAGE_CLASS_NOT_FOUND = "StorageClassNotFound"
+    ISSUER_NOT_FOUND = "IssuerNotFound"
 
 
 # The type of an apply's refusal of the run's own state (a plan, a recipe, a resolution or a held

@@ -96,7 +96,10 @@ WATCHER: dict[Rule, str] = {
     **_informer("networking.k8s.io", "networkpolicies", what="the orders' NetworkPolicies (made again when deleted)"),
     **_informer("autoscaling", "horizontalpodautoscalers", what="the orders' HPAs (scaling, preemption)"),
     **_informer("resource.k8s.io", "resourceclaimtemplates", what="the orders' claim templates"),
-    **_informer("scheduling.k8s.io", "priorityclasses", what="an autoscaled order's priority"),
+    **_informer("scheduling.k8s.io", "priorityclasses", what="an autoscaled order's priority; a class's Ready"),
+    **_informer("resource.k8s.io", "deviceclasses", what="the DeviceClasses a class names (its Ready), metadata only"),
+    **_informer("storage.k8s.io", "storageclasses", what="the StorageClass a class names (its Ready), metadata only"),
+    **_informer("cert-manager.io", "clusterissuers", what="the ClusterIssuer a class names (its Ready), metadata only"),
     **_informer(MODELS, "models", "clustermodels", what="catalog models an order waits for"),
 }
 

@@ -6,6 +6,12 @@ threads only fetch: they hand plain dicts (camelCase, as the API server sends th
 loop, where :class:`Informer` keeps the cache and turns a listing or a watch event into
 :class:`Change` s. The first listing is delivered as ``SYNC``; a relist delivers only what differs
 from the cache (``ADDED``, ``MODIFIED``, ``DELETED``), so nothing missed between two watches is lost.
+
+A kind of another module (``Resource.optional``: the catalog's Model/ClusterModel, cert-manager's
+ClusterIssuer) may not be served at all: its CRD is not installed, and the API server answers its
+list with 404. That is an answer, not a failure: the informer delivers an empty listing marked
+``served=False`` (its cache empties: deleting a CRD deletes its objects), counts as fresh, and lists
+again every ``absent_recheck_seconds``, so installing the module later is seen within that long.
 """
 
 from __future__ import annotations
@@ -45,6 +51,9 @@ SECRET = "Secret"
 HPA = "HorizontalPodAutoscaler"
 CLAIM_TEMPLATE = "ResourceClaimTemplate"
 PRIORITY_CLASS = "PriorityClass"
+DEVICE_CLASS = "DeviceClass"
+STORAGE_CLASS = "StorageClass"
+CLUSTER_ISSUER = "ClusterIssuer"
 MODEL = "Model"
 CLUSTER_MODEL = "ClusterModel"
 NODE = "Node"
@@ -63,6 +72,9 @@ KIND_LABELS = {
     HPA: "hpa",
     CLAIM_TEMPLATE: "resourceclaimtemplate",
     PRIORITY_CLASS: "priorityclass",
+    DEVICE_CLASS: "deviceclass",
+    STORAGE_CLASS: "storageclass",
+    CLUSTER_ISSUER: "clusterissuer",
     MODEL: "model",
     CLUSTER_MODEL: "clustermodel",
     NODE: "node",
@@ -74,6 +86,21 @@ KIND_LABELS = {
 # reads the Secrets an order owns by name (``Observer.check_secret``, docs/admin-guide.md).
 OWNED_KINDS = (STATEFULSET, SERVICE, INGRESS, NETWORK_POLICY, HPA, CLAIM_TEMPLATE)
 CATALOG_KINDS = (MODEL, CLUSTER_MODEL)
+# What an InferenceServiceClass names, whose existence its Ready condition says (workflows/class_status.py):
+# PriorityClasses (informed on for the orders' priority too), DeviceClasses, StorageClasses and
+# cert-manager ClusterIssuers. The last three metadata-only: the observer needs their names only.
+REFERENCE_KINDS = (PRIORITY_CLASS, DEVICE_CLASS, STORAGE_CLASS, CLUSTER_ISSUER)
+# (API group, version, plural) of the kinds ``reference_resources`` informs on (the watcher's
+# ClusterRole grants list and watch of each: deploy/charts/ai-inference/templates/watcher/rbac.yaml).
+CERT_MANAGER_GROUP = "cert-manager.io"
+_RESOURCE_GROUP, _RESOURCE_VERSION = RESOURCE_API_VERSION.split("/")
+REFERENCE_APIS: dict[str, tuple[str, str, str]] = {
+    DEVICE_CLASS: (_RESOURCE_GROUP, _RESOURCE_VERSION, "deviceclasses"),
+    STORAGE_CLASS: ("storage.k8s.io", "v1", "storageclasses"),
+    CLUSTER_ISSUER: (CERT_MANAGER_GROUP, "v1", "clusterissuers"),
+}
+# How often a kind that is not served (its CRD absent) is listed again.
+ABSENT_RECHECK_SECONDS = 30.0
 MODULE_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 # The Events the observer reads: the StatefulSet controller's refusals to create a pod (a ResourceQuota,
 # an admission webhook). Events carry no labels: the field selector keeps the rest out.
@@ -93,13 +120,15 @@ class Resource:
     """One kind to inform on: its list function (``watch=True`` makes it a watch), and selectors.
 
     ``metadata_only``: list and watch PartialObjectMetadata, and cache only what the observer reads
-    of it (``slim_metadata``)."""
+    of it (``slim_metadata``). ``optional``: a kind of another module that may not be served (404:
+    an empty listing marked ``served=False``, listed again later; see the module's docstring)."""
 
     kind: str
     list_fn: ListFunction
     label_selector: str | None = None
     field_selector: str | None = None
     metadata_only: bool = False
+    optional: bool = False
 
 
 # Of a metadata-only object the cache keeps these fields as they are; the rest of the metadata
@@ -162,11 +191,22 @@ def resources(api: ApiClient, catalog: bool) -> list[Resource]:
         Resource(EVENT, core.list_event_for_all_namespaces, field_selector=FAILED_CREATE_SELECTOR),
     ]
     if catalog:
+        # ai-models may not be installed (its CRDs absent): optional, so the watcher is ready without it.
         out += [
-            Resource(MODEL, _custom(custom, CATALOG_GROUP, CATALOG_VERSION, "models")),
-            Resource(CLUSTER_MODEL, _custom(custom, CATALOG_GROUP, CATALOG_VERSION, "clustermodels")),
+            Resource(MODEL, _custom(custom, CATALOG_GROUP, CATALOG_VERSION, "models"), optional=True),
+            Resource(CLUSTER_MODEL, _custom(custom, CATALOG_GROUP, CATALOG_VERSION, "clustermodels"), optional=True),
         ]
     return out
+
+
+def reference_resources(api: ApiClient) -> list[Resource]:
+    """The kinds a class names besides PriorityClasses (``resources`` has those), metadata-only:
+    DeviceClasses, StorageClasses and, when cert-manager is installed, ClusterIssuers (optional)."""
+    custom = CustomObjectsApi(api)
+    return [
+        Resource(kind, _custom(custom, *REFERENCE_APIS[kind]), metadata_only=True, optional=kind == CLUSTER_ISSUER)
+        for kind in (DEVICE_CLASS, STORAGE_CLASS, CLUSTER_ISSUER)
+    ]
 
 
 # ------------------------------------------------------------------ the threads (fetch only)
@@ -174,10 +214,12 @@ def resources(api: ApiClient, catalog: bool) -> list[Resource]:
 
 @dataclass(frozen=True)
 class Listed:
-    """A whole listing of one kind (the first one, or a relist)."""
+    """A whole listing of one kind (the first one, or a relist); ``served=False``: the API server does
+    not serve the kind (an optional one whose CRD is absent), so there is nothing."""
 
     kind: str
     items: list[dict[str, Any]]
+    served: bool = True
 
 
 @dataclass(frozen=True)
@@ -236,11 +278,15 @@ class ListWatch:
         deliver: Callable[[InformerItem], None],
         timeout_seconds: int = 300,
         max_backoff: float = 60,
+        absent_recheck_seconds: float = ABSENT_RECHECK_SECONDS,
     ) -> None:
         self.resource = resource
         self.deliver = deliver
         self.timeout_seconds = timeout_seconds
         self.max_backoff = max_backoff
+        # An optional kind not served: listed again this often; None until a listing said so.
+        self.absent_recheck_seconds = min(absent_recheck_seconds, max(1.0, timeout_seconds / 2))
+        self.served: bool | None = None
         self._stop = threading.Event()
         self._response: Any = None
         self.thread = threading.Thread(target=self.run, daemon=True, name=f"informer-{resource.kind}")
@@ -262,6 +308,20 @@ class ListWatch:
 
     def start(self) -> None:
         self.thread.start()
+
+    def _not_served(self) -> None:
+        """An optional kind answered 404: not served. An empty listing (once per change; fresh all the
+        same), and another look after ``absent_recheck_seconds``."""
+        self._contact()
+        if self.served is not False:
+            log.warning(
+                "kind not served (its CRD is not installed): informing on nothing until it is",
+                kind=self.resource.kind,
+                recheck_seconds=self.absent_recheck_seconds,
+            )
+            self.served = False
+            self.deliver(Listed(self.resource.kind, [], served=False))
+        self._stop.wait(self.absent_recheck_seconds)
 
     def stop(self) -> None:
         self._stop.set()
@@ -299,8 +359,17 @@ class ListWatch:
         while not self._stop.is_set():
             try:
                 if resource_version is None:
-                    items, resource_version = list_all(self.resource)
+                    try:
+                        items, resource_version = list_all(self.resource)
+                    except ApiException as err:
+                        if not (self.resource.optional and err.status == 404):
+                            raise
+                        self._not_served()
+                        continue
                     self._contact()
+                    if self.served is False:
+                        log.info("kind served again: informing on it", kind=kind)
+                    self.served = True
                     self.deliver(Listed(kind, items))
                 for event in self._watch(resource_version):
                     self._contact()
@@ -372,11 +441,14 @@ class Informer:
         self.kind = kind
         self.cache: dict[str, Obj] = {}
         self.synced = False
+        # False while the API server does not serve the kind (an optional one: its CRD absent).
+        self.served = True
 
     def get(self, key: str) -> Obj | None:
         return self.cache.get(key)
 
-    def listed(self, items: list[dict[str, Any]]) -> list[Change]:
+    def listed(self, items: list[dict[str, Any]], served: bool = True) -> list[Change]:
+        self.served = served
         fresh = {object_key(item): item for item in items}
         if not self.synced:
             self.synced = True

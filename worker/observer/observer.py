@@ -2,7 +2,10 @@
 
 Informers on orders, classes, what orders own (by the module's labels: StatefulSets and their Pods,
 Services, Ingresses, NetworkPolicies, HPAs, ResourceClaimTemplates), PriorityClasses, Nodes, the
-StatefulSets' FailedCreate Events and, with the catalog enabled, Model/ClusterModel. Not Secrets: no
+StatefulSets' FailedCreate Events, what classes name (DeviceClasses, StorageClasses, cert-manager
+ClusterIssuers: metadata only; a class's Ready says whether they exist, ``workflows.class_status``)
+and, with the catalog enabled, Model/ClusterModel (ai-models may not be installed: an empty
+informer then, and catalog orders wait with ``CatalogNotInstalled``). Not Secrets: no
 module identity lists or watches them; the Secrets an order owns are read by name (``check_secret``)
 every ``secret_check_seconds``, their deletion or an edit by someone else told as an informer's change
 would be. Each change goes through a pure decision (``decisions``); what the workflow acts on is
@@ -60,7 +63,7 @@ from worker.observer.outbox import Outbox, signal_to
 from worker.observer.prober import Prober, ProbeSpec
 from worker.observer.repair import Repair
 from worker.observer.resync import Resync
-from workflows.class_status import class_status_patch
+from workflows.class_status import NOT_SERVED, ClassReferences, Names, class_readiness_change, class_status_patch
 from workflows.order_state import REPLICA_TROUBLE
 
 log = structlog.get_logger(__name__)
@@ -132,19 +135,26 @@ class Observer:
         self.settings = settings
         self.config = settings.observer
         self.catalog = settings.catalog.mode == CatalogMode.ENABLED
-        self.resources = resources if resources is not None else inf.resources(api, self.catalog)
+        self.resources = (
+            resources if resources is not None else inf.resources(api, self.catalog) + inf.reference_resources(api)
+        )
         self.informers = {r.kind: Informer(r.kind) for r in self.resources}
         for kind in (
             inf.ORDER,
             inf.CLASS,
             *inf.OWNED_KINDS,
             inf.POD,
-            inf.PRIORITY_CLASS,
+            *inf.REFERENCE_KINDS,
             *inf.CATALOG_KINDS,
             inf.NODE,
             inf.EVENT,
         ):
             self.informers.setdefault(kind, Informer(kind))
+        # The kinds a class names that this observer informs on: the class's Ready judges those only.
+        self.reference_kinds = [k for k in inf.REFERENCE_KINDS if k in {r.kind for r in self.resources}]
+        # By class name: the resourceVersion a status was computed from and what it said (a write in
+        # flight is not made twice).
+        self.class_writes: dict[str, tuple[str, str]] = {}
         self.watch_timeout_seconds = watch_timeout_seconds
         self.fingerprint = fingerprint or release_fingerprint(settings)
         # fence: with leader election, whether this observer still leads (asked before each send).
@@ -250,8 +260,9 @@ class Observer:
         informer = self.informers.get(delivery.kind)
         if informer is None:  # a kind the observer does not inform on (Secrets: read by name)
             return
+        was_served = informer.served
         if isinstance(delivery, Listed):
-            changes = informer.listed(delivery.items)
+            changes = informer.listed(delivery.items, delivery.served)
         else:
             changes = informer.watched(delivery.type, delivery.obj)
         for change in changes:
@@ -271,6 +282,21 @@ class Observer:
             EVENTS_HANDLED.labels(inf.KIND_LABELS.get(delivery.kind, delivery.kind.lower()), change.type).inc()
         if delivery.kind == inf.ORDER and informer.synced and not self.orders_synced.is_set():
             self.orders_synced.set()
+        if delivery.kind in inf.CATALOG_KINDS and informer.served != was_served:
+            if informer.served:
+                log.info("the ai-models module is installed: catalog orders are looked up", kind=delivery.kind)
+            else:
+                log.warning(
+                    "the ai-models module is not installed: its kind is not served; Hugging Face orders are "
+                    "served, catalog orders wait with CatalogNotInstalled until it is",
+                    kind=delivery.kind,
+                )
+        if delivery.kind in self.reference_kinds and (
+            isinstance(delivery, Listed) or any(c.type in (d.ADDED, d.DELETED) for c in changes)
+        ):
+            # Something a class may name appeared or went: every class is judged again (few; a status
+            # is written only where it changes).
+            self.judge_classes()
         if delivery.kind == inf.NODE and isinstance(delivery, Listed):
             # A listing says nothing of a node that is gone (deleted while this observer was away, or
             # listed after the pods): every order with pods on a node looks at them again.
@@ -377,6 +403,21 @@ class Observer:
         name = str(d.meta(change.obj).get("name"))
         if change.type != d.DELETED and change.new is not None:
             self._write_class_status(change.new)
+        else:
+            self.class_writes.pop(name, None)
+        if change.type == d.MODIFIED:
+            became = class_readiness_change(change.old, change.new)
+            if became is not None:
+                # A status write (the observer's own): the class's orders look again — those waiting with
+                # ClassNotReady go on, a serving one shows that its class is not Ready.
+                told = 0
+                for key in sorted(self.by_class.get(name, set())):
+                    order = self.orders.get(key)
+                    if order is None or d.deleting(order) or not self.mine(str(d.meta(order).get("uid"))):
+                        continue
+                    self.observe(order, inf.CLASS, became)
+                    told += 1
+                log.info("class readiness changed", cls=name, what=became, orders=told)
         generation = d.class_changed_generation(change.type, change.old, change.new)
         if generation is None:
             return
@@ -387,23 +428,65 @@ class Observer:
             self.outbox.put(signal_to(d.order_ref(order), OrderSignal.CLASS_CHANGED, [generation]))
         log.info("class changed", cls=name, generation=generation, orders=len(self.by_class.get(name, ())))
 
+    def class_references(self) -> ClassReferences | None:
+        """What the cluster has of the kinds classes name, from this observer's informers; None until
+        each of them has listed (a class is not judged on a half-known cluster). A kind this observer
+        does not inform on is not judged."""
+        names: dict[str, Names] = {}
+        for kind in self.reference_kinds:
+            informer = self.informers[kind]
+            if not informer.synced:
+                return None
+            if not informer.served:
+                names[kind] = NOT_SERVED
+            else:
+                names[kind] = frozenset(str(d.meta(o).get("name")) for o in informer.cache.values())
+        return ClassReferences(
+            deviceClasses=names.get(inf.DEVICE_CLASS),
+            priorityClasses=names.get(inf.PRIORITY_CLASS),
+            storageClasses=names.get(inf.STORAGE_CLASS),
+            clusterIssuers=names.get(inf.CLUSTER_ISSUER),
+        )
+
+    def judge_classes(self) -> None:
+        """Every class's status judged again (written where it changes)."""
+        for obj in list(self.informers[inf.CLASS].cache.values()):
+            self._write_class_status(obj)
+
     def _write_class_status(self, obj: d.Obj) -> None:
         try:
             cls = InferenceServiceClass.model_validate(obj)
         except ValidationError:
             log.warning("class not readable", cls=d.meta(obj).get("name"))
             return
-        patch = class_status_patch(cls, datetime.now(UTC))
+        refs = self.class_references() if self.reference_kinds else None
+        if self.reference_kinds and refs is None:
+            return  # judged once the reference informers have listed (handle → judge_classes)
+        patch = class_status_patch(cls, datetime.now(UTC), refs)
         if patch is None:
             return
-        self._spawn(asyncio.to_thread(self._patch_class_status, cls.metadata.name, patch), "class-status")
+        name = cls.metadata.name
+        conditions = patch["conditions"]
+        assert isinstance(conditions, list)
+        # What the write says, without the times (two writes computed from one version differ in those).
+        said = json.dumps(
+            [patch["phase"], [(c["type"], c["status"], c["reason"], c.get("message")) for c in conditions]]
+        )
+        written = (str(cls.metadata.resourceVersion or ""), said)
+        if self.class_writes.get(name) == written:
+            return  # the same write from the same version is in flight (its watch event not back yet)
+        self.class_writes[name] = written
+        log.info("class status", cls=name, phase=patch["phase"])
+        self._spawn(asyncio.to_thread(self._patch_class_status, name, patch), "class-status")
 
     def _patch_class_status(self, name: str, status: dict[str, object]) -> None:
         try:
             self.custom.patch_cluster_custom_object_status(GROUP, VERSION, CLASSES, name, {"status": status})
         except ApiException as err:
+            self.class_writes.pop(name, None)
             log.warning("class status not written", cls=name, status=err.status)
         except Exception as err:  # the API server unreachable: the next event of the class writes it
+            self.class_writes.pop(name, None)
             log.warning("class status not written", cls=name, error=type(err).__name__)
 
     def on_owned(self, kind: str, change: Change) -> None:
