@@ -6,6 +6,8 @@
 #   bash deploy/dev/test.sh -m "not cluster and not temporal and not binaries and not packaging and not vllm and not engine and not prodtemporal"
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# Every system prerequisite first, in a second: a missing one stops here, named with its install command.
+bash deploy/dev/prerequisites.sh --for test
 bash deploy/dev/bootstrap.sh
 export PATH="$PWD/.venv/bin:$PATH"
 echo "== ruff"; ruff check . && ruff format --check .

@@ -37,7 +37,9 @@ platform's at .Values.global in both. What differs is resolved here and nowhere 
   modulesImages);
 - "ai-inference.image": the digest Deckhouse publishes for the module's image
   (global.modulesImages.digests.aiInference.aiInference at global.modulesImages.registry.base), else
-  image.repository:image.tag (the chart's appVersion when the tag is empty);
+  image.repository:image.tag (the chart's appVersion when the tag is empty), @image.digest when set;
+- "ai-inference.imageRef": an image value (repository, tag, digest) as repository:tag, or
+  repository:tag@digest when its digest is set: pinned, the tag kept readable;
 - "ai-inference.createNamespace": Deckhouse modules own their namespace; with plain Helm,
   createNamespace (helm install --create-namespace otherwise);
 - "ai-inference.publicDomainTemplate": global.modules.publicDomainTemplate, Deckhouse's or set by hand;
@@ -59,8 +61,16 @@ platform's at .Values.global in both. What differs is resolved here and nowhere 
 {{- if $digest -}}
 {{- printf "%s@%s" (required "global.modulesImages.registry.base is required" (dig "modulesImages" "registry" "base" "" $global)) $digest -}}
 {{- else -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- include "ai-inference.imageRef" (merge (dict "tag" (default .Chart.AppVersion .Values.image.tag)) .Values.image) -}}
 {{- end -}}
+{{- end -}}
+
+{{- define "ai-inference.imageRef" -}}
+{{- $ref := printf "%s:%s" .repository (toString .tag) -}}
+{{- if .digest -}}
+{{- $ref = printf "%s@%s" $ref .digest -}}
+{{- end -}}
+{{- $ref -}}
 {{- end -}}
 
 {{- define "ai-inference.imagePullSecrets" -}}
