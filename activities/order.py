@@ -63,6 +63,7 @@ from activities.builders.statefulset import build_statefulset
 from activities.catalog import KubernetesCatalogReader, lookup_model, model_resolution
 from activities.health import probe_models, probe_target, token_from_secret
 from activities.kube import Applier, refusals_are_final, watch_events
+from activities.order_events import EventRecorder, step_events
 from activities.plan_seal import SealKey, seal_problem, sealed
 from activities.preemption_ledger import CeilingReader
 from activities.release import order_timings, release_fingerprint
@@ -185,6 +186,8 @@ class OrderActivities:
         self.ceilings = CeilingReader()
         # The key the planner's answers are sealed with (read or made at the first plan or apply).
         self.seal_key = SealKey(self.core, settings.moduleNamespace)
+        # Events of the orders' steps, kept by this process (aggregation and rate limit).
+        self.events = EventRecorder(self.core, order_event_body)
 
     def all(self) -> list[Callable[..., Any]]:
         return [
@@ -802,6 +805,11 @@ class OrderActivities:
         self.custom.patch_namespaced_custom_object_status(
             GROUP, VERSION, update.ref.namespace, ORDERS, update.ref.name, {"status": status}
         )
+        # Each step the write moves is told as an Event on the order (order_events: derived from the
+        # conditions, aggregated and rate-limited like client-go's recorder; best effort).
+        before = (obj.get("status") or {}).get("conditions")
+        for step in step_events(before, status.get("conditions")):
+            self.events.record(OrderEvent(ref=update.ref, type=step.type, reason=step.reason, message=step.message))
 
     @activity.defn(name=act.RECORD_EVENT)
     def record_event(self, event: OrderEvent) -> None:

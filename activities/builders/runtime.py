@@ -194,7 +194,9 @@ def runtime_current(
             Reason.RUNTIME_UP_TO_DATE,
             f"All {total} replica(s) run the shipped runtime release {shipped_version}."
             if total
-            else f"No replica runs yet; new replicas start on runtime release {shipped_version}.",
+            # True before the first replica starts and while it serves: the status is written at the
+            # apply, and nothing writes it again until the next one.
+            else f"Every replica starts on the shipped runtime release {shipped_version}; none runs another.",
         )
     previous = sorted(
         {version or "an unrecorded release" for version in replica_versions if version != shipped_version}

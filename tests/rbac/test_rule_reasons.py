@@ -70,6 +70,7 @@ WORKER: dict[Rule, str] = {
     ("", "secrets", "patch"): "{order}-tls: server-side apply of a copied custom certificate",
     ("", "secrets", "delete"): "{order}-auth / {order}-tls pruned by name when the class no longer asks for them",
     ("", "events", "create"): "the order's Events",
+    ("", "events", "patch"): "activities/order_events.py: a repeated Event of an order counted (aggregated)",
     ("", "pods", "list"): "activities/order.py: which runtime each replica of the order runs (its namespace)",
 }
 
