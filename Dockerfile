@@ -20,8 +20,16 @@ FROM ${PYTHON_IMAGE} AS runtime
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 COPY deploy/image/install-wheel.sh /usr/local/lib/ai-inference/install-wheel.sh
-RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
-    sh /usr/local/lib/ai-inference/install-wheel.sh /usr/local/bin/python /wheels/ai_inference-*.whl
+# The dependencies exactly as requirements/module.lock pins them, every file checked against its
+# hash (requirements/lock.sh regenerates it); then the wheel alone, by the install step the packaging
+# test runs, with no dependency resolved (PIP_NO_DEPS: pip's --no-deps); then pip check: the lock
+# holds everything the wheel requires.
+RUN --mount=type=bind,source=requirements/module.lock,target=/tmp/module.lock \
+    --mount=type=bind,from=builder,source=/wheels,target=/wheels \
+    python -m pip install --no-cache-dir --disable-pip-version-check --no-input --quiet \
+        --require-hashes -r /tmp/module.lock \
+ && PIP_NO_DEPS=1 sh /usr/local/lib/ai-inference/install-wheel.sh /usr/local/bin/python /wheels/ai_inference-*.whl \
+ && python -m pip check
 # The chart's podSecurityContext.runAsUser/runAsGroup; no passwd entry is needed (HOME is /tmp, an
 # emptyDir in the chart: the root filesystem is read-only there).
 ENV HOME=/tmp

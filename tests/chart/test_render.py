@@ -742,7 +742,7 @@ WORKER_RULES = [
     {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses", "networkpolicies"], "verbs": OWNED_VERBS},
     {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": OWNED_VERBS},
     {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaimtemplates"], "verbs": OWNED_VERBS},
-    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
 ]
 
