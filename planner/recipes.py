@@ -236,6 +236,11 @@ class ModelFamilies(_Strict):
     chatArgs: dict[str, ArgValue] = Field(
         default_factory=dict, description="Args every chat recipe gets, whatever the family (structured output)."
     )
+    toolCallArgs: dict[str, ArgValue] = Field(
+        default_factory=dict,
+        description="Args a chat recipe gets on top of chatArgs (replacing the same flag) when it compiles a "
+        "tool-call parser (the structured-output backend tool calls need, the tool strict level).",
+    )
     families: dict[str, ModelFamily] = Field(default_factory=dict)
 
     def family_of(self, model: str) -> str | None:
@@ -249,7 +254,9 @@ def serving_features(
     """The args a recipe of ``facts.modelName`` gets for its clients, and what they serve. Pure.
 
     Only a chat recipe (``serves_chat``: its taxonomy family serves Chat) gets any; the model's family
-    (name patterns) names the parsers; the class's ``disabledFeatures`` (``facts``) drops them.
+    (name patterns) names the parsers; the class's ``disabledFeatures`` (``facts``) drops them. A compiled
+    tool-call parser brings ``toolCallArgs`` with it (after the parser, so ``--enable-auto-tool-choice
+    --tool-call-parser NAME`` stay together; a flag chatArgs has keeps its place and takes the new value).
     """
     if not serves_chat:
         return {}, RecipeFeatures(note="not a chat recipe: no tool calls or reasoning, whatever the model")
@@ -278,6 +285,7 @@ def serving_features(
     if tool is not None:
         args[AUTO_TOOL_CHOICE] = True
         args[TOOL_CALL_PARSER] = tool
+        args.update(families.toolCallArgs)
     if reasoning is not None:
         args[REASONING_PARSER] = reasoning
     if family.chatTemplate is not None:

@@ -25,8 +25,9 @@ the QwQ chat format: the tokenizer also knows ``<think>``, ``</think>``, ``<tool
 (``FEATURES_CHAT_TEMPLATE``) offers ``tools`` in the Hermes format (a JSON call inside
 ``<tool_call></tool_call>``) and opens the answer with ``<think>``. The recipes know the name as model
 family ``qwq`` (recipes/model-families.yaml): the replica launches with ``--enable-auto-tool-choice
---tool-call-parser hermes --reasoning-parser deepseek_r1``, which is what the engine tests exercise
-(tests/engine/test_engine_features.py). The first repository stays in no known family.
+--tool-call-parser hermes --tool-strict-level parameter --reasoning-parser deepseek_r1``, which is what the
+engine tests exercise (tests/engine/test_engine_features.py; its weights being random, they end its
+reasoning with ``thinking_token_budget``). The first repository stays in no known family.
 
 ``python -m devstack.tiny_model DIR [--features]`` writes it to DIR.
 """

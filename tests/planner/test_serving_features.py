@@ -8,6 +8,7 @@ into its args, its status and its trace.
 from __future__ import annotations
 
 import itertools
+import json
 
 import pytest
 from pydantic import ValidationError
@@ -33,6 +34,7 @@ from tests.planner.helpers import plan as plan_of
 BOOK = load_recipe_book()
 FAMILIES = BOOK.models
 STRUCTURED = "--structured-outputs-config"
+STRICT_LEVEL = "--tool-strict-level"
 
 # (model family, example model): every example of the shipped table.
 EXAMPLES = [(name, model) for name, family in FAMILIES.families.items() for model in family.examples]
@@ -71,13 +73,32 @@ def test_a_chat_recipe_compiles_the_family_parsers_the_class_leaves_on(
     # Auto tool choice goes with a parser, never alone (vLLM refuses the flag without one).
     assert args.get(AUTO_TOOL_CHOICE) is (True if tool else None)
     assert args.get(REASONING_PARSER) == reasoning
-    assert args[STRUCTURED] == FAMILIES.chatArgs[STRUCTURED]
+    # A tool-call parser brings the structured-output backend its grammars need and the strict level.
+    assert args[STRUCTURED] == (FAMILIES.toolCallArgs if tool else FAMILIES.chatArgs)[STRUCTURED]
+    assert args.get(STRICT_LEVEL) == (FAMILIES.toolCallArgs[STRICT_LEVEL] if tool else None)
     status = features.status()
     assert (status.toolCalling, status.reasoning) == (tool is not None, reasoning is not None)
     if row.toolCallParser and tool is None:
         assert "the class turns tool calling off" in features.note
     if row.reasoningParser is None:
         assert f"family {family} has no reasoning parser" in features.note
+
+
+def test_the_shipped_structured_output_and_tool_args_are_the_engine_checked_ones() -> None:
+    # tests/engine: llguidance's JSON strings are strict JSON (xgrammar 0.2.8 lets raw control characters
+    # into a string with a length bound); xgrammar compiles the structural tags of a named or required tool
+    # choice (llguidance answers 400); `parameter` makes a call's arguments follow its function's schema.
+    assert json.loads(str(FAMILIES.chatArgs[STRUCTURED])) == {"backend": "guidance", "disable_any_whitespace": True}
+    assert json.loads(str(FAMILIES.toolCallArgs[STRUCTURED])) == {"backend": "xgrammar", "disable_any_whitespace": True}
+    assert FAMILIES.toolCallArgs[STRICT_LEVEL] == "parameter"
+
+
+def test_the_tool_call_args_follow_the_parser_and_auto_tool_choice_stays_with_it() -> None:
+    args, _ = serving_features(FAMILIES, facts("Qwen/QwQ-32B"), serves_chat=True)
+    rendered = " ".join(render_args(args))
+    assert f"{AUTO_TOOL_CHOICE} {TOOL_CALL_PARSER} hermes {STRICT_LEVEL} parameter" in rendered
+    assert rendered.count(STRUCTURED) == 1
+    assert rendered.startswith(STRUCTURED)
 
 
 def test_an_unknown_family_gets_the_chat_args_only_and_says_why() -> None:
