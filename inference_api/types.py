@@ -309,7 +309,7 @@ class ServingFeaturesStatus(_Model):
     toolCalling: bool = Field(
         default=False,
         description="Chat requests with tools and tool_choice auto are answered with tool_calls; false: vLLM "
-        "answers such a request 400 (a named tool_choice still works).",
+        "answers such a request 400 (a named or 'required' tool_choice too).",
     )
     reasoning: bool = Field(
         default=False, description="The model's reasoning comes back apart from its answer (message.reasoning)."
