@@ -61,6 +61,9 @@ _WORKER = (
     "SignalWithStartWorkflowExecution",
     "DescribeWorkflowExecution",
     "GetWorkflowExecutionHistoryReverse",
+    # At start: the running order workflows too old for a patch this release retires
+    # (worker/patch_retirement.py); a count, no listing.
+    "CountWorkflowExecutions",
 )
 _WATCHER = (
     *_CONNECT,

@@ -73,6 +73,7 @@ async def run_worker(
     """The worker: registers the module's search attributes (``worker.search_attribute_registration``;
     ``SearchAttributeError`` when it may not), then polls its task queue until cancelled. ``health``
     gets its checks: live while the worker runs, ready while Temporal answers too."""
+    from worker.patch_retirement import check_patch_retirement
     from worker.search_attribute_registration import ensure_search_attributes, keep_search_attributes
 
     keeper: asyncio.Task[None] | None = None
@@ -82,6 +83,8 @@ async def run_worker(
             keep_search_attributes(client, settings.temporal.namespace, settings.worker.searchAttributeCheckSeconds),
             name="keep-search-attributes",
         )
+    # Before any task: no running run too old for the patches this code retired (PatchRetirementError).
+    await check_patch_retirement(client, settings.temporal.taskQueue)
     worker = order_worker(client, api, settings)
     if health is not None:
         health.add_live("worker", lambda: (worker.is_running, "polling" if worker.is_running else "not running"))

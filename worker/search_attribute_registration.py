@@ -29,12 +29,16 @@ from temporalio.client import Client
 from temporalio.common import SearchAttributeKey
 from temporalio.service import RPCError, RPCStatusCode
 
-from workflows.search_attributes import ALL_KEYS
+from workflows.search_attributes import ALL_KEYS, type_name
 
 log = structlog.get_logger(__name__)
 
 # The statuses that say "this client may not do that here".
 _NOT_ALLOWED = (RPCStatusCode.PERMISSION_DENIED, RPCStatusCode.UNAUTHENTICATED, RPCStatusCode.UNIMPLEMENTED)
+
+
+# The module's Keyword attributes: what a SQL visibility namespace's 10 Keyword columns must hold.
+KEYWORDS = sum(key.indexed_value_type == IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for key in ALL_KEYS)
 
 
 class SearchAttributeError(RuntimeError):
@@ -47,10 +51,10 @@ def _type_name(value: int) -> str:
 
 
 def _cli_command(namespace: str, keys: Iterable[SearchAttributeKey]) -> str:
-    names = " ".join(key.name for key in keys)
+    pairs = " ".join(f"{key.name}:{type_name(key)}" for key in keys)
     return (
-        f"for name in {names}; do temporal operator search-attribute create --namespace {namespace} "
-        '--name "$name" --type Keyword; done'
+        f"for pair in {pairs}; do temporal operator search-attribute create --namespace {namespace} "
+        '--name "${pair%:*}" --type "${pair#*:}"; done'
     )
 
 
@@ -95,7 +99,7 @@ def _rejected(err: RPCError, namespace: str, keys: Sequence[SearchAttributeKey])
     return SearchAttributeError(
         f"Temporal rejected the search attributes {', '.join(key.name for key in keys)} in namespace "
         f"{namespace!r}: {err.message}. On SQL visibility (a Temporal server on PostgreSQL, MySQL or SQLite) "
-        f"a namespace holds at most 10 custom Keyword attributes, and the module needs {len(ALL_KEYS)}: give "
+        f"a namespace holds at most 10 custom Keyword attributes, and the module needs {KEYWORDS}: give "
         "it a namespace of its own (temporal.namespace), or remove attributes nothing uses there "
         "(temporal operator search-attribute remove), then start the worker again."
     )

@@ -62,6 +62,7 @@ with workflow.unsafe.imports_passed_through():
         ScalingProfile,
         TroubleAction,
     )
+    from workflows.patches import RUN_GENERATION
     from workflows.search_attributes import order_search_attributes
     from workflows.status import (
         READINESS_ORDER,
@@ -311,7 +312,9 @@ class OrderWorkflow(PreemptionMembership):
     @workflow.run
     async def run(self, state: OrderState) -> str:
         state = self._require_state()
-        self._show()
+        # The run's first task says which code generation started it (workflows/patches.py): what a
+        # release that retires a patch counts. Only the content of the upsert every run begins with.
+        self._show(run_generation=RUN_GENERATION)
         while True:
             if state.gone:
                 if not await self._still_gone():
@@ -1208,11 +1211,13 @@ class OrderWorkflow(PreemptionMembership):
             summary=f"status {phase}" + (f" ({reason})" if reason else ""),
         )
 
-    def _show(self) -> None:
+    def _show(self, run_generation: int | None = None) -> None:
         """Search attributes and the Markdown details panel: the Temporal UI is the progress view."""
         state = self._require_state()
         device = state.plan.deviceClass if state.plan else None
         workflow.upsert_search_attributes(
-            order_search_attributes(state.ref, state.className, state.phase, state.reason, device, state.release)
+            order_search_attributes(
+                state.ref, state.className, state.phase, state.reason, device, state.release, run_generation
+            )
         )
         workflow.set_current_details(details_markdown(state))

@@ -16,6 +16,11 @@ ORDER_DEVICE_CLASS = SearchAttributeKey.for_keyword("OrderDeviceClass")
 # observer's resync signals every order whose value is not the one in force.
 ORDER_RELEASE = SearchAttributeKey.for_keyword("OrderRelease")
 
+# The workflow code generation a run of an order started under (workflows.patches.RUN_GENERATION), set
+# once, by the run's first workflow task: a release that retires a patch first counts the running
+# runs that started before the patch existed (workflows/patches.py). Int: it is compared.
+ORDER_RUN_GENERATION = SearchAttributeKey.for_int("OrderRunGeneration")
+
 # Preemption workflows: Idle | Holding (donors held at a lowered bound) | Blocked (an order cannot grow).
 # They carry OrderDeviceClass too, so one query lists an order class's orders and its preemption.
 PREEMPTION_STATUS = SearchAttributeKey.for_keyword("PreemptionStatus")
@@ -29,6 +34,7 @@ ALL_KEYS = (
     ORDER_DEVICE_CLASS,
     ORDER_RELEASE,
     PREEMPTION_STATUS,
+    ORDER_RUN_GENERATION,
 )
 
 
@@ -36,8 +42,16 @@ def dev_server_flags() -> list[str]:
     """`temporal server start-dev` flags registering the keys."""
     flags: list[str] = []
     for key in ALL_KEYS:
-        flags += ["--search-attribute", f"{key.name}=Keyword"]
+        flags += ["--search-attribute", f"{key.name}={type_name(key)}"]
     return flags
+
+
+def type_name(key: SearchAttributeKey) -> str:
+    """The attribute's type as the Temporal CLI names it (``Keyword``, ``Int``)."""
+    from temporalio.api.enums.v1 import IndexedValueType
+
+    name = IndexedValueType.Name(key.indexed_value_type)  # type: ignore[arg-type]
+    return name.removeprefix("INDEXED_VALUE_TYPE_").title().replace("_", "")
 
 
 def order_search_attributes(
@@ -47,12 +61,16 @@ def order_search_attributes(
     reason: str | None,
     device_class: str | None,
     release: str | None = None,
+    run_generation: int | None = None,
 ) -> list[SearchAttributeUpdate]:
+    """``run_generation``: given on a run's first task only (the generation it started under)."""
     updates: list[SearchAttributeUpdate] = [
         ORDER_NAMESPACE.value_set(ref.namespace),
         ORDER_NAME.value_set(ref.name),
         ORDER_PHASE.value_set(str(phase)),
     ]
+    if run_generation is not None:
+        updates.append(ORDER_RUN_GENERATION.value_set(run_generation))
     optional = (
         (ORDER_CLASS, class_name),
         (ORDER_REASON, reason),

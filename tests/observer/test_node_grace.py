@@ -232,9 +232,8 @@ async def test_the_observer_tells_not_ready_then_lost_with_no_event_between(temp
     """Through the observer's event handling: a node turns NotReady under a serving order's pod; the
     order hears NodeNotReady at once and NodeLost when the grace ends, with no event in between."""
     from tests.observer.test_dispatch import SERVING as SERVING_ORDER
-    from tests.observer.test_dispatch import observer, order, settle
+    from tests.observer.test_dispatch import observer, order, settle, statefulset
     from tests.observer.test_dispatch import pod as order_pod
-    from tests.observer.test_dispatch import statefulset
     from tests.observer.test_trouble_dispatch import node as listed_node
     from tests.observer.test_trouble_dispatch import troubles
     from worker.observer import informer as inf

@@ -19,13 +19,13 @@ def test_nothing_registered_means_every_key_is_missing() -> None:
 
 
 def test_keys_registered_with_the_same_type_are_left_alone() -> None:
-    registered = {key.name: KEYWORD for key in ALL_KEYS if key is not ORDER_NAME}
+    registered = {key.name: key.indexed_value_type for key in ALL_KEYS if key is not ORDER_NAME}
     assert missing_keys(registered) == [ORDER_NAME]
-    assert missing_keys({key.name: KEYWORD for key in ALL_KEYS}) == []
+    assert missing_keys({key.name: key.indexed_value_type for key in ALL_KEYS}) == []
 
 
 def test_a_key_of_another_type_is_named_with_both_types() -> None:
-    registered = {key.name: KEYWORD for key in ALL_KEYS} | {ORDER_PHASE.name: TEXT}
+    registered = {key.name: int(key.indexed_value_type) for key in ALL_KEYS} | {ORDER_PHASE.name: TEXT}
     with pytest.raises(SearchAttributeError) as caught:
         missing_keys(registered)
     message = str(caught.value)
