@@ -8,6 +8,7 @@
 #   AI_INFERENCE_SBIN_DIRS        where nginx is looked for beside PATH (/usr/sbin:/usr/local/sbin)
 #   AI_INFERENCE_POSTGRES_ROOT    where PostgreSQL's server binaries live (/usr/lib/postgresql)
 #   AI_INFERENCE_GO_FALLBACK_DIR  where a Go installed off PATH is found, to say so (/usr/local/go/bin)
+#   AI_INFERENCE_CHROMIUM         the browser of the browser tests (chromium, chromium-browser or google-chrome on PATH)
 set -uo pipefail
 
 usage() { echo "usage: $0 --for up|test" >&2; exit 2; }
@@ -111,6 +112,20 @@ if [ "$target" = test ]; then
     found+=("postgresql ($(dirname "$initdb"))")
   else
     lack "PostgreSQL server binaries (initdb and postgres, in $POSTGRES_ROOT/*/bin or on PATH: the prodtemporal tests' database; no service needs to run): apt-get install postgresql"
+  fi
+  # -- Chromium: the browser test (tests/ui/, marker browser) drives the Temporal Web UI in it
+  chromium=${AI_INFERENCE_CHROMIUM:-}
+  if [ -n "$chromium" ]; then
+    [ -x "$chromium" ] || chromium=""
+  else
+    for candidate in chromium chromium-browser google-chrome; do
+      chromium=$(command -v "$candidate" 2>/dev/null) && break
+    done
+  fi
+  if [ -n "$chromium" ]; then
+    found+=("chromium")
+  else
+    lack "Chromium (the browser test drives the Temporal Web UI in it with Playwright; looked for ${AI_INFERENCE_CHROMIUM:-chromium, chromium-browser and google-chrome on PATH}): apt-get install chromium"
   fi
   # -- git and tar: the upgrade tests take the previous release from the history (git archive)
   for tool in git tar; do

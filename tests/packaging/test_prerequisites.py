@@ -30,10 +30,10 @@ def _real(tool: str) -> str:
 
 @pytest.fixture
 def toolbox(tmp_path: Path) -> Path:
-    """A PATH folder with every prerequisite of --for test linked in, nginx included."""
+    """A PATH folder with every prerequisite of --for test linked in, nginx and chromium included."""
     box = tmp_path / "bin"
     box.mkdir()
-    for tool in (*SHELL_TOOLS, "go", "openssl", "git", "tar", "nginx"):
+    for tool in (*SHELL_TOOLS, "go", "openssl", "git", "tar", "nginx", "chromium"):
         (box / tool).symlink_to(_real(tool))
     # The interpreter itself (not a pyenv shim, not the venv's link): it finds its stdlib from there.
     (box / "python3").symlink_to(os.path.realpath(sys.executable))
@@ -74,6 +74,18 @@ def test_missing_nginx_is_named_with_its_install_command(toolbox: Path, target: 
     assert line.startswith("  - nginx (")
     assert "apt-get install nginx-light" in line
     assert "all present" not in done.stdout
+
+
+def test_missing_chromium_is_named_for_the_tests_only(toolbox: Path) -> None:
+    (toolbox / "chromium").unlink()
+    assert run(toolbox, "up").returncode == 0  # the local stack needs no browser
+    done = run(toolbox, "test")
+    assert done.returncode == 1
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("  - ")]
+    assert line.startswith("  - Chromium (")
+    assert line.endswith("apt-get install chromium")
+    # A browser named by AI_INFERENCE_CHROMIUM (the browser test's own setting) is taken.
+    assert run(toolbox, "test", AI_INFERENCE_CHROMIUM=_real("chromium")).returncode == 0
 
 
 def test_an_nginx_without_the_modules_is_refused(toolbox: Path) -> None:
