@@ -106,7 +106,7 @@ def _rejected(err: RPCError, namespace: str, keys: Sequence[SearchAttributeKey])
 
 
 async def ensure_search_attributes(
-    client: Client, namespace: str, keys: Sequence[SearchAttributeKey] = ALL_KEYS
+    client: Client, namespace: str, keys: Sequence[SearchAttributeKey] = ALL_KEYS, quiet: bool = False
 ) -> list[str]:
     """Register the keys the namespace lacks; return the names added (empty when all were there)."""
     try:
@@ -117,7 +117,8 @@ async def ensure_search_attributes(
         raise
     missing = missing_keys(registered, keys)
     if not missing:
-        log.debug("search attributes registered already", namespace=namespace, count=len(keys))
+        # Said once at start; the keeper's checks every minute say nothing while nothing is missing.
+        (log.debug if quiet else log.info)("search attributes registered already", namespace=namespace, count=len(keys))
         return []
     request = AddSearchAttributesRequest(
         namespace=namespace,
@@ -148,7 +149,7 @@ async def keep_search_attributes(
     while True:
         await asyncio.sleep(every_seconds)
         try:
-            added = await ensure_search_attributes(client, namespace, keys)
+            added = await ensure_search_attributes(client, namespace, keys, quiet=True)
         except SearchAttributeError as err:
             log.error("search attributes cannot be registered again", namespace=namespace, error=str(err))
             continue

@@ -249,7 +249,7 @@ async def test_the_worker_registers_the_search_attributes_and_an_order_workflow_
         assert worker.get("/healthz").text == "ok: event loop: running; worker: polling\n"
         now = await registered(client)
         assert {key.name: now.get(key.name) for key in ALL_KEYS} == {
-            key.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for key in ALL_KEYS
+            key.name: key.indexed_value_type for key in ALL_KEYS
         }
         assert "search attributes registered" in worker.output()
 

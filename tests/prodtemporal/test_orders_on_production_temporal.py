@@ -21,7 +21,6 @@ import pytest
 import pytest_asyncio
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
-from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -135,7 +134,7 @@ async def test_orders_are_created_edited_and_deleted_on_the_production_temporal(
         return len(await module_attributes(client, namespace)) == len(ALL_KEYS)
 
     await until(registered, timeout=90, interval=0.5, what="the worker registered the module's search attributes")
-    assert set((await module_attributes(client, namespace)).values()) == {IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD}
+    assert await module_attributes(client, namespace) == {key.name: key.indexed_value_type for key in ALL_KEYS}
     module_processes["watcher"].start("watch")
 
     names = ("prod-a", "prod-b", "prod-c")
