@@ -69,15 +69,14 @@ from activities.builders.common import (
     selector_labels,
 )
 from activities.builders.endpoint_front import engine_address_args, engine_probes, front_container
+from activities.builders.fetcher import FETCH_MARKER as FETCH_MARKER
+from activities.builders.fetcher import FETCH_SCRIPT as FETCH_SCRIPT
 from activities.builders.runtime import order_generation_annotation, placement_annotation
 from inference_api.types import EndpointType, UpdateStrategy
 
 API_KEY_ENV = "VLLM_API_KEY"
 HF_TOKEN_ENV = "HF_TOKEN"
 SHM_VOLUME = "dshm"
-FETCH_MARKER = ".ai-inference-fetched"
-# Written before a download starts: an interrupted fetch of another model is still found and removed.
-FETCHING_MARKER = ".ai-inference-fetching"
 
 # Pod Security `restricted`: a fixed non-root uid, and what it may write.
 RUNTIME_UID = 1000
@@ -117,41 +116,6 @@ RESERVED_FLAGS = ("--host", "--port", "--served-model-name", "--api-key", "--mod
 STARTUP_BASE_SECONDS = 600
 STARTUP_SECONDS_PER_GIB = 20
 STARTUP_PERIOD_SECONDS = 10
-
-# The fetcher is a POSIX shell script with its inputs in the environment, so no value from an
-# order is ever parsed as shell syntax. The marker holds "<repository>@<revision>": a volume
-# fetched for another model or revision is fetched again.
-FETCH_SCRIPT = """\
-set -eu
-want="${MODEL_REPOSITORY}@${MODEL_REVISION:-main}"
-marker="${MODEL_DIR}/__MARKER__"
-if [ -f "$marker" ] && [ "$(cat "$marker")" = "$want" ]; then
-  echo "model ${want} already present in ${MODEL_DIR}"
-  exit 0
-fi
-# The volume is sized for one model: what an earlier spec fetched (a folder with either mark) goes
-# before this one comes.
-find "$MODEL_ROOT" \\( -name "__MARKER__" -o -name "__FETCHING__" \\) -type f 2>/dev/null | while read -r mark; do
-  held="$(dirname "$mark")"
-  if [ "$held" != "$MODEL_DIR" ]; then
-    echo "removing ${held}: the order now serves ${want}"
-    rm -rf "$held"
-  fi
-done
-mkdir -p "$MODEL_DIR"
-printf '%s' "$want" > "${MODEL_DIR}/__FETCHING__"
-if command -v hf >/dev/null 2>&1; then
-  set -- hf download
-else
-  set -- huggingface-cli download
-fi
-set -- "$@" "$MODEL_REPOSITORY" --local-dir "$MODEL_DIR"
-if [ -n "${MODEL_REVISION:-}" ]; then
-  set -- "$@" --revision "$MODEL_REVISION"
-fi
-"$@"
-printf '%s' "$want" > "$marker"
-""".replace("__MARKER__", FETCH_MARKER).replace("__FETCHING__", FETCHING_MARKER)
 
 
 def startup_failure_threshold(model_volume_gib: int) -> int:
@@ -269,11 +233,14 @@ def _fetcher_container(inputs: WorkloadInputs) -> dict[str, Any]:
     artifact = inputs.artifact
     env: list[dict[str, Any]] = [
         {"name": "HF_HOME", "value": f"{MODEL_MOUNT_PATH}/.hf-home"},
+        {"name": "HF_HUB_DISABLE_PROGRESS_BARS", "value": "1"},
         {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
+        {"name": "HF_HUB_DISABLE_UPDATE_CHECK", "value": "1"},
         {"name": "HOME", "value": _IDENTITY_ENV["HOME"]},
         {"name": "MODEL_ROOT", "value": MODEL_MOUNT_PATH},
         {"name": "MODEL_DIR", "value": artifact.local_dir},
         {"name": "MODEL_REPOSITORY", "value": artifact.repository},
+        {"name": "NO_COLOR", "value": "1"},
         {"name": "USER", "value": _IDENTITY_ENV["USER"]},
     ]
     if artifact.revision:

@@ -29,7 +29,14 @@ family ``qwq`` (recipes/model-families.yaml): the replica launches with ``--enab
 engine tests exercise (tests/engine/test_engine_features.py; its weights being random, they end its
 reasoning with ``thinking_token_budget``). The first repository stays in no known family.
 
-``python -m devstack.tiny_model DIR [--features]`` writes it to DIR.
+For the hub stand-in (``devstack.standins.hub``), two more repositories: ``GATED_REPOSITORY``, the
+same files behind the hub's gated access (a token of a granted user opens it), and
+``LARGE_REPOSITORY``, a model of the same family about 200 MiB large (``LARGE_SHAPE``: hidden 1024,
+7 layers, random float16 weights from the same seed, in two safetensors shards with their index),
+made on first use into the cache (``install_large_model``, a few seconds) so that a download takes
+long enough to watch, and the engine can still load it on a CPU.
+
+``python -m devstack.tiny_model DIR [--features | --large]`` writes one to DIR.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ import json
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +55,9 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, 
 
 REPOSITORY = "ai-inference-dev/tiny-chat"
 FEATURES_REPOSITORY = "ai-inference-dev/tiny-qwq-chat"
+# The hub stand-in's gated copy of REPOSITORY, and its larger model (made on demand).
+GATED_REPOSITORY = "ai-inference-dev/tiny-chat-gated"
+LARGE_REPOSITORY = "ai-inference-dev/chat-200m"
 CATALOG_NAME = "tiny-chat"
 SERVED_NAME = "tiny-chat"
 # What an order says of its size (spec.model.parameterCount): the name carries no size token, and
@@ -61,6 +72,24 @@ HEAD_DIM = 32
 INTERMEDIATE = 128
 LAYERS = 2
 MAX_POSITIONS = 32768
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A Llama's dimensions: the tiny model's by default."""
+
+    hidden: int = HIDDEN
+    heads: int = HEADS
+    kv_heads: int = KV_HEADS
+    head_dim: int = HEAD_DIM
+    intermediate: int = INTERMEDIATE
+    layers: int = LAYERS
+
+
+TINY_SHAPE = Shape()
+# About 107M parameters, 204 MiB of float16: two shards of about 100 MiB.
+LARGE_SHAPE = Shape(hidden=1024, heads=8, kv_heads=2, head_dim=128, intermediate=4096, layers=7)
+LARGE_SHARDS = 2
 
 SPECIAL_TOKENS = ["<|pad|>", "<|bos|>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>"]
 EOS = "<|end|>"
@@ -130,27 +159,28 @@ def _tokenizer() -> Tokenizer:
     return tokenizer
 
 
-def _weights(vocab: int) -> dict[str, np.ndarray]:
+def _weights(vocab: int, shape: Shape = TINY_SHAPE) -> dict[str, np.ndarray]:
     rng = np.random.Generator(np.random.PCG64(SEED))
+    hidden = shape.hidden
 
-    def normal(*shape: int) -> np.ndarray:
-        return (rng.standard_normal(shape) * 0.02).astype(np.float16)
+    def normal(*dims: int) -> np.ndarray:
+        return (rng.standard_normal(dims) * 0.02).astype(np.float16)
 
-    weights = {"model.embed_tokens.weight": normal(vocab, HIDDEN)}
-    for layer in range(LAYERS):
+    weights = {"model.embed_tokens.weight": normal(vocab, hidden)}
+    for layer in range(shape.layers):
         prefix = f"model.layers.{layer}"
         weights |= {
-            f"{prefix}.self_attn.q_proj.weight": normal(HEADS * HEAD_DIM, HIDDEN),
-            f"{prefix}.self_attn.k_proj.weight": normal(KV_HEADS * HEAD_DIM, HIDDEN),
-            f"{prefix}.self_attn.v_proj.weight": normal(KV_HEADS * HEAD_DIM, HIDDEN),
-            f"{prefix}.self_attn.o_proj.weight": normal(HIDDEN, HEADS * HEAD_DIM),
-            f"{prefix}.mlp.gate_proj.weight": normal(INTERMEDIATE, HIDDEN),
-            f"{prefix}.mlp.up_proj.weight": normal(INTERMEDIATE, HIDDEN),
-            f"{prefix}.mlp.down_proj.weight": normal(HIDDEN, INTERMEDIATE),
-            f"{prefix}.input_layernorm.weight": np.ones(HIDDEN, dtype=np.float16),
-            f"{prefix}.post_attention_layernorm.weight": np.ones(HIDDEN, dtype=np.float16),
+            f"{prefix}.self_attn.q_proj.weight": normal(shape.heads * shape.head_dim, hidden),
+            f"{prefix}.self_attn.k_proj.weight": normal(shape.kv_heads * shape.head_dim, hidden),
+            f"{prefix}.self_attn.v_proj.weight": normal(shape.kv_heads * shape.head_dim, hidden),
+            f"{prefix}.self_attn.o_proj.weight": normal(hidden, shape.heads * shape.head_dim),
+            f"{prefix}.mlp.gate_proj.weight": normal(shape.intermediate, hidden),
+            f"{prefix}.mlp.up_proj.weight": normal(shape.intermediate, hidden),
+            f"{prefix}.mlp.down_proj.weight": normal(hidden, shape.intermediate),
+            f"{prefix}.input_layernorm.weight": np.ones(hidden, dtype=np.float16),
+            f"{prefix}.post_attention_layernorm.weight": np.ones(hidden, dtype=np.float16),
         }
-    weights["model.norm.weight"] = np.ones(HIDDEN, dtype=np.float16)
+    weights["model.norm.weight"] = np.ones(hidden, dtype=np.float16)
     return weights
 
 
@@ -158,9 +188,11 @@ def _json(path: Path, value: object) -> None:
     path.write_text(json.dumps(value, indent=2, sort_keys=True) + "\n")
 
 
-def write_model(dest: Path, features: bool = False) -> Path:
+def write_model(dest: Path, features: bool = False, shape: Shape = TINY_SHAPE, shards: int = 1) -> Path:
     """Write the model's files into ``dest`` (made if missing); the same bytes on every call.
-    ``features``: the QwQ-format variant (``FEATURES_REPOSITORY``)."""
+    ``features``: the QwQ-format variant (``FEATURES_REPOSITORY``); ``shape`` and ``shards``: another
+    size (``LARGE_SHAPE``), its weights split into ``shards`` files with an index as a hub's large
+    models are."""
     dest.mkdir(parents=True, exist_ok=True)
     tokenizer = _tokenizer()
     if features:
@@ -187,12 +219,12 @@ def write_model(dest: Path, features: bool = False) -> Path:
             "architectures": ["LlamaForCausalLM"],
             "model_type": "llama",
             "vocab_size": vocab,
-            "hidden_size": HIDDEN,
-            "intermediate_size": INTERMEDIATE,
-            "num_hidden_layers": LAYERS,
-            "num_attention_heads": HEADS,
-            "num_key_value_heads": KV_HEADS,
-            "head_dim": HEAD_DIM,
+            "hidden_size": shape.hidden,
+            "intermediate_size": shape.intermediate,
+            "num_hidden_layers": shape.layers,
+            "num_attention_heads": shape.heads,
+            "num_key_value_heads": shape.kv_heads,
+            "head_dim": shape.head_dim,
             "hidden_act": "silu",
             "max_position_embeddings": MAX_POSITIONS,
             "rms_norm_eps": 1e-5,
@@ -208,7 +240,20 @@ def write_model(dest: Path, features: bool = False) -> Path:
         dest / "generation_config.json",
         {"bos_token_id": ids[BOS], "eos_token_id": ids[EOS], "pad_token_id": ids[PAD]},
     )
-    save_file(_weights(vocab), str(dest / "model.safetensors"), metadata={"format": "pt"})
+    weights = _weights(vocab, shape)
+    if shards == 1:
+        save_file(weights, str(dest / "model.safetensors"), metadata={"format": "pt"})
+        return dest
+    names = list(weights)
+    per_shard = -(-len(names) // shards)
+    weight_map: dict[str, str] = {}
+    for index in range(shards):
+        file = f"model-{index + 1:05d}-of-{shards:05d}.safetensors"
+        part = {name: weights[name] for name in names[index * per_shard : (index + 1) * per_shard]}
+        save_file(part, str(dest / file), metadata={"format": "pt"})
+        weight_map |= dict.fromkeys(part, file)
+    total = sum(int(array.nbytes) for array in weights.values())
+    _json(dest / "model.safetensors.index.json", {"metadata": {"total_size": total}, "weight_map": weight_map})
     return dest
 
 
@@ -225,14 +270,20 @@ def install_features_model(dest: Path) -> Path:
     return install_model(dest, features=True)
 
 
-def install_model(dest: Path, features: bool = False) -> Path:
+def install_large_model(dest: Path) -> Path:
+    """The larger model (``LARGE_REPOSITORY``: ``LARGE_SHAPE``, ``LARGE_SHARDS`` shards) at ``dest``."""
+    return install_model(dest, shape=LARGE_SHAPE, shards=LARGE_SHARDS)
+
+
+def install_model(dest: Path, features: bool = False, shape: Shape = TINY_SHAPE, shards: int = 1) -> Path:
     """The model at ``dest``, written through a temporary folder so a reader never sees half of it."""
-    if (dest / "model.safetensors").is_file():
+    weights = "model.safetensors" if shards == 1 else "model.safetensors.index.json"
+    if (dest / weights).is_file():
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".tiny-model-", dir=dest.parent))
     try:
-        write_model(tmp, features)
+        write_model(tmp, features, shape, shards)
         try:
             tmp.rename(dest)
         except OSError:  # another writer won: its files are the same bytes
@@ -244,10 +295,16 @@ def install_model(dest: Path, features: bool = False) -> Path:
 
 
 def main() -> None:
-    args = [a for a in sys.argv[1:] if a != "--features"]
+    args = [a for a in sys.argv[1:] if a not in ("--features", "--large")]
     if len(args) != 1:
-        raise SystemExit("usage: python -m devstack.tiny_model DIR [--features]")
-    dest = write_model(Path(args[0]), features="--features" in sys.argv[1:])
+        raise SystemExit("usage: python -m devstack.tiny_model DIR [--features | --large]")
+    large = "--large" in sys.argv[1:]
+    dest = write_model(
+        Path(args[0]),
+        features="--features" in sys.argv[1:],
+        shape=LARGE_SHAPE if large else TINY_SHAPE,
+        shards=LARGE_SHARDS if large else 1,
+    )
     size = sum(p.stat().st_size for p in dest.iterdir())
     print(f"{dest}: {size} bytes, sha256 {digest(dest)}")
 

@@ -12,6 +12,7 @@ from activities.builders import (
     build_statefulset,
 )
 from activities.builders.endpoint_front import engine_probe_script
+from activities.builders.fetcher import FETCH_PROGRAM, FETCH_SCRIPT
 from activities.builders.statefulset import (
     endpoint_args,
     startup_failure_threshold,
@@ -158,10 +159,18 @@ def test_fetcher_downloads_into_the_model_volume_with_the_users_token_by_referen
     ]
     script = fetcher["command"][2]
     assert fetcher["command"][:2] == ["/bin/sh", "-c"]
-    assert "hf download" in script
-    assert "huggingface-cli download" in script
+    assert script == FETCH_SCRIPT
+    # The image's CLI (hf, or huggingface-cli on older images), and the program its Python runs around it.
+    assert "hf=hf" in script
+    assert "hf=huggingface-cli" in script
+    assert '"$hf" download' in script
+    assert FETCH_PROGRAM in script
     # The order's values reach the script only through the environment.
     assert MODEL not in script
+    # Its log is read by people and by the observer: no PyPI update check, progress bars or colours in it.
+    assert env["HF_HUB_DISABLE_UPDATE_CHECK"] == "1"
+    assert env["HF_HUB_DISABLE_PROGRESS_BARS"] == "1"
+    assert env["NO_COLOR"] == "1"
 
 
 def test_auth_secret_ref_default_key_is_token() -> None:
