@@ -140,7 +140,7 @@ def test_the_claims_an_orders_pod_was_given_are_the_orders() -> None:
     controller = [{**order_ref, "controller": True}]
     sts = {"metadata": {"name": "llm", "namespace": "ns", "uid": "sts-1", "ownerReferences": controller}}
     given = {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "llm-0-gpu-x1"}]}
-    pod = {
+    pod: dict[str, Any] = {
         "metadata": {
             "name": "llm-0",
             "namespace": "ns",
@@ -149,7 +149,7 @@ def test_the_claims_an_orders_pod_was_given_are_the_orders() -> None:
         },
         "status": given,
     }
-    tenants = {**pod, "metadata": {**pod["metadata"], "name": "mine-0", "ownerReferences": []}}
+    tenants: dict[str, Any] = {**pod, "metadata": {**pod["metadata"], "name": "mine-0", "ownerReferences": []}}
     tenants["status"] = {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "forged"}]}
     assert order_pod_names([pod, tenants], [sts]) == {("ns", "llm-0"): "llm", claim_key("ns", "llm-0-gpu-x1"): "llm"}
 

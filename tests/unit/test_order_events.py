@@ -99,7 +99,7 @@ REF = OrderRef(namespace="team", name="chat", uid="u-1")
 
 def test_a_repeated_event_is_counted_and_one_gone_is_made_again() -> None:
     core = FakeCore()
-    recorder = EventRecorder(core, lambda e: e.message)  # type: ignore[arg-type]
+    recorder = EventRecorder(core, lambda e: e.message)
     event = OrderEvent(ref=REF, reason="NoCapacity", message="m", type="Warning")
     assert recorder.record(event)
     assert recorder.record(event)
@@ -113,7 +113,7 @@ def test_a_repeated_event_is_counted_and_one_gone_is_made_again() -> None:
 def test_an_orders_events_are_rate_limited_and_its_tokens_come_back() -> None:
     core = FakeCore()
     now = [0.0]
-    recorder = EventRecorder(core, lambda e: e.message, clock=lambda: now[0])  # type: ignore[arg-type]
+    recorder = EventRecorder(core, lambda e: e.message, clock=lambda: now[0])
     told = [recorder.record(OrderEvent(ref=REF, reason="NoCapacity", message=str(i))) for i in range(BURST + 5)]
     assert told.count(True) == BURST
     other = OrderRef(namespace="team", name="other", uid="u-2")
@@ -128,5 +128,5 @@ def test_a_refused_write_is_not_an_error() -> None:
         def create_namespaced_event(self, namespace: str, body: Any) -> Any:
             raise ApiException(status=403)
 
-    recorder = EventRecorder(Refusing(), lambda e: e.message)  # type: ignore[arg-type]
+    recorder = EventRecorder(Refusing(), lambda e: e.message)
     assert not recorder.record(OrderEvent(ref=REF, reason="NoCapacity", message="m"))
