@@ -152,6 +152,13 @@ async def test_the_observer_signals_only_what_the_workflow_acts_on(
         assert await heard(workflow_id) == expected
 
     async with observing(observer):
+        # The class judged first: its Ready flip tells the orders it has (none yet), as it must tell an
+        # order that waits for it with ClassNotReady.
+        async def judged() -> bool:
+            cls = custom.get_cluster_custom_object(GROUP, VERSION, CLASSES, class_name)
+            return bool((cls.get("status") or {}).get("phase") == "Ready")
+
+        await eventually(judged, what="the class judged Ready")
         chat = new_order("chat", {"src": "HuggingFace", "ref": {"name": "Qwen/Qwen2.5-7B"}})
         uid = chat["metadata"]["uid"]
         wid = order_workflow_id(namespace, "chat", uid)
