@@ -532,7 +532,9 @@ SA_MATRIX: list[tuple[str, Access, bool]] = [
     ("worker", Access("list", "priorityclasses", group="scheduling.k8s.io", scope="cluster"), False),
     ("worker", Access("list", "clustermodels", group="ai-models.deckhouse.io", scope="cluster"), False),
     ("worker", Access("get", "pods", group="", scope="other"), False),
-    ("worker", Access("patch", "events", group="", scope="other"), False),
+    # A repeated Event of an order is counted (activities/order_events.py), not made again.
+    ("worker", Access("patch", "events", group="", scope="other"), True),
+    ("worker", Access("delete", "events", group="", scope="other"), False),
     ("worker", Access("patch", "inferenceserviceclasses", scope="cluster"), False),
     ("worker", Access("create", "inferenceservices", scope="other"), False),
     ("worker", Access("delete", "pods", group="", scope="other"), False),
