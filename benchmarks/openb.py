@@ -39,18 +39,20 @@ from __future__ import annotations
 
 import argparse
 import csv
+import heapq
 import random
 import statistics
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from inference_api.plan import OrderFacts, RuntimeFallbackFlag
 from inference_api.types import AcceleratorPolicy, PlacementType, SharingMode
-from planner.fragmentation import RecentDemand, Workload, growth_score, workload_of
+from planner.fragmentation import RecentDemand, Workload, growth_rank, workload_of
 from planner.inventory import Device, DeviceAllocation, DeviceClass, InventorySnapshot, Node
 from planner.planning import ExplicitDemand, PlanningRequest, plan_launch
 from planner.recipes import RecipeBook, load_recipe_book
@@ -58,6 +60,11 @@ from planner.recipes import RecipeBook, load_recipe_book
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "openb"
 DRIVER = "gpu.deckhouse.io"
+# Every GPU is given the same memory (32 GiB): the trace's allocation ratio counts every GPU alike and
+# its tasks ask a share of whichever GPU they land on, while the planner's economy rule (a share of a
+# smaller GPU takes less memory) would rank the GPU models by memory, which the trace does not value.
+# ``--gpu-memory real`` replays with the models' memories (the undisclosed G1-G3 as 32 GiB) instead.
+GPU_MEMORY_GIB = 32
 MEMORY_GIB = {"P100": 16, "T4": 16, "V100M16": 16, "V100M32": 32, "A10": 24}
 UNDISCLOSED_GIB = 32
 # The recipe tables have no Pascal family and the G models are undisclosed: the nearest family the
@@ -222,6 +229,46 @@ class State:
 # ------------------------------------------------------------------------------- the policies
 
 
+Rank = tuple[Any, ...]
+
+
+class KindHeaps:
+    """Per kind of task, the nodes ranked by ``score(node, task)`` (lower is better; None: the node
+    cannot take it), rescored only when a node changed since the kind's last look."""
+
+    def __init__(self, nodes: int) -> None:
+        self.version = [0] * nodes
+        self.log: list[int] = []
+        self._heaps: dict[object, list[tuple[Rank, int, int, tuple[int, ...]]]] = {}
+        self._seen: dict[object, int] = {}
+
+    def changed(self, i: int) -> None:
+        self.version[i] += 1
+        self.log.append(i)
+
+    def best(
+        self, kind: object, score: Callable[[int], tuple[Rank, tuple[int, ...]] | None]
+    ) -> tuple[int, tuple[int, ...]] | None:
+        heap = self._heaps.get(kind)
+        if heap is None:
+            heap = self._heaps[kind] = []
+            todo: Iterable[int] = range(len(self.version))
+        else:
+            todo = set(self.log[self._seen[kind] :])
+        self._seen[kind] = len(self.log)
+        version = self.version
+        for i in todo:
+            scored = score(i)
+            if scored is not None:
+                heapq.heappush(heap, (scored[0], i, version[i], scored[1]))
+        while heap:
+            _, i, v, gpus = heap[0]
+            if v == version[i]:
+                return i, gpus
+            heapq.heappop(heap)
+        return None
+
+
 class Policy:
     name = "policy"
     plans = 0
@@ -278,15 +325,20 @@ class Planner(Policy):
 
     name = "planner"
 
-    def __init__(self, nodes: Sequence[NodeSpec], demands: list[RecentDemand], book: RecipeBook) -> None:
+    def __init__(
+        self, nodes: Sequence[NodeSpec], demands: list[RecentDemand], book: RecipeBook, real_memory: bool = False
+    ) -> None:
         self.book = book
         self.demands = demands
         self.workload: Workload = workload_of(demands)
         self.index = {n.name: i for i, n in enumerate(nodes)}
-        self.snapshot = snapshot_of(nodes)
+        self.snapshot = snapshot_of(nodes, real_memory)
         self.records = {n.name: n for n in self.snapshot.nodes or ()}
         self.devices = {d.key: d for d in self.snapshot.devices}
         self.classes = sorted({class_name(n.model) for n in nodes})
+        # CPU-only tasks are placed by the harness (they are no orders): per kind, the nodes ranked,
+        # rescored when they changed.
+        self.heaps = KindHeaps(len(nodes))
 
     def request(self, task: Task) -> PlanningRequest:
         shared = task.numGpu == 1 and task.gpuMilli < 1000
@@ -300,15 +352,17 @@ class Planner(Policy):
             minSharePercent=percent,
             maxSharePercent=percent,
         )
-        return PlanningRequest(
+        request = PlanningRequest(
             facts=TINY_MODEL,
             acceleratorPolicy=policy,
             runtimeFallback=RuntimeFallbackFlag(enabled=True),
             className="openb",
-            inventory=self.snapshot,
             demand=ExplicitDemand(deviceCount=task.numGpu, cpuMilli=task.cpuMilli, memoryMiB=task.memoryMiB),
             recentDemands=self.demands,
         )
+        # The snapshot set after validation: validating it again (6,212 devices) on every request would
+        # cost the replay more than some plans do.
+        return request.model_copy(update={"inventory": self.snapshot})
 
     def place(self, state: State, task: Task) -> tuple[int, list[int]] | None:
         if task.spec and not any(class_name(m) in self.classes for m in task.spec):
@@ -333,35 +387,37 @@ class Planner(Policy):
                 )
         if chosen is None:
             return None
+        self.heaps.changed(chosen[0])
         record = self.records[state.nodes[chosen[0]].name]
         record.requestedCpuMilli += task.cpuMilli
         record.requestedMemoryMiB += task.memoryMiB
         return chosen
 
     def _cpu_only(self, state: State, task: Task) -> tuple[int, list[int]] | None:
-        best: tuple[tuple[int, str], int] | None = None
-        for i, node in enumerate(state.nodes):
+        def score(i: int) -> tuple[Rank, tuple[int, ...]] | None:
             if state.cpu[i] < task.cpuMilli or state.mem[i] < task.memoryMiB:
-                continue
+                return None
+            node = state.nodes[i]
             views = [(free // 10, frozenset({class_name(node.model)})) for free in state.gpus[i]]
             before = self.workload.fragmentation(state.cpu[i], state.mem[i], views)
             after = self.workload.fragmentation(state.cpu[i] - task.cpuMilli, state.mem[i] - task.memoryMiB, views)
-            # As the planner ranks: the growth's score, then the node first by name.
-            score = (-growth_score(after - before), node.name)
-            if best is None or score < best[0]:
-                best = (score, i)
-        return None if best is None else (best[1], [])
+            # As the planner ranks: the growth, then the node first by name.
+            return (growth_rank(after - before), node.name), ()
+
+        found = self.heaps.best(task.kind, score)
+        return None if found is None else (found[0], [])
 
 
-def snapshot_of(nodes: Sequence[NodeSpec]) -> InventorySnapshot:
-    """The cluster as the planner sees it: every GPU an MPS-shareable whole device, one DeviceClass per
-    GPU model (selecting by product name), the nodes with their allocatable CPU and memory."""
+def snapshot_of(nodes: Sequence[NodeSpec], real_memory: bool = False) -> InventorySnapshot:
+    """The cluster as the planner sees it: every GPU an MPS-shareable whole device of ``GPU_MEMORY_GIB``
+    (``real_memory``: its model's), one DeviceClass per GPU model (selecting by product name), the
+    nodes with their allocatable CPU and memory."""
     devices = [
         Device(
             name=f"gpu-{g}",
             node=n.name,
             productName=n.model,
-            memoryMiB=MEMORY_GIB.get(n.model, UNDISCLOSED_GIB) * 1024,
+            memoryMiB=(MEMORY_GIB.get(n.model, UNDISCLOSED_GIB) if real_memory else GPU_MEMORY_GIB) * 1024,
             hardwareFamily=FAMILY.get(n.model, UNDISCLOSED_FAMILY),
             placement=PlacementType.WHOLE_DEVICE,
             allowMultipleAllocations=True,
@@ -426,25 +482,37 @@ def replay(nodes: Sequence[NodeSpec], tasks: Sequence[Task], seed: int, policy: 
 
 def published(data: Path, name: str) -> dict[str, dict[int, float]]:
     """Policy → column → the mean over the paper's seeds."""
-    sums: dict[str, dict[int, list[float]]] = {}
+    return {
+        p: {k: statistics.fmean(v[k] for v in by_seed.values() if k in v) for k in COLUMNS}
+        for p, by_seed in published_seeds(data, name).items()
+    }
+
+
+def published_seeds(data: Path, name: str) -> dict[str, dict[int, dict[int, float]]]:
+    """Policy → seed → column → the paper's figure."""
+    out: dict[str, dict[int, dict[int, float]]] = {}
     with (data / "published_allocation_ratio.csv").open() as f:
         for row in csv.DictReader(f):
             if row["workload"] != f"openb_pod_list_{name}":
                 continue
-            by_column = sums.setdefault(row["sc_policy"], {})
-            for k in COLUMNS:
-                if row.get(str(k)):
-                    by_column.setdefault(k, []).append(float(row[str(k)]))
-    return {p: {k: statistics.fmean(v) for k, v in cols.items()} for p, cols in sums.items()}
+            columns = {k: float(row[str(k)]) for k in COLUMNS if row.get(str(k))}
+            out.setdefault(row["sc_policy"], {})[int(float(row["seed"]))] = columns
+    return out
 
 
-def make_policy(kind: str, nodes: Sequence[NodeSpec], tasks: Sequence[Task], seed: int, book: RecipeBook) -> Policy:
+def make_policy(
+    kind: str, nodes: Sequence[NodeSpec], tasks: Sequence[Task], seed: int, book: RecipeBook, real_memory: bool = False
+) -> Policy:
     if kind == "bestfit":
         return BestFit()
     if kind == "random":
         return RandomFit(seed)
     if kind == "planner":
-        return Planner(nodes, recent_demands(tasks), book)
+        return Planner(nodes, recent_demands(tasks), book, real_memory)
+    if kind in ("fgd", "fgd-exact"):
+        from benchmarks.openb_fgd import FGD
+
+        return FGD(nodes, tasks, score="exact" if kind == "fgd-exact" else "plugin")
     raise ValueError(f"unknown policy {kind}")
 
 
@@ -460,6 +528,7 @@ def run(
     kinds: Sequence[str],
     node_limit: int | None = None,
     arrivals_limit: int | None = None,
+    real_memory: bool = False,
 ) -> list[tuple[str, Result]]:
     book = load_recipe_book()
     nodes = load_nodes(data)
@@ -478,7 +547,7 @@ def run(
         for seed in seeds:
             arrivals = sequence(tasks, seed, capacity)[:arrivals_limit]
             for kind in kinds:
-                result = replay(nodes, arrivals, seed, make_policy(kind, nodes, tasks, seed, book))
+                result = replay(nodes, arrivals, seed, make_policy(kind, nodes, tasks, seed, book, real_memory))
                 extra = f"failed {result.failed}/{result.tasks} ({result.failedGpu} GPU tasks), {result.seconds:.0f} s"
                 if result.plans:
                     extra += f", {result.plans_per_second:.1f} plans per CPU-second"
@@ -497,11 +566,49 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--arrivals", type=int, default=None, help="replay only the first N arrivals (to measure plans per CPU-second)"
     )
+    parser.add_argument(
+        "--table",
+        action="store_true",
+        help="the side-by-side table: planner, harness FGD, best fit and random on the same sequences, every "
+        "list, mean and standard error over --seeds, beside the published FGD (benchmarks/openb_table.py)",
+    )
+    parser.add_argument("--jobs", type=int, default=1, help="--table: replay (list, seed) pairs in N processes")
+    parser.add_argument("--out", type=Path, default=None, help="--table: keep each result in this JSON-lines file")
+    parser.add_argument(
+        "--from", dest="sources", nargs="*", type=Path, default=None, help="--table: print the table of these files"
+    )
+    parser.add_argument(
+        "--gpu-memory",
+        choices=["same", "real"],
+        default="same",
+        help="every GPU 32 GiB (same, the default) or each model's memory (real)",
+    )
     args = parser.parse_args(argv)
     if not (args.data / "openb_node_list_gpu_node.csv").exists():
         print(f"no openb data under {args.data} (see ../shared/data/openb/README.md)", file=sys.stderr)
         return 2
-    run(args.data, args.lists or task_lists(args.data), args.seeds, args.policies, args.nodes, args.arrivals)
+    real_memory = args.gpu_memory == "real"
+    if args.table or args.sources is not None:
+        from benchmarks.openb_table import POLICIES, load, replay_all, table
+
+        policies = tuple(args.policies) if args.policies != ["planner", "bestfit", "random"] else POLICIES
+        if args.sources is not None:
+            rows = [r for r in load(args.sources) if r.get("realMemory", False) == real_memory]
+        else:
+            lists = args.lists or task_lists(args.data)
+            rows = replay_all(args.data, lists, args.seeds, policies, args.jobs, args.out, real_memory)
+            rows = [r for r in rows if r["list"] in lists and r["seed"] in args.seeds]
+        print(table(rows, args.data, policies))
+        return 0
+    run(
+        args.data,
+        args.lists or task_lists(args.data),
+        args.seeds,
+        args.policies,
+        args.nodes,
+        args.arrivals,
+        real_memory=real_memory,
+    )
     return 0
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from inference_api.plan import LaunchPlanRequest, RecipeSource, Toleration
 from inference_api.types import PlacementType, SharingMode
-from planner.fragmentation import Workload, growth_score
+from planner.fragmentation import Workload, growth_rank
 from planner.inventory import AllocationId, Device, Occupancy
 from planner.model_facts import estimate_cpu, estimate_memory_gib, weights_gib
 from planner.nodes import ENDPOINT_FRONT_DEMAND, NodeProblem, PodDemand, free_cpu_milli, free_memory_mib, node_problem
@@ -47,10 +47,10 @@ class Candidate:
     wasteMiB: float
     # Growth of the node's expected fragmentation (``planner.fragmentation``); 0 without recent demands.
     fragDelta: float = 0.0
-    # With recent demands: the growth's score (``growth_score``, higher is better), then among equal
-    # scores the node first by name (``tieNode``; "" without recent demands). The node's free device
+    # With recent demands: the growth as compared (``growth_rank``, lower is better), then among equal
+    # growths the node first by name (``tieNode``; "" without recent demands). The node's free device
     # capacity (percent of a device) and free CPU (milli) before, for the trace.
-    fragScore: int = 0
+    fragRank: float = 0.0
     tieNode: str = ""
     nodeFree: float = 0.0
     nodeCpuFree: float = 0.0
@@ -59,13 +59,29 @@ class Candidate:
     def count(self) -> int:
         return len(self.devices)
 
+    @property
+    def economy(self) -> tuple[int, float]:
+        """What the place takes of the cluster, for "never more device than the order needs": (the
+        devices it takes whole, the memory it takes in MiB). A whole device — one that cannot be
+        shared, a partition, a share of 100 — takes all of its memory; a share takes its part of the
+        device's memory (or the memory it requests, when that is more). Unknown memory: infinite."""
+        whole = self.share.percent >= 100
+        taken = 0.0
+        for d in self.devices:
+            if d.memoryMiB is None:
+                return (len(self.devices) if whole else 0, math.inf)
+            part = d.memoryMiB * self.share.percent / 100
+            taken += d.memoryMiB if whole else max(part, float(self.perDeviceNeedMiB))
+        return (len(self.devices) if whole else 0, taken)
+
     def rank(self) -> tuple[object, ...]:
         return (
             _SOURCE_RANK[self.choice.source],
             self.count,
+            self.economy,
             0 if self.mode is SharingMode.SHARED else 1,
             0 if self.held else 1,
-            -self.fragScore,
+            self.fragRank,
             self.tieNode,
             self.freeMiB,
             self.wasteMiB,
@@ -183,7 +199,7 @@ class Judge:
         return dataclasses.replace(
             candidate,
             fragDelta=delta,
-            fragScore=growth_score(delta),
+            fragRank=growth_rank(delta),
             tieNode=candidate.devices[0].node,
             nodeFree=state.free,
             nodeCpuFree=state.cpu if state.cpu is not None else 0,
@@ -275,13 +291,13 @@ def fit(
             if judge.workload is not None:
                 found = _fragmentation_single(shape, occupancies, own, single, choice, judge)
                 if found is None:
-                    trace.busy.extend((s.deviceClass, s.device) for g in shape.groups for s in g.slots)
+                    trace.busyGroups.extend(g.slots for g in shape.groups)
                 else:
                     feasible.append(found)
                 continue
             best = _best_single(shape, occupancies, touched, own, single, need_one, judge, choice)
             if best is None:
-                trace.busy.extend((s.deviceClass, s.device) for g in shape.groups for s in g.slots)
+                trace.busyGroups.extend(g.slots for g in shape.groups)
                 continue
             feasible.extend(_candidates([best], 1, single, need_one, choice, occupancies, own))
             continue
@@ -300,11 +316,11 @@ def fit(
             n, need, share = sized
             sized_classes.add(first.deviceClass)
             if judge.node_problem(group[0].device.node, n, choice) is not None:
-                trace.busy.extend((s.deviceClass, s.device) for s in group)
+                trace.busyGroups.append(group)
                 continue
             with_room = [s for s in group if _has_room(s.device, occupancies[s.device.key], share, need)]
             if len(with_room) < n:
-                trace.busy.extend((s.deviceClass, s.device) for s in group)
+                trace.busyGroups.append(group)
                 continue
             for candidate in _candidates(with_room, n, share, need, choice, occupancies, own):
                 feasible.append(judge.judged(candidate, share.percent, judge.pod(n, choice), occupancies))
@@ -321,65 +337,98 @@ def _fragmentation_single(
     judge: Judge,
 ) -> Candidate | None:
     """The one-device candidate of the shape whose use grows its node's expected fragmentation least:
-    the device the order holds first, then the growth's score, then the node first by name (the paper's
-    scheduler's rule among equal scores), then the device with the least free memory (best fit), then
-    name."""
+    the device the order holds first, then the growth (``growth_rank``), then the node first by name
+    (the paper's scheduler's rule among equal growths), then the device with the least free memory
+    (best fit), then name."""
     need = _requested(share, choice.needMiB)
     pod = judge.pod(1, choice)
     best: _NodeBest | None = None
     # A node's best is a function of its content and of the shape's parameters: kept on the snapshot
-    # by the node's fingerprint, it is judged again only when the node changed. Not for an order that
-    # holds allocations itself (its own devices rank first, which no other plan shares).
-    results: dict[tuple[object, ...], _NodeBest | _Unjudged | None] | None = None
+    # per parameters and node with the node's fingerprint, it is judged again only when the node
+    # changed. Not for an order that holds allocations itself (its own devices rank first, which no
+    # other plan shares).
+    results: dict[str, _Kept] | None = None
+    marks: dict[str, tuple[object, ...]] = {}
     if not own:
-        results = judge.index.cached("nodeBest", dict)
-        if len(results) > 400_000:
-            results.clear()
+        kept = judge.index.cached("nodeBest", _NodeBests)
         params = (id(shape.byNode), share.percent, need, pod, judge.context)
+        results = kept.of(params)
+        marks = _fingerprints(judge.index)
     for node, pairs in shape.byNode.items():
         if results is None:
             node_best = _node_best(node, pairs, occupancies, share, need, pod, choice, judge, own)
         else:
-            result_key = (node, _fingerprint(judge.index, node), params)
-            found = results.get(result_key, _UNJUDGED)
-            if isinstance(found, _Unjudged):
-                found = results[result_key] = _node_best(node, pairs, occupancies, share, need, pod, choice, judge, own)
-            elif found is None:
-                # Kept from an earlier plan: this plan's refusal must still learn why the node failed.
-                judge.node_problem(node, 1, choice)
-            node_best = found
+            mark = marks[node]
+            found = results.get(node)
+            if found is not None and found[0] == mark:
+                node_best, problem = found[1], found[2]
+                if problem is not None:
+                    # Kept from an earlier plan: this plan's refusal must still learn why the node failed.
+                    judge.problems.setdefault(node, problem)
+            else:
+                node_best = _node_best(node, pairs, occupancies, share, need, pod, choice, judge, own)
+                problem = judge.node_problem(node, 1, choice) if node_best is None else None
+                results[node] = (mark, node_best, problem)
         if node_best is not None and (best is None or node_best[:_RANKED] < best[:_RANKED]):
             best = node_best
     if best is None:
         return None
-    held, minus_score, node, free, _, node_free, cpu_free, delta, slot = best
+    held, growth, node, free, _, node_free, cpu_free, delta, slot = best
     d = slot.device
     return Candidate(
         slot.deviceClass, slot.classOrder, (d,), slot.mode, share, choice, need,
-        held == 0, free, _waste(d, share, need), delta, -minus_score, node, node_free, cpu_free,
+        held == 0, free, _waste(d, share, need), delta, growth, node, node_free, cpu_free,
     )  # fmt: skip
 
 
-# (0 when the order holds the device else 1, minus the growth's score, node, the device's free memory,
+# (0 when the order holds the device else 1, the growth as ranked, node, the device's free memory,
 # device name; then the node's free device capacity and free CPU, the growth and the slot, not ranked)
-_NodeBest = tuple[int, int, str, float, str, float, float, float, Slot]
+_NodeBest = tuple[int, float, str, float, str, float, float, float, Slot]
 _RANKED = 5
 
 
-class _Unjudged:
-    pass
+# (the node's fingerprint, its best device for the parameters, why the node cannot take the order)
+_Kept = tuple[tuple[object, ...], "_NodeBest | None", NodeProblem | None]
 
 
-_UNJUDGED = _Unjudged()
+class _NodeBests:
+    """The nodes' best devices kept on a snapshot: parameters → node → (fingerprint, best, why the
+    node cannot take it). Bounded: all of it is dropped past ``LIMIT`` entries."""
+
+    LIMIT = 400_000
+
+    def __init__(self) -> None:
+        self._by: dict[tuple[object, ...], dict[str, _Kept]] = {}
+
+    def of(self, params: tuple[object, ...]) -> dict[str, _Kept]:
+        found = self._by.get(params)
+        if found is None:
+            if sum(map(len, self._by.values())) > self.LIMIT:
+                self._by.clear()
+            found = self._by[params] = {}
+        return found
 
 
-def _fingerprint(index: SnapshotIndex, node: str) -> tuple[object, ...]:
-    """What a node's judgement depends on that changes between plans on one snapshot: its record's
-    requests and its devices' allocation lists (allocations are appended or removed, never edited in
-    place: a list is known by its length and its last entry)."""
-    record = index.nodes.get(node) if index.nodes is not None else None
-    head = (record.requestedCpuMilli, record.requestedMemoryMiB, record.podCount) if record is not None else ()
-    return (*head, *((len(d.allocations), id(d.allocations[-1]) if d.allocations else 0) for d in index.byNode[node]))
+def _fingerprints(index: SnapshotIndex) -> dict[str, tuple[object, ...]]:
+    """Every node's fingerprint on this plan's snapshot, computed on first use and kept for the plan.
+
+    The fingerprint is what a node's judgement depends on that changes between plans on one
+    snapshot: its record's requests and its devices' allocation lists (allocations are appended or
+    removed, never edited in place: a list is known by its length and its last entry)."""
+    found = index.fingerprints
+    if found is not None:
+        return found
+    nodes = index.nodes
+    found = {}
+    for node, devices in index.byNode.items():
+        marks = tuple([(len(a), id(a[-1])) if (a := d.allocations) else 0 for d in devices])
+        record = nodes.get(node) if nodes is not None else None
+        if record is not None:
+            found[node] = (record.requestedCpuMilli, record.requestedMemoryMiB, record.podCount, marks)
+        else:
+            found[node] = marks
+    index.fingerprints = found
+    return found
 
 
 def _node_best(
@@ -394,12 +443,12 @@ def _node_best(
     own: frozenset[AllocationId] = frozenset(),
 ) -> _NodeBest | None:
     """The node's best device for the shape, ranked as ``_fragmentation_single`` ranks every device:
-    held, the fragmentation growth's score, node, the device's free memory (best fit), name. None: no
-    device of the node can take it."""
+    held, the fragmentation growth, node, the device's free memory (best fit), name. None: no device
+    of the node can take it."""
     if judge.node_problem(node, 1, choice) is not None:
         return None
     state: _NodeState | None = None
-    levels: dict[int, tuple[int, float]] = {}
+    levels: dict[int, tuple[float, float]] = {}
     best: _NodeBest | None = None
     for key, slot in pairs:
         d = slot.device
@@ -412,8 +461,8 @@ def _node_best(
         level = free_percent(d, occ)
         judged = levels.get(level)
         if judged is None:
-            delta = round(judge.delta(state, (key,), share.percent, pod), 6)
-            judged = levels[level] = (-growth_score(delta), delta)
+            delta = judge.delta(state, (key,), share.percent, pod)
+            judged = levels[level] = (growth_rank(delta), delta)
         held = 0 if own and _is_held(d, own) else 1
         cpu = state.cpu if state.cpu is not None else 0
         rank = (held, judged[0], node, free_mib(d, occ), d.name, state.free, cpu, judged[1], slot)

@@ -1,42 +1,51 @@
-"""Fragmentation-aware choice: the idea of FGD ("Beware of Fragmentation", Weng et al., USENIX ATC'23). Pure.
+"""Fragmentation-aware choice: the idea of FGD ("Beware of Fragmentation", Weng et al., USENIX ATC'23),
+with a measure that also counts how many more orders a node's CPU and memory can take. Pure.
 
-A node's free accelerator capacity is *fragmented* for a kind of order when that order cannot use it:
-all of it when the order cannot run on the node at all (not enough CPU or memory, no device of a class
-the order may use with room, too few free whole devices), else the part on devices the order cannot
-take (a device of a class it may not use, a device with less free share than it asks; for whole-device
-orders every partly used device). The node's *expected fragmentation* weighs that by how often each
-kind of order came recently (``RecentDemand.weight``). Among the places an order fits, the plan picks
-the one whose node's expected fragmentation grows least (the "fragmentation gradient"), so that the
-capacity left stays usable by the orders that usually come.
+A node's free accelerator capacity is *fragmented* for a kind of order when that order cannot use it.
+The paper's measure: all of it when the order cannot run on the node at all (not enough CPU or
+memory, no device of a class the order may use with room, too few free whole devices), else the part
+on devices the order cannot take (a device of a class it may not use, a device with less free share
+than it asks; for whole-device orders every partly used device). This one refines the last case by
+what the node can still host: a kind asking a share of one device uses at most as many of the devices
+with room as the node has CPU and memory for orders of that kind (``free CPU // its CPU``, likewise
+memory), the emptiest first, and the rest is a fragment for it; a kind asking whole devices uses at
+most as many as the node's memory has room for. The node's *expected fragmentation* weighs that by
+how often each kind of order comes (``RecentDemand.weight``). Among the places an order fits, the
+plan picks the one whose node's expected fragmentation grows least (the "fragmentation gradient"),
+so that the capacity left stays usable by the orders that usually come; equal growths (to a
+millionth of a device) go to the node first by name, as in the paper's scheduler.
 
-Growths are compared by the paper's score (``growth_score``: 100 x the sigmoid of the growth's
-decrease in devices, truncated to an integer, as the published FGD plugin scores a node), so that
-growths a few hundredths of a device apart count as equal, and among equal scores the node first by
-name wins, as in the paper's scheduler (its vendored Kubernetes scheduler picks the smallest node
-name among the best scores): a first fit over a fixed order, which fills a prefix of the nodes and
-keeps the rest whole (the planner's rank, ``planner.fit.Candidate.rank``; on the node, the device
-with the least free memory). On the openb trace the exact growth is too greedy: it spreads orders
-over nodes for differences no recent order would notice. gpushare80, seed 42, GPU allocation % at
-100-130 % arrived: exact growth 88.2-88.5, the score with best fit among equal scores 88.8-89.1, the
-score with the first node by name 89.0-89.2 (the paper's FGD 89.1-89.3; docs/planner.md).
+Why the counts: the paper's measure calls all of a node's devices with room usable as soon as one
+order of the kind fits in its CPU, so it cannot tell a node with CPU for one more order from one with
+CPU for eight, and strands devices on nodes whose CPU runs out. On the openb trace (10 seeds, every
+list, ``benchmarks/openb.py --table``) the counts keep 0.4-0.5 % of the GPUs more allocated than the
+paper's measure on the same harness (docs/planner.md). With the paper's measure, comparing growths
+exactly spread orders over emptier nodes and lost to the paper's coarse integer node score (its
+plugin: 100 x sigmoid of the decrease, truncated); with the counts, the exact growth does best.
 
 Capacity is counted in percent of a device (a whole device is 100). For orders that use no device
 all of a node's free capacity is a fragment, wherever they run (the paper's plugin counts its CPU-only
 tasks so): their share of the weights scales every growth down and shifts it by minus their share of
-the capacity the order takes, which moves the score's steps. The figures are memoized by
-what they depend on (the node's free CPU and memory up to the thresholds the recent orders draw, and
-its devices' free shares and classes), so that identical nodes are judged once.
+the capacity the order takes. The figures are memoized by what they depend on (the node's free CPU
+and memory, its devices' free shares and classes), so that identical nodes are judged once.
+
+Where the kinds come from (``planning.PlanningRequest.recentDemands``): a caller that knows the
+workload names them (the trace replay passes its task list's kinds); the planner service, the
+in-process planner and the dry run name none and plan by best fit, so that all of them make the same
+plan from the same cluster. ``held_demands`` derives kinds from what the cluster holds, for the
+service's stranded-capacity metric (a function of the cluster, the same in every replica).
 """
 
 from __future__ import annotations
 
-import bisect
 import itertools
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from planner.inventory import InventorySnapshot
 
 WHOLE = 100
 _SERIALS = itertools.count(1)
@@ -63,9 +72,14 @@ class _Group:
     count: int
     percent: int
     classes: frozenset[str] | None
-    # (CPU threshold index, memory threshold index, weight) of each kind in the group.
+    # (CPU milli, memory MiB, weight) of each kind in the group.
     members: tuple[tuple[int, int, float], ...]
     weight: float
+
+    @property
+    def shares(self) -> bool:
+        """Kinds asking a share of one device (not whole devices)."""
+        return self.count <= 1 and self.percent < WHOLE
 
 
 class Workload:
@@ -76,21 +90,20 @@ class Workload:
         # Kinds that use no device can use none of a node's free accelerator capacity: all of it is a
         # fragment for them, wherever they run (as the paper's plugin counts CPU-only tasks).
         self.idle = sum(d.weight for d in demands if d.deviceCount == 0) / total
-        self.cpus = sorted({d.cpuMilli for d in demands})
-        self.mems = sorted({d.memoryMiB for d in demands})
-        grouped: dict[tuple[int, int, frozenset[str] | None], list[tuple[int, int, float]]] = {}
+        grouped: dict[tuple[int, int, frozenset[str] | None], dict[tuple[int, int], float]] = {}
         for d in demands:
             if d.deviceCount == 0:
                 continue
             percent = WHOLE if d.deviceCount > 1 else d.sharePercent
             classes = frozenset(d.deviceClasses) if d.deviceClasses is not None else None
-            grouped.setdefault((d.deviceCount, percent, classes), []).append(
-                (self.cpus.index(d.cpuMilli), self.mems.index(d.memoryMiB), d.weight / total)
-            )
+            members = grouped.setdefault((d.deviceCount, percent, classes), {})
+            members[(d.cpuMilli, d.memoryMiB)] = members.get((d.cpuMilli, d.memoryMiB), 0.0) + d.weight / total
         self.groups = tuple(
-            _Group(k, p, c, tuple(m), sum(w for _, _, w in m))
+            _Group(k, p, c, tuple((cpu, mem, w) for (cpu, mem), w in sorted(m.items())), sum(m.values()))
             for (k, p, c), m in sorted(grouped.items(), key=lambda kv: (kv[0][0], kv[0][1], sorted(kv[0][2] or ())))
         )
+        self._cpuCap = max((cpu for g in self.groups for cpu, _, _ in g.members), default=0) + 1
+        self._memCap = max((mem for g in self.groups for _, mem, _ in g.members), default=0) + 1
         self._memo: dict[tuple[object, ...], float] = {}
         # Tells workloads apart in what is kept across plans (unlike id(), never reused).
         self.serial = next(_SERIALS)
@@ -100,13 +113,17 @@ class Workload:
         return not self.groups
 
     def fragmentation(self, cpu_free: int | None, mem_free: int | None, devices: Sequence[DeviceView]) -> float:
-        """The node's expected fragmentation, in percent of a device."""
-        ci = len(self.cpus) if cpu_free is None else bisect.bisect_right(self.cpus, cpu_free)
-        mi = len(self.mems) if mem_free is None else bisect.bisect_right(self.mems, mem_free)
-        # The figure does not depend on the devices' order: any order that puts equal views together
-        # keys alike (a frozenset's hash is stable within the process).
-        views = tuple(sorted(devices, key=lambda v: (v[0], hash(v[1]))))
-        key = (ci, mi, views)
+        """The node's expected fragmentation, in percent of a device. ``None``: not judged (no limit)."""
+        # The figure does not depend on the devices' order: sorted by free share (stable), the devices
+        # of a node whose devices are of one class key alike whichever of them is used.
+        views = tuple(sorted(devices, key=itemgetter(0)))
+        # Free CPU (memory) beyond what the kind asking most would need for every device changes
+        # nothing: capped there, nodes with room to spare key alike.
+        if cpu_free is not None:
+            cpu_free = min(cpu_free, self._cpuCap * len(views))
+        if mem_free is not None:
+            mem_free = min(mem_free, self._memCap * len(views))
+        key = (cpu_free, mem_free, views)
         found = self._memo.get(key)
         if found is not None:
             return found
@@ -115,39 +132,75 @@ class Workload:
         if total_free > 0:
             value = self.idle * total_free
             for g in self.groups:
-                runs = sum(w for c, m, w in g.members if c < ci and m < mi)
-                usable = self._usable(g, views)
-                # Kinds that cannot run here (CPU, memory, devices) see all of the free capacity as fragments.
-                value += (g.weight - runs) * total_free
-                value += runs * (total_free - usable if usable is not None else total_free)
+                room = [
+                    free for free, classes in views if (g.classes is None or classes & g.classes) and free >= g.percent
+                ]
+                if len(room) < g.count:
+                    value += g.weight * total_free
+                    continue
+                room.sort(reverse=True)
+                for cpu, mem, weight in g.members:
+                    # Kinds that cannot run here (CPU, memory) see all of the free capacity as fragments.
+                    if (cpu_free is not None and cpu_free < cpu) or (mem_free is not None and mem_free < mem):
+                        value += weight * total_free
+                        continue
+                    value += weight * (total_free - _usable(g, room, cpu_free, mem_free, cpu, mem))
         if len(self._memo) > 200_000:
             self._memo.clear()
         self._memo[key] = value
         return value
 
-    @staticmethod
-    def _usable(g: _Group, views: Sequence[DeviceView]) -> int | None:
-        """The free capacity the group's kind can use on these devices, None when it cannot run at all."""
-        threshold = min(g.percent, WHOLE)
-        usable = 0
-        fitting = 0
-        for free, classes in views:
-            if g.classes is not None and not (classes & g.classes):
-                continue
-            if free >= threshold:
-                usable += free
-                fitting += 1
-        if g.count <= 1:
-            return usable if fitting >= 1 else None
-        return usable if fitting >= g.count else None
+
+def _usable(g: _Group, room: list[int], cpu_free: int | None, mem_free: int | None, cpu: int, mem: int) -> float:
+    """The free capacity one kind of the group can use on a node whose devices with room for it have
+    ``room`` free (descending), when it runs there: a share kind as many of them, the emptiest first,
+    as the node's CPU and memory have room for orders of the kind; a whole-device kind the devices its
+    memory has room for (``count`` of them an order)."""
+    if g.shares:
+        n = len(room)
+        if cpu and cpu_free is not None:
+            n = min(n, cpu_free // cpu)
+        if mem and mem_free is not None:
+            n = min(n, mem_free // mem)
+        return float(sum(room[:n]))
+    usable = float(sum(room))
+    if mem and mem_free is not None:
+        usable = min(usable, float((mem_free // mem) * g.count * WHOLE))
+    return usable
 
 
-def growth_score(delta: float) -> int:
-    """The paper's score of a growth of ``delta`` percent of a device (FGD's plugin: 100 x sigmoid of
-    the decrease in devices, truncated): 50 for no growth, higher for a decrease, lower for a growth.
-    One step is about 4 % of a device near 0 and wider further out."""
-    x = max(-50.0, min(50.0, delta / WHOLE))
-    return int(100 / (1 + math.exp(x)))
+def growth_rank(delta: float) -> float:
+    """How the plan compares growths: exactly, to a millionth of a percent of a device (so that float
+    noise does not split equal growths, which go to the node first by name)."""
+    return round(delta, 6) + 0.0
+
+
+def held_demands(snapshot: InventorySnapshot) -> list[RecentDemand]:
+    """The kinds of order the cluster holds, weighed by how many it holds: what a plan weighs when its
+    caller names no kinds (``PlanningRequest.recentDemands`` None). A function of the snapshot alone,
+    so every planner reading the same cluster weighs the same kinds.
+
+    Each allocation of a share of a device is one order of that share (its compute share, or the part
+    of the device's memory it holds when that is more); the whole devices one holder holds on one node
+    are one order of that many devices. Allocations on partitions are left out (the measure counts
+    whole devices). What the holders' pods ask of the node and which device classes their orders allow
+    are not in the inventory: the kinds ask no CPU or memory and may use any class."""
+    counts: dict[tuple[int, int], int] = {}
+    whole: dict[tuple[str, str], int] = {}
+    for device in snapshot.devices:
+        if device.parentDevice is not None:
+            continue
+        for a in device.allocations:
+            percent = a.sharePercent
+            if a.memoryMiB is not None and device.memoryMiB:
+                percent = max(percent, -(-100 * a.memoryMiB // device.memoryMiB))
+            if percent >= WHOLE or not device.allowMultipleAllocations:
+                whole[(a.holder, device.node)] = whole.get((a.holder, device.node), 0) + 1
+            elif percent > 0:
+                counts[(1, percent)] = counts.get((1, percent), 0) + 1
+    for n in whole.values():
+        counts[(n, WHOLE)] = counts.get((n, WHOLE), 0) + 1
+    return [RecentDemand(weight=float(w), deviceCount=k, sharePercent=p) for (k, p), w in sorted(counts.items())]
 
 
 _WORKLOADS: dict[tuple[RecentDemand, ...], Workload] = {}
@@ -164,4 +217,12 @@ def workload_of(demands: Sequence[RecentDemand]) -> Workload:
     return found
 
 
-__all__ = ["WHOLE", "DeviceView", "RecentDemand", "Workload", "growth_score", "workload_of"]
+__all__ = [
+    "WHOLE",
+    "DeviceView",
+    "RecentDemand",
+    "Workload",
+    "growth_rank",
+    "held_demands",
+    "workload_of",
+]

@@ -22,12 +22,30 @@ Refusal reasons and messages are ``planner.refusals``; the class's policy with i
 ``planner.policy``.
 
 Among the candidates that fit, the plan prefers, in order: a compiled recipe over a preset over the
-fallback; fewer devices; a shared placement over a dedicated one; the device the order already holds
-(a replan does not move a serving order for nothing); with recent demands, the place whose node's
-expected fragmentation grows least, by the paper's score of the growth (``planner.fragmentation``),
-then among equal scores the node first by name (the paper's scheduler's rule); the
-device with the least free memory that still fits (best fit, so two half-card orders land on one
-card); the least memory assigned beyond the need; then names, so the outcome is deterministic.
+fallback; fewer devices; **the place that takes the least of the cluster** (``Candidate.economy``:
+first the fewest devices taken whole — a device that cannot be shared, a partition or a share of 100
+— then the least memory taken, a whole device counting all of its memory and a share its part of
+the device's), so that an order never gets more device than it needs while a place that takes less
+fits; a shared placement over a dedicated one; the device the order already holds (a replan does
+not move a serving order for nothing, unless to a place that takes less); the place whose node's
+expected fragmentation grows least against the kinds of order that come (``planner.fragmentation``),
+then among equal growths the node first by name (the paper's scheduler's rule); the device with the
+least free memory that still fits (best fit, so two half-card orders land on one card); the least
+memory assigned beyond the need; then names, so the outcome is deterministic. Economy comes before
+fragmentation, not weighed against it: fragmentation only chooses among places that take the same
+(the same count of whole devices and the same memory: in practice devices of one size and one
+share), so a fragmentation gain never buys a bigger device or a whole one.
+
+The kinds of order the fragmentation-aware choice weighs (``recentDemands``) come from the caller, and
+only a caller that knows its workload names them (the trace replay: its task list's kinds). The
+planner service, the in-process planner and ``ai-inference plan`` (the dry run) name none, so each
+plan is a function of the order and the inventory alone: they make the same plan from the same
+cluster, whichever process or replica makes it and whatever it planned before. (The service once
+weighed the kinds of its own last plans, kept in its memory: a restarted planner, a second replica
+and the dry run then chose differently. Kinds derived from what the cluster holds were measured and
+not kept: the inventory does not say what the holders' pods ask of their nodes or which classes their
+orders allow, and without that the choice did worse than best fit on the openb trace; see
+docs/planner.md.)
 
 What is kept between plans, and what is not. Each plan builds its own snapshot index
 (``planner.snapshot``) and drops it: nothing is cached per snapshot, because the planner service and
@@ -77,7 +95,9 @@ class PlanningRequest(LaunchPlanRequest):
 
     inventory: InventorySnapshot = Field(default_factory=InventorySnapshot)
     recentDemands: list[RecentDemand] | None = Field(
-        default=None, description="None or empty: best fit alone chooses among the places that fit."
+        default=None,
+        description="The kinds of order the fragmentation-aware choice weighs, from a caller that knows its "
+        "workload (the trace replay). None or empty: best fit alone chooses among the places that take the same.",
     )
     demand: ExplicitDemand | None = None
 
@@ -276,20 +296,34 @@ def explain_choice(ranked: list[Candidate], fragmentation: bool) -> str:
     """Why the first candidate won, in one line."""
     best = ranked[0]
     where = f"{best.devices[0].node}/{','.join(d.name for d in best.devices)}"
+    dearer = [c for c in ranked[1:] if c.economy > best.economy]
+    more = f" ({len(dearer)} that take more were not weighed: {_taken(dearer[0])})" if dearer else ""
     if not fragmentation:
-        return f"{where}: best fit ({best.freeMiB:.0f} MiB free before), among {len(ranked)} place(s) that fit"
-    runner = next((c for c in ranked[1:] if c.devices[0].node != best.devices[0].node), None)
+        return (
+            f"{where}: best fit ({best.freeMiB:.0f} MiB free before), among {len(ranked)} place(s) that fit; "
+            f"takes {_taken(best)}{more}"
+        )
+    runner = next(
+        (c for c in ranked[1:] if c.economy == best.economy and c.devices[0].node != best.devices[0].node), None
+    )
     text = (
-        f"{where}: the node's expected fragmentation grows by {best.fragDelta:.1f} % of a device against the "
-        f"recent orders (score {best.fragScore}), the best among {len(ranked)} place(s) that fit"
+        f"{where}: takes {_taken(best)}; the node's expected fragmentation grows by {best.fragDelta:.1f} % of a "
+        f"device against the orders that come, the least among {len(ranked)} place(s) that fit{more}"
     )
     if runner is not None:
-        text += f" (next: {runner.devices[0].node}, {runner.fragDelta:+.1f}, score {runner.fragScore})"
+        text += f" (next: {runner.devices[0].node}, {runner.fragDelta:+.1f})"
     text += (
-        f"; among equal scores the node first by name (it had {best.nodeFree:.0f} % of a device and "
+        f"; among equal growths the node first by name (it had {best.nodeFree:.0f} % of a device and "
         f"{best.nodeCpuFree:.0f}m CPU free)"
     )
     return text
+
+
+def _taken(candidate: Candidate) -> str:
+    """What a place takes of the cluster, for the trace."""
+    whole, memory = candidate.economy
+    what = f"{whole} whole device(s)" if whole else f"a {candidate.share.percent} % share"
+    return f"{what}, {memory / 1024:.1f} GiB" if memory != float("inf") else f"{what}, memory unknown"
 
 
 def _launch_plan(best: Candidate, judge: Judge) -> LaunchPlan:

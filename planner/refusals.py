@@ -6,8 +6,9 @@ says what the search met on the way, for the person reading the order's status.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from inference_api.plan import LaunchPlanRequest, PlanOutcome, PlanRefusal
 from inference_api.reasons import Reason
@@ -36,10 +37,21 @@ class Trace:
     # Stages 3 and 4.
     tooSmall: list[tuple[str, Device, int, ShareDecision]] = field(default_factory=list)
     busy: list[tuple[str, Device]] = field(default_factory=list)
+    # Groups of slots (each with .deviceClass and .device) every one of which is busy: kept whole, the
+    # slots are listed only when a refusal message counts them (``busy_devices``).
+    busyGroups: list[Sequence[Any]] = field(default_factory=list)
     # Node name → why the scheduler would not bind the replica's pod there (``planner.nodes``).
     nodeProblems: dict[str, NodeProblem] = field(default_factory=dict)
     # How the chosen candidate won (fragmentation, best fit), for logs and the plan's explanation.
     choice: str | None = None
+
+    def busy_devices(self) -> dict[str, Device]:
+        """The devices found busy, by key."""
+        found = {d.key: d for _, d in self.busy}
+        for group in self.busyGroups:
+            for slot in group:
+                found.setdefault(slot.device.key, slot.device)
+        return found
 
 
 def refuse(reason: Reason, message: str) -> PlanOutcome:
@@ -161,7 +173,7 @@ def _capacity_message(
     exhausted: bool,
 ) -> str:
     model = request.facts.modelName
-    busy = {d.key: d for _, d in trace.busy}
+    busy = trace.busy_devices()
     need = _needs(choices)
     classes = join(sorted(sized_classes))
     notes = _notes(trace)

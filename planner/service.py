@@ -68,7 +68,7 @@ from inference_api.settings import PLANNER_AUDIENCE
 from inference_api.types import CLASSES, GROUP
 from planner.bookings import Booking, OrderClaim, prune, reserve, with_booked_pods
 from planner.fairness import FairGate
-from planner.fragmentation import RecentDemand
+from planner.fragmentation import RecentDemand, held_demands
 from planner.inventory import InventorySnapshot
 from planner.planning import PlanningRequest, plan_launch, plan_launch_traced, stranded_devices
 from planner.quantity import Quantity
@@ -465,7 +465,6 @@ class BookingLedger:
         self._clock = clock
         self._bookings: dict[str, Booking] = {}
         self._lock = threading.Lock()
-        self.recent = RecentOrders()
         self._last: InventorySnapshot | None = None
 
     def bookings(self) -> list[Booking]:
@@ -495,10 +494,11 @@ class BookingLedger:
                     holders=sorted({n.holder for n in reservation.unplaced}),
                 )
             snapshot = with_booked_pods(reservation, self._bookings.values())
-            request = PlanningRequest(**dict(body), inventory=snapshot, recentDemands=self.recent.demands() or None)
+            # No kinds of order named: the plan is a function of the body and the cluster (with the
+            # bookings), as the dry run's and the in-process planner's are, in every replica.
+            request = PlanningRequest(**dict(body), inventory=snapshot)
             outcome, trace = plan_launch_traced(request, book)
             if outcome.plan is not None:
-                self.recent.add(outcome.plan)
                 log.debug("planner: planned", holder=holder, choice=trace.choice)
             if holder is not None and outcome.plan is not None:
                 self._bookings[holder] = Booking.of_plan(holder, outcome.plan, now)
@@ -506,17 +506,18 @@ class BookingLedger:
             return outcome
 
     def stranded(self) -> float:
-        """What the last plan's snapshot leaves stranded against the recent orders (computed when asked:
-        a scrape, not a plan, pays for it)."""
+        """What the last plan's snapshot leaves stranded against the kinds of order the cluster holds
+        (``held_demands``; computed when asked: a scrape, not a plan, pays for it)."""
         with self._lock:
-            last, demands = self._last, self.recent.demands()
-        return stranded_devices(last, demands) if last is not None else 0.0
+            last = self._last
+        return stranded_devices(last, held_demands(last)) if last is not None else 0.0
 
 
 class RecentOrders:
-    """The kinds of orders planned lately (the last ``window`` plans), for the fragmentation-aware
-    choice. The list handed to plans changes every ``refresh`` plans only, so that the figures the
-    planner memoizes for one list keep serving the plans in between."""
+    """The kinds of orders planned lately (the last ``window`` plans). No longer weighed by plans: kept
+    in one process's memory, it made a restarted planner, a second replica and the dry run plan
+    differently from the same cluster (issue 37); plans name no kinds now and the stranded metric
+    derives them from the cluster (``held_demands``). The list changes every ``refresh`` plans only."""
 
     def __init__(self, window: int = 512, refresh: int = 32) -> None:
         self._window: deque[RecentDemand] = deque(maxlen=window)
@@ -611,8 +612,8 @@ def create_app(
     bookings_held.set_function(lambda: len(ledger.bookings()) if ledger is not None else 0)
     stranded = Gauge(
         "ai_inference_planner_stranded_devices",
-        "Free accelerator capacity, in devices, left in fragments the recent orders could not use (the nodes' "
-        "expected fragmentation against the kinds of the last plans), as of the last plan.",
+        "Free accelerator capacity, in devices, left in fragments the orders the cluster holds could not use "
+        "(the nodes' expected fragmentation against the kinds of order the cluster holds), as of the last plan.",
         registry=metrics,
     )
     stranded.set_function(lambda: ledger.stranded() if ledger is not None else 0.0)

@@ -81,6 +81,8 @@ class SnapshotIndex:
         self.byNode: dict[str, list[Device]] = static["byNode"]  # type: ignore[assignment]
         self.nodes: dict[str, Node] | None = static["nodes"]  # type: ignore[assignment]
         self.base: dict[str, Occupancy] = _Base(self.byKey, self.related)
+        # Every node's fingerprint for this plan (``planner.fit``), computed on first use.
+        self.fingerprints: dict[str, tuple[object, ...]] | None = None
 
     def cached(self, key: Hashable, make: Callable[[], _T]) -> _T:
         """A value computed once per snapshot object (it must not depend on allocations)."""

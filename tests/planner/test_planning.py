@@ -103,13 +103,21 @@ def test_a_plan_carries_placement_recipe_and_estimates() -> None:
     assert (status.deviceClass, status.sharePercent, status.replanCount) == (S3, 30, 2)
 
 
-def test_default_llm_prefers_the_tightest_shared_fit() -> None:
-    # A 40 GiB MIG instance is the shared device with the least free memory that holds 24 GiB;
-    # a partition is taken whole.
+def test_default_llm_takes_the_place_that_takes_least() -> None:
+    # A 40 GiB MIG instance would be taken whole (a partition is taken whole): 40 GiB. A 30 % share of
+    # an MPS-shared H100 takes 24 GiB and leaves the rest of the card to others: the economy rule
+    # takes the share, although the partition has less free memory (best fit would take it).
     result = planned(plan(AWQ_32B, DEFAULT_LLM))
+    assert result.placementMode is PlacementType.WHOLE_DEVICE
+    assert result.sharingMode is SharingMode.SHARED
+    assert result.sharePercent == 30
+    assert result.memoryRequestMiB == 24576
+    assert result.acceleratorMemoryGiB == 80
+    # Where no share of a whole card is allowed, the partition is the place that takes least.
+    partitions = policy(sharing=SHARED, placement=[PlacementType.PARTITION], max_count=1)
+    result = planned(plan(AWQ_32B, partitions))
     assert result.deviceClass == MIG
     assert result.placementMode is PlacementType.PARTITION
-    assert result.sharingMode is SharingMode.SHARED
     assert result.sharePercent == 100
     assert result.memoryRequestMiB is None
     assert result.acceleratorMemoryGiB == 40
