@@ -20,9 +20,9 @@ from starlette.testclient import TestClient
 from inference_api.plan import LaunchPlanRequest, OrderFacts, PlanOutcome, RuntimeFallbackFlag
 from inference_api.types import AcceleratorPolicy
 from planner.bookings import OrderClaim
-from planner.fragmentation import RecentDemand
+from planner.fragmentation import RecentDemand, held_demands
 from planner.inventory import DeviceAllocation, DeviceClass, InventorySnapshot
-from planner.planning import PlanningRequest, plan_launch, plan_launch_traced
+from planner.planning import PlanningRequest, plan_launch, plan_launch_traced, stranded_devices
 from planner.recipes import load_recipe_book
 from planner.service import BookingLedger, create_app
 from tests.planner.helpers import H100, SHARED, T4, WHOLE, cel, device, planned, policy, sim_snapshot
@@ -184,3 +184,28 @@ def test_a_restarted_planner_plans_what_it_planned_before() -> None:
     # Best fit among the places that take the same: the half-used card with room, not an empty one.
     held = {key.split("/")[1] for key, allocations in cluster.allocations.items() if allocations}
     assert before.deviceNames[0] in held
+
+
+def test_the_stranded_metric_weighs_what_the_cluster_holds_in_every_replica() -> None:
+    """The kinds the stranded-capacity metric weighs come from the cluster (``held_demands``): each
+    share held one order of that share, the whole devices one holder holds on a node one order of
+    that many. Two ledgers (two replicas) that planned different things publish the same figure."""
+    cluster = Cluster()
+    cluster.allocations = {
+        "t4-node/gpu-0": [DeviceAllocation(holder="ns/a", sharePercent=60)],
+        "t4-node/gpu-1": [DeviceAllocation(holder="ns/b", sharePercent=60)],
+        "t4-node/gpu-2": [DeviceAllocation(holder="ns/c")],
+        "t4-node/gpu-3": [DeviceAllocation(holder="ns/c")],
+    }
+    snapshot = cluster.snapshot()
+    assert held_demands(snapshot) == [
+        RecentDemand(weight=2.0, deviceCount=1, sharePercent=60),
+        RecentDemand(weight=1.0, deviceCount=2, sharePercent=100),
+    ]
+    # 40 % free on two cards: a fragment for the 60 % orders (2/3 of the weight) and for the
+    # two-card order (no two free cards): 0.8 of a device stranded.
+    assert stranded_devices(snapshot, held_demands(snapshot)) == pytest.approx(0.8)
+    one, other = BookingLedger(), BookingLedger()
+    one.plan(cluster.view, body("ns/x", QUARTER), load_recipe_book())
+    other.plan(cluster.view, body("ns/y", QUARTER), load_recipe_book())
+    assert one.stranded() == other.stranded()
