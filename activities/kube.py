@@ -7,6 +7,7 @@ import json
 import threading
 from collections.abc import Generator, Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import urllib3
 from kubernetes import client, config
@@ -15,6 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import DynamicApiError, ResourceNotFoundError
 from kubernetes.watch.watch import iter_resp_lines
+from opentelemetry import trace
 from temporalio.exceptions import ApplicationError
 
 from activities.builders.common import FIELD_MANAGER
@@ -46,10 +48,43 @@ def load_api_client(kubeconfig: str | None = None) -> ApiClient:
     return bounded(ApiClient(configuration))
 
 
+def request_span_name(method: str, url: str, headers: Any = None) -> tuple[str, dict[str, Any]]:
+    """The span of one API request: ``kubernetes <verb> <resource>`` (``apply`` for a server-side
+    apply) and its attributes: the method, the path (no query: a selector is no secret, but keep it
+    short), the namespace. Never a body or a header's value."""
+    path = urlsplit(url).path
+    parts = [part for part in path.split("/") if part]
+    verb = method.upper()
+    content_type = str((headers or {}).get("Content-Type", ""))
+    if verb == "PATCH" and "apply-patch" in content_type:
+        verb = "apply"
+    namespace = None
+    resource = parts[-1] if parts else ""
+    # /api/v1/..., /apis/<group>/<version>/...: the resource is the plural after the version, or after
+    # namespaces/<namespace>; a name (and a subresource) may follow it.
+    rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
+    if len(rest) >= 2 and rest[0] == "namespaces":
+        namespace = rest[1]
+        rest = rest[2:] or ["namespaces"]
+    if parts[:1] not in (["api"], ["apis"]) or (parts[:1] == ["apis"] and len(parts) <= 3 and not namespace):
+        resource = "version" if parts == ["version"] else "discovery"
+    elif parts[:1] == ["api"] and len(parts) <= 2:
+        resource = "discovery"
+    elif rest:
+        resource = rest[0] if len(rest) < 3 else f"{rest[0]}/{rest[2]}"
+    attributes: dict[str, Any] = {"http.request.method": method.upper(), "url.path": path, "k8s.resource": resource}
+    if namespace:
+        attributes["k8s.namespace.name"] = namespace
+    return f"kubernetes {verb.lower()} {resource}", attributes
+
+
 def bounded(api: ApiClient, timeout: tuple[float, float] = REQUEST_TIMEOUT) -> ApiClient:
-    """``api`` with ``timeout`` on every request that names none (the client's own default is none)."""
+    """``api`` with ``timeout`` on every request that names none (the client's own default is none),
+    and a span around each request made within a traced operation (an activity, the observer's
+    delivery: docs/tracing.md); outside one, no span (the observer's watches would be traces of their own)."""
     rest = api.rest_client
     request = rest.request
+    tracer = trace.get_tracer("ai-inference.kubernetes")
 
     def timed(
         method: str,
@@ -59,14 +94,27 @@ def bounded(api: ApiClient, timeout: tuple[float, float] = REQUEST_TIMEOUT) -> A
         post_params: Any = None,
         _request_timeout: Any = None,
     ) -> Any:
-        return request(
-            method,
-            url,
-            headers=headers,
-            body=body,
-            post_params=post_params,
-            _request_timeout=_request_timeout or timeout,
-        )
+        def send() -> Any:
+            return request(
+                method,
+                url,
+                headers=headers,
+                body=body,
+                post_params=post_params,
+                _request_timeout=_request_timeout or timeout,
+            )
+
+        if not trace.get_current_span().is_recording():
+            return send()
+        name, attributes = request_span_name(method, url, headers)
+        with tracer.start_as_current_span(name, kind=trace.SpanKind.CLIENT, attributes=attributes) as span:
+            try:
+                response = send()
+            except ApiException as err:
+                span.set_attribute("http.response.status_code", int(err.status or 0))
+                raise
+            span.set_attribute("http.response.status_code", int(getattr(response, "status", 0) or 0))
+            return response
 
     rest.request = timed
     return api

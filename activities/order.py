@@ -18,6 +18,7 @@ import structlog
 from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic.exceptions import ConflictError as DynamicConflictError
+from opentelemetry import trace
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -797,6 +798,10 @@ class OrderActivities:
         if trusted is None:
             return
         update = trusted
+        # The phase written, on the activity's span (docs/tracing.md: an order's trace ends at Ready).
+        span = trace.get_current_span()
+        span.set_attribute("ai_inference.order", update.ref.key)
+        span.set_attribute("ai_inference.phase", str(update.phase.value))
         status = update.model_dump(mode="json", exclude_none=True, exclude={"ref", "endpointType"})
         status["model"] = {"endpointType": update.endpointType.value} if update.endpointType else None
         # A merge patch keeps keys it does not name: a field that became empty is sent as null.

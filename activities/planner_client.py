@@ -32,6 +32,7 @@ from typing import Any
 import httpx
 import structlog
 from kubernetes.client import ApiClient
+from opentelemetry import propagate, trace
 
 from activities.inventory import read_inventory
 from inference_api.payloads import PlanInput
@@ -49,6 +50,7 @@ from planner.recipes import RecipeBook, load_recipe_book
 from planner.scaling import planned_replicas
 
 log = structlog.get_logger(__name__)
+_tracer = trace.get_tracer("ai-inference.planner-client")
 
 LAUNCH_PLAN_PATH = "/api/v1/launch-plan"
 
@@ -213,6 +215,7 @@ class HttpPlanner:
         verify: ssl.SSLContext | bool = True,
     ) -> None:
         self.url = base_url.rstrip("/") + LAUNCH_PLAN_PATH
+        self._host = httpx.URL(self.url).host
         self._token = token
         self._settings = settings
         self._http = httpx.Client(timeout=timeout, transport=transport, verify=verify)
@@ -225,11 +228,19 @@ class HttpPlanner:
         token = self._token()
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        response = self._http.post(self.url, content=body.model_dump_json(), headers=headers)
-        if response.status_code != 200:
-            error, message = _error_of(response)
-            raise PlannerServiceError(response.status_code, error, message)
-        return PlanOutcome.model_validate_json(response.content)
+        attributes = {"http.request.method": "POST", "url.path": LAUNCH_PLAN_PATH, "server.address": self._host}
+        with _tracer.start_as_current_span(
+            f"planner POST {LAUNCH_PLAN_PATH}", kind=trace.SpanKind.CLIENT, attributes=attributes
+        ) as span:
+            # The span's context travels in `traceparent`: the service's own span joins the trace.
+            propagate.inject(headers)
+            response = self._http.post(self.url, content=body.model_dump_json(), headers=headers)
+            span.set_attribute("http.response.status_code", response.status_code)
+            if response.status_code != 200:
+                error, message = _error_of(response)
+                span.set_attribute("error.type", error)
+                raise PlannerServiceError(response.status_code, error, message)
+            return PlanOutcome.model_validate_json(response.content)
 
     def __call__(self, request: PlanInput) -> PlanOutcome:
         return self.request(launch_plan_request(request, self._settings))

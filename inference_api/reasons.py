@@ -87,6 +87,9 @@ class Reason(StrEnum):
     RUNTIME_UP_TO_DATE = "RuntimeUpToDate"
     WAITING_FOR_PREVIOUS_STEP = "WaitingForPreviousStep"
     DELETING = "Deleting"
+    # The module was disabled (its chart uninstalled): the disable hook stopped the order's workload and
+    # wrote this; enabling the module again brings the order back by itself (worker/disable.py).
+    MODULE_DISABLED = "ModuleDisabled"
     # Class conditions (Validated, Ready).
     CLASS_VALID = "ClassValid"
     CLASS_INVALID = "ClassInvalid"

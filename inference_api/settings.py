@@ -200,6 +200,88 @@ class ExposureSettings(BaseModel):
         return sorted({h.strip().lower().rstrip(".") for h in value if h.strip()})
 
 
+# A PEM bundle the fetcher trusts is one or more certificates; a pod annotation carries it (256 KiB
+# for all of a pod's annotations), so it stays well below.
+CA_BUNDLE_MAX_BYTES = 128 * 1024
+
+
+class HuggingFaceSource(BaseModel):
+    """How the ``model-fetcher`` init containers reach the Hugging Face hub: a mirror, a proxy, the CAs
+    to trust (an air-gapped or filtered cluster). Module settings only, never an order's or a class's:
+    a tenant cannot point the fetcher at a proxy or a CA of theirs. Empty: the pod template is what it
+    is without them. Part of the pod template, so of the release fingerprint: a change rolls the orders."""
+
+    # The hub's (or a mirror's) base URL, the fetcher's HF_ENDPOINT: "https://hf-mirror.example.com".
+    # The order's token (HF_TOKEN, gated models) is sent to it.
+    endpoint: str | None = None
+    # The proxy the fetcher's https requests go through (HTTPS_PROXY), "http://proxy.example.com:3128".
+    httpsProxy: str | None = None
+    # Hosts reached without the proxy (NO_PROXY): names, ".domain" suffixes, IPs or CIDRs.
+    noProxy: list[str] = Field(default_factory=list)
+    # PEM certificates the fetcher trusts instead of the image's roots (SSL_CERT_FILE and the like): the
+    # mirror's CA, a TLS-inspecting proxy's CA, and public roots if huggingface.co is reached too.
+    caBundle: str | None = None
+
+    @field_validator("endpoint", "httpsProxy")
+    @classmethod
+    def _http_url(cls, value: str | None, info: Any) -> str | None:
+        if not value or not value.strip():
+            return None
+        url = value.strip().rstrip("/")
+        split = urlsplit(url)
+        setting = f"workload.modelSource.huggingFace.{info.field_name}"
+        if split.scheme.lower() not in ("http", "https") or not split.hostname:
+            raise ValueError(f"{setting} must be an http:// or https:// URL, not {value!r}")
+        if split.username or split.password:
+            raise ValueError(
+                f"{setting} must not carry credentials: it is written into every order's pod template, "
+                "which the order's tenant can read"
+            )
+        if split.query or split.fragment:
+            raise ValueError(f"{setting} must be a base URL without a query or fragment, not {value!r}")
+        return url
+
+    @field_validator("noProxy")
+    @classmethod
+    def _hosts(cls, value: list[str]) -> list[str]:
+        hosts = [host.strip() for host in value if host.strip()]
+        for host in hosts:
+            if any(c in host for c in ", \t\n/") and not _is_cidr(host):
+                raise ValueError(f"workload.modelSource.huggingFace.noProxy: one host per item, not {host!r}")
+        return hosts
+
+    @field_validator("caBundle")
+    @classmethod
+    def _pem(cls, value: str | None) -> str | None:
+        if not value or not value.strip():
+            return None
+        pem = value.strip() + "\n"
+        if "-----BEGIN CERTIFICATE-----" not in pem or "-----END CERTIFICATE-----" not in pem:
+            raise ValueError("workload.modelSource.huggingFace.caBundle must hold PEM certificates (BEGIN CERTIFICATE)")
+        if "PRIVATE KEY" in pem:
+            raise ValueError(
+                "workload.modelSource.huggingFace.caBundle holds a private key: give the certificates only"
+            )
+        if len(pem.encode()) > CA_BUNDLE_MAX_BYTES:
+            raise ValueError(f"workload.modelSource.huggingFace.caBundle is over {CA_BUNDLE_MAX_BYTES // 1024} KiB")
+        return pem
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.endpoint or self.httpsProxy or self.noProxy or self.caBundle)
+
+
+def _is_cidr(host: str) -> bool:
+    address, _, bits = host.partition("/")
+    return bool(bits.isdigit() and address and all(c in "0123456789abcdefABCDEF.:" for c in address))
+
+
+class ModelSourceSettings(BaseModel):
+    """Where the fetcher gets the order's model from (docs/workload.md, docs/admin-guide.md)."""
+
+    huggingFace: HuggingFaceSource = Field(default_factory=HuggingFaceSource)
+
+
 class WorkloadSettings(BaseModel):
     """The order workloads' pods (never order fields): where their images come from and which nodes
     they may land on. Part of the release fingerprint: a change reaches every order's pod template."""
@@ -217,6 +299,12 @@ class WorkloadSettings(BaseModel):
     # slow by default; the HPA allows at most an hour.
     scaleUpStabilizationSeconds: int = Field(default=60, ge=0, le=3600)
     scaleDownStabilizationSeconds: int = Field(default=600, ge=0, le=3600)
+    # The engine's own traces (vLLM's --otlp-traces-endpoint: OTLP over gRPC, e.g.
+    # "http://otel-collector.d8-monitoring:4317"), as its pods reach the collector. Empty: the engine
+    # traces nothing. Part of the pod template, so of the release fingerprint: a change rolls the orders.
+    engineOtlpTracesEndpoint: str | None = None
+    # The fetcher's way to the hub: a mirror endpoint, a proxy, a CA bundle (an air-gapped cluster).
+    modelSource: ModelSourceSettings = Field(default_factory=ModelSourceSettings)
 
     def image(self, reference: str) -> str:
         """``reference`` pulled from ``imageRegistry``: its own registry host (a first part with a dot or
@@ -344,6 +432,33 @@ class WorkerSettings(BaseModel):
     searchAttributeCheckSeconds: float = Field(default=60, gt=0)
 
 
+class TracingSettings(BaseModel):
+    """OpenTelemetry traces of the module's own processes (``worker/tracing.py``, docs/tracing.md).
+
+    How the module reports on itself, never what an order gets: out of the release fingerprint."""
+
+    # OTLP over HTTP: the collector's base URL (``http://otel-collector.d8-monitoring:4318``); spans
+    # go to ``<otlpEndpoint>/v1/traces``. Empty: tracing is off (no SDK set up, no exporter, nothing sent).
+    otlpEndpoint: str | None = None
+    # The service name the spans carry; empty: ``ai-inference-<process>`` (worker, watch, planner).
+    serviceName: str | None = None
+    # The fraction of new traces kept (parent-based: a kept trace is kept whole across processes).
+    sampleRatio: float = Field(default=1.0, ge=0, le=1)
+
+    @field_validator("otlpEndpoint")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if not value or not value.strip():
+            return None
+        scheme = urlsplit(value.strip()).scheme.lower()
+        if scheme not in ("http", "https"):
+            raise ValueError(f"tracing.otlpEndpoint must be an http:// or https:// URL (OTLP/HTTP), not {value!r}")
+        return value.strip().rstrip("/")
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
 class ModuleSettings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="AI_INFERENCE_", env_nested_delimiter="__", case_sensitive=False, extra="ignore"
@@ -359,7 +474,20 @@ class ModuleSettings(BaseSettings):
     # exclude: per-process (a shard number), never part of the release fingerprint.
     observer: ObserverSettings = Field(default_factory=ObserverSettings, exclude=True)
     worker: WorkerSettings = Field(default_factory=WorkerSettings, exclude=True)
+    tracing: TracingSettings = Field(default_factory=TracingSettings, exclude=True)
+    # The level of every process's log lines (DEBUG, INFO, WARNING, ERROR); AI_INFERENCE_LOGLEVEL.
+    logLevel: str = Field(default="INFO", exclude=True)
     moduleNamespace: str = "d8-ai-inference"
+
+    @field_validator("logLevel")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        level = value.strip().upper()
+        if level == "WARN":
+            level = "WARNING"
+        if level not in LOG_LEVELS:
+            raise ValueError(f"logLevel must be one of {', '.join(LOG_LEVELS)}, not {value!r}")
+        return level
 
     @classmethod
     def settings_customise_sources(

@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
 import structlog
+from opentelemetry import propagate, trace
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_asgi_app
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.json_schema import models_json_schema
@@ -75,6 +76,7 @@ from planner.quantity import Quantity
 from planner.recipes import RecipeBook, load_recipe_book
 
 log = structlog.get_logger(__name__)
+_tracer = trace.get_tracer("ai-inference.planner")
 
 LAUNCH_PLAN_PATH = "/api/v1/launch-plan"
 HEALTHZ_PATH = "/healthz"
@@ -665,6 +667,20 @@ def create_app(
         return caller
 
     async def launch_plan(request: Request) -> Response:
+        # The caller's span travels in `traceparent` (activities/planner_client.py): this one joins
+        # its trace. A no-op unless the process set up tracing (tracing.otlpEndpoint).
+        parent = propagate.extract(dict(request.headers))
+        with _tracer.start_as_current_span(
+            f"POST {LAUNCH_PLAN_PATH}",
+            context=parent,
+            kind=trace.SpanKind.SERVER,
+            attributes={"http.request.method": "POST", "url.path": LAUNCH_PLAN_PATH},
+        ) as span:
+            response = await answer_launch_plan(request)
+            span.set_attribute("http.response.status_code", response.status_code)
+            return response
+
+    async def answer_launch_plan(request: Request) -> Response:
         started = time.perf_counter()
         caller = await authorize(request)
         if isinstance(caller, Response):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from enum import IntEnum, StrEnum
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -148,11 +149,20 @@ METRICS_PORT_OPTION = typer.Option(
 
 
 def _runtime(kubeconfig: str | None) -> tuple[ModuleSettings, Any]:
+    """Settings, logging at ``logLevel``, and an API client."""
     from activities.kube import load_api_client
     from worker.logs import configure_logging
 
-    configure_logging()
-    return load_settings(), load_api_client(kubeconfig)
+    settings = load_settings()
+    configure_logging(settings.logLevel)
+    return settings, load_api_client(kubeconfig)
+
+
+def _traced(settings: ModuleSettings, process: str) -> None:
+    """A long-running process's traces (``tracing.otlpEndpoint``; off when unset): docs/tracing.md."""
+    from worker.tracing import setup_tracing
+
+    setup_tracing(settings.tracing, process)
 
 
 @app.command()
@@ -170,6 +180,7 @@ def worker(
     from worker.temporal_client import install_sdk_metrics
 
     settings, api = _runtime(kubeconfig)
+    _traced(settings, "worker")
     install_sdk_metrics(metrics_port)
     health = Health(starting=True)
 
@@ -190,6 +201,7 @@ def watch(
     from worker.temporal_client import install_sdk_metrics
 
     settings, api = _runtime(kubeconfig)
+    _traced(settings, "watch")
     install_sdk_metrics(metrics_port)
     health = Health(starting=True)
 
@@ -230,6 +242,24 @@ app.command("watcher", hidden=True)(watch)
 
 
 @app.command()
+def disable(
+    module_namespace: str = typer.Option("d8-ai-inference", help="The namespace of the release's processes."),
+    wait_seconds: float = typer.Option(120, help="The longest wait for the processes' and replicas' pods to go."),
+    kubeconfig: str | None = KUBECONFIG_OPTION,
+) -> None:
+    """Stop every order's workload and keep the orders (the chart's pre-delete hook; worker/disable.py)."""
+    from activities.kube import load_api_client
+    from worker.disable import disable as run_disable
+    from worker.logs import configure_logging
+
+    configure_logging("INFO")
+    report = run_disable(load_api_client(kubeconfig), module_namespace, wait_seconds)
+    typer.echo(report.line())
+    if report.failures:
+        fail(ExitCode.FAILED, "not finished: " + "; ".join(report.failures[:10]))
+
+
+@app.command()
 def planner(
     host: str = typer.Option("127.0.0.1", help="Address to listen on."),
     port: int = typer.Option(8080, help="Port to listen on."),
@@ -257,6 +287,7 @@ def planner(
     if (tls_cert_file is None) != (tls_key_file is None):
         raise typer.BadParameter("give --tls-cert-file and --tls-key-file together", param_hint="--tls-key-file")
     settings, api = _runtime(kubeconfig)
+    _traced(settings, "planner")
     if tls_cert_file is None and not settings.planner.allowInsecureHttp:
         typer.echo(
             "refusing to serve the planner over plain http (callers' tokens would travel in clear): give "
@@ -293,11 +324,15 @@ def _tool_runtime(kubeconfig: str | None) -> tuple[ModuleSettings, Any]:
     from pydantic import ValidationError
 
     try:
-        return _runtime(kubeconfig)
+        settings, api = _runtime(kubeconfig)
     except ValidationError as err:
         fail(ExitCode.FAILED, f"invalid module settings: {err.errors()[0]['loc']}: {err.errors()[0]['msg']}")
     except ConfigException as err:
         fail(ExitCode.FAILED, f"no usable kubeconfig (give --kubeconfig or set KUBECONFIG): {err}")
+    # A person reads this command's answer on stdout; the libraries' progress lines (informers,
+    # connections) are the daemons' business: only warnings and errors reach stderr.
+    logging.getLogger().setLevel(logging.WARNING)
+    return settings, api
 
 
 def _api_unreachable(err: BaseException) -> bool:

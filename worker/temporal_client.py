@@ -17,6 +17,7 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import TLSConfig
 
 from inference_api.settings import ModuleSettings, TemporalSettings
+from worker.tracing import temporal_interceptors
 
 
 class TemporalCredentialsError(RuntimeError):
@@ -56,6 +57,8 @@ def api_key(temporal: TemporalSettings) -> str | None:
 
 
 async def connect(settings: ModuleSettings) -> Client:
+    """The process's client; with tracing on (``worker.tracing.setup_tracing`` ran), it carries the
+    OpenTelemetry tracing interceptor, and so does a worker made from it."""
     temporal = settings.temporal
     return await Client.connect(
         temporal.address,
@@ -63,6 +66,7 @@ async def connect(settings: ModuleSettings) -> Client:
         data_converter=pydantic_data_converter,
         tls=tls_config(temporal),
         api_key=api_key(temporal),
+        interceptors=temporal_interceptors(),
     )
 
 

@@ -18,7 +18,9 @@ WORKFLOWS: list[type] = [OrderWorkflow, PreemptionWorkflow]
 
 # Modules of ours that a sandboxed workflow may import from outside the sandbox. Our log renderer
 # (structlog, rich) must pass through: the SDK logs a failed workflow task from inside the sandbox.
-LOGGING_MODULES = ("structlog", "rich")
+# OpenTelemetry too: the tracing interceptor (worker/tracing.py) makes the workflows' spans with the
+# process's tracer provider, and the log lines read the current span.
+LOGGING_MODULES = ("structlog", "rich", "opentelemetry")
 # The package holding the workflow definitions.
 WORKFLOW_PACKAGE = "workflows"
 

@@ -70,6 +70,7 @@ with workflow.unsafe.imports_passed_through():
         compute_phase,
         get_condition,
         is_true,
+        published_conditions,
         set_condition,
         trouble_advice,
     )
@@ -176,6 +177,15 @@ TROUBLE_OVER_PROBE_PATCH = "trouble-answers-a-failed-probe"
 # cluster says, so a forged run heals by itself. Patched, asked only on those paths: runs recorded
 # before tore down without the read; a run that never takes them records no marker.
 DELETE_CONFIRMED_PATCH = "teardown-reads-the-order"
+
+# The module's finalizer was put on only when the order had none at all: with another controller's
+# finalizer on it, an order whose module finalizer was removed (the disable hook removes it, so that a
+# delete while the module is off finishes) never got it back once enabled, and a later delete skipped
+# the teardown. Now it is put on whenever the module's is missing. Patched, asked only on that path:
+# runs recorded before did not call the activity there; a run that never takes it records no marker.
+FINALIZER_BESIDE_OTHERS_PATCH = "finalizer-beside-others"
+# The module's finalizer (activities.order.FINALIZER; the workflow imports no activity code).
+ORDER_FINALIZER = "ai.deckhouse.io/inference-service"
 
 
 def _duration(seconds: float) -> str:
@@ -506,7 +516,8 @@ class OrderWorkflow(PreemptionMembership):
         generation = order.metadata.generation or 0
         state.generation = max(state.generation, generation)
         state.observedGeneration = generation
-        if not order.metadata.finalizers:
+        finalizers = order.metadata.finalizers or []
+        if not finalizers or (ORDER_FINALIZER not in finalizers and workflow.patched(FINALIZER_BESIDE_OTHERS_PATCH)):
             await self._activity(
                 act.ENSURE_FINALIZER,
                 state.ref,
@@ -1199,7 +1210,7 @@ class OrderWorkflow(PreemptionMembership):
                 phase=phase,
                 reason=reason,
                 observedGeneration=state.observedGeneration or None,
-                conditions=state.conditions,
+                conditions=published_conditions(state.conditions),
                 endpoint=applied.endpoint if applied else None,
                 authSecretName=applied.authSecretName if applied else None,
                 endpointType=state.endpointType,

@@ -33,7 +33,7 @@ from inference_api.observation import LEGACY_ORDER_WORKFLOW_TYPES, ORDER_WORKFLO
 from workflows.search_attributes import ORDER_RUN_GENERATION
 
 # The generation of the order workflow's code: runs started by it carry this number.
-RUN_GENERATION = 1
+RUN_GENERATION = 2
 # Runs of every type the order workflow has had: a legacy type's runs are older than any generation.
 ORDER_WORKFLOW_TYPES = (ORDER_WORKFLOW_TYPE, *LEGACY_ORDER_WORKFLOW_TYPES)
 
@@ -66,6 +66,7 @@ ORDER_PATCHES: tuple[Patch, ...] = (
     Patch("trouble-end-wakes-loading-order", added=0),
     Patch("trouble-answers-a-failed-probe", added=0),
     Patch("teardown-reads-the-order", added=0),
+    Patch("finalizer-beside-others", added=2),
 )
 
 

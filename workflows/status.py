@@ -64,18 +64,67 @@ def is_true(conditions: list[Condition], type_: ConditionType) -> bool:
     return cond is not None and cond.status == ConditionStatus.TRUE
 
 
+# The steps that judge the order itself against its class and its model. A serving order one of them
+# refuses — its class deleted, or edited so that it would not admit the order; its model refused —
+# keeps its workload, but nothing of it can change any more (no replan, no edit taken, no runtime
+# upgrade) until that is fixed: its status must not read as healthy to `kubectl wait
+# --for=condition=Ready`.
+JUDGING_STEPS: tuple[ConditionType, ...] = (ConditionType.CLASS_RESOLVED, ConditionType.MODEL_RESOLVED)
+
+
+def refused_while_serving(conditions: list[Condition]) -> Condition | None:
+    """The judging step that refuses a serving order (Ready True in the run's own conditions), or None."""
+    if not is_true(conditions, ConditionType.READY):
+        return None
+    return next(
+        (c for t in JUDGING_STEPS if (c := get_condition(conditions, t)) and c.status == ConditionStatus.FALSE), None
+    )
+
+
+def published_conditions(conditions: list[Condition]) -> list[Condition]:
+    """The conditions as the order's status shows them. The run keeps Ready True while the workload
+    serves (its health, its probes); the status says Ready False, with the refusing step's reason,
+    while a judging step refuses a serving order — since that step flipped, and True again from the
+    moment the last of them flipped back."""
+    ready = get_condition(conditions, ConditionType.READY)
+    if ready is None or ready.status != ConditionStatus.TRUE:
+        return conditions
+    refused = refused_while_serving(conditions)
+    if refused is None:
+        judged = [get_condition(conditions, t) for t in JUDGING_STEPS]
+        since = max([ready.lastTransitionTime, *(c.lastTransitionTime for c in judged if c is not None)])
+        if since == ready.lastTransitionTime:
+            return conditions
+        shown = ready.model_copy(update={"lastTransitionTime": since})
+    else:
+        shown = ready.model_copy(
+            update={
+                "status": ConditionStatus.FALSE,
+                "reason": refused.reason,
+                "message": f"the workload still serves (its endpoint answers), but {refused.type} says no and "
+                f"nothing of the order changes until it is fixed: {refused.message}",
+                "lastTransitionTime": refused.lastTransitionTime,
+            }
+        )
+    return [shown if c.type == ConditionType.READY else c for c in conditions]
+
+
 def compute_phase(conditions: list[Condition]) -> tuple[Phase, str | None]:
     """Phase and the reason behind it.
 
-    Ready: probed and serving. Degraded: serving but cannot grow (ScaleUpBlocked). Failed: was
-    Ready, then sustained API errors (ServiceUnhealthy). Pending: everything else.
+    Ready: probed and serving. Degraded: serving but cannot grow (ScaleUpBlocked), or serving while
+    its class or model refuses it (its published Ready says False, see ``published_conditions``).
+    Failed: was Ready, then sustained API errors (ServiceUnhealthy). Pending: everything else.
 
-    A serving order whose earlier step now says no (its class deleted or edited so that it would not
-    admit the order, a replica in trouble) stays Ready — its workload keeps serving — with that
-    step's reason, so the status never says Ready with no reason while something is wrong.
+    A serving order whose later step says no (a replica in trouble) stays Ready — its workload keeps
+    serving — with that step's reason, so the status never says Ready with no reason while something
+    is wrong.
     """
     ready = get_condition(conditions, ConditionType.READY)
     if ready is not None and ready.status == ConditionStatus.TRUE:
+        refused = refused_while_serving(conditions)
+        if refused is not None:
+            return Phase.DEGRADED, refused.reason
         scaling = get_condition(conditions, ConditionType.SCALING_HEALTHY)
         if scaling is not None and scaling.status == ConditionStatus.FALSE:
             return Phase.DEGRADED, scaling.reason

@@ -75,6 +75,15 @@ from activities.builders.runtime import order_generation_annotation, placement_a
 from inference_api.types import EndpointType, UpdateStrategy
 
 API_KEY_ENV = "VLLM_API_KEY"
+# workload.modelSource.huggingFace.caBundle: a pod annotation, projected read-only into the fetcher as a
+# file (a downward API volume): no object in the order's namespace that its tenant could rewrite.
+ANNOTATION_MODEL_SOURCE_CA = "ai.deckhouse.io/model-source-ca-bundle"
+MODEL_SOURCE_CA_VOLUME = "model-source-ca"
+MODEL_SOURCE_CA_DIR = "/etc/ai-inference/model-source-ca"
+MODEL_SOURCE_CA_FILE = f"{MODEL_SOURCE_CA_DIR}/ca.crt"
+# What the fetcher's HTTP clients read the bundle from: SSL_CERT_FILE (httpx, huggingface_hub 1.x and
+# later; Python's ssl), REQUESTS_CA_BUNDLE and CURL_CA_BUNDLE (requests, huggingface_hub 0.x).
+CA_BUNDLE_ENV = ("CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE")
 HF_TOKEN_ENV = "HF_TOKEN"
 SHM_VOLUME = "dshm"
 
@@ -109,6 +118,8 @@ _SCRATCH_MOUNTS = [
 
 # Flags the builder owns. A recipe that carried one would silently move the port, rename the
 # model or put a key on the command line; they are dropped from recipe arguments.
+# The service name of the engine's own spans (workload.engineOtlpTracesEndpoint, docs/tracing.md).
+ENGINE_SERVICE_NAME = "ai-inference-engine"
 RESERVED_FLAGS = ("--host", "--port", "--served-model-name", "--api-key", "--model")
 
 # Startup budget: a fixed part for engine start, CUDA graph capture and compilation, and a part
@@ -176,6 +187,10 @@ def runtime_command(inputs: WorkloadInputs) -> list[str]:
     if inputs.plan.deviceCount > 1 and not _has_flag(recipe_args, "--tensor-parallel-size", "-tp"):
         # Several devices per replica only help when the model is split across them.
         command += ["--tensor-parallel-size", str(inputs.plan.deviceCount)]
+    traces = inputs.settings.workload.engineOtlpTracesEndpoint
+    if traces and not _has_flag(recipe_args, "--otlp-traces-endpoint"):
+        # The engine's own request spans (vLLM's OpenTelemetry tracing), sent to the collector.
+        command += ["--otlp-traces-endpoint", traces]
     return command + recipe_args
 
 
@@ -188,6 +203,9 @@ def _runtime_env(inputs: WorkloadInputs) -> list[dict[str, Any]]:
         "VLLM_NO_USAGE_STATS": "1",
         **_IDENTITY_ENV,
     }
+    if inputs.settings.workload.engineOtlpTracesEndpoint:
+        # The service its spans carry (OpenTelemetry's standard variable, which vLLM's SDK reads).
+        fixed["OTEL_SERVICE_NAME"] = ENGINE_SERVICE_NAME
     values = {**inputs.plan.recipe.env, **fixed}
     values.pop(API_KEY_ENV, None)
     env: list[dict[str, Any]] = [{"name": key, "value": values[key]} for key in sorted(values)]
@@ -248,6 +266,13 @@ def _fetcher_container(inputs: WorkloadInputs) -> dict[str, Any]:
     auth = inputs.order.spec.model.authSecretRef
     if auth is not None:
         env.append({"name": HF_TOKEN_ENV, "valueFrom": {"secretKeyRef": {"name": auth.name, "key": auth.key}}})
+    env += _model_source_env(inputs)
+    mounts: list[dict[str, Any]] = [
+        {"name": MODEL_VOLUME, "mountPath": MODEL_MOUNT_PATH},
+        *copy.deepcopy(_SCRATCH_MOUNTS),
+    ]
+    if inputs.settings.workload.modelSource.huggingFace.caBundle:
+        mounts.append({"name": MODEL_SOURCE_CA_VOLUME, "mountPath": MODEL_SOURCE_CA_DIR, "readOnly": True})
     return {
         "name": FETCHER_CONTAINER,
         # The runtime image carries huggingface_hub and its CLI: no second image to ship or pull.
@@ -259,9 +284,39 @@ def _fetcher_container(inputs: WorkloadInputs) -> dict[str, Any]:
         "command": ["/bin/sh", "-c", FETCH_SCRIPT],
         "env": env,
         "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "4Gi"}},
-        "volumeMounts": [{"name": MODEL_VOLUME, "mountPath": MODEL_MOUNT_PATH}, *copy.deepcopy(_SCRATCH_MOUNTS)],
+        "volumeMounts": mounts,
         "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
     }
+
+
+def _model_source_env(inputs: WorkloadInputs) -> list[dict[str, Any]]:
+    """The fetcher's way to the hub (workload.modelSource.huggingFace): nothing when unset, so the pod
+    template stays what it was. Proxies in both cases: Python's urllib (httpx, requests) reads the
+    lower-case name first, other tools only the upper-case one."""
+    source = inputs.settings.workload.modelSource.huggingFace
+    values: dict[str, str] = {}
+    if source.endpoint:
+        values["HF_ENDPOINT"] = source.endpoint
+    if source.httpsProxy:
+        values |= {"HTTPS_PROXY": source.httpsProxy, "https_proxy": source.httpsProxy}
+    if source.noProxy:
+        hosts = ",".join(source.noProxy)
+        values |= {"NO_PROXY": hosts, "no_proxy": hosts}
+    if source.caBundle:
+        values |= {name: MODEL_SOURCE_CA_FILE for name in CA_BUNDLE_ENV}
+    return [{"name": name, "value": values[name]} for name in sorted(values)]
+
+
+def _model_source_volumes(inputs: WorkloadInputs) -> list[dict[str, Any]]:
+    if not inputs.settings.workload.modelSource.huggingFace.caBundle:
+        return []
+    field = f"metadata.annotations['{ANNOTATION_MODEL_SOURCE_CA}']"
+    return [
+        {
+            "name": MODEL_SOURCE_CA_VOLUME,
+            "downwardAPI": {"defaultMode": 0o444, "items": [{"path": "ca.crt", "fieldRef": {"fieldPath": field}}]},
+        }
+    ]
 
 
 def new_model_volume_template(inputs: WorkloadInputs) -> dict[str, Any]:
@@ -320,6 +375,9 @@ def build_statefulset(inputs: WorkloadInputs) -> dict[str, Any]:
     }
     if inputs.auth_secret_uid:
         pod_annotations = {**pod_annotations, ANNOTATION_AUTH_SECRET_UID: inputs.auth_secret_uid}
+    ca_bundle = inputs.settings.workload.modelSource.huggingFace.caBundle
+    if ca_bundle:
+        pod_annotations = {**pod_annotations, ANNOTATION_MODEL_SOURCE_CA: ca_bundle}
     pod_spec: dict[str, Any] = {}
     priority = priority_class_name(inputs.service_class)
     if priority:
@@ -347,6 +405,7 @@ def build_statefulset(inputs: WorkloadInputs) -> dict[str, Any]:
             # Writable scratch for the non-root uid: HOME (library caches) and /tmp.
             {"name": HOME_VOLUME, "emptyDir": {"sizeLimit": SCRATCH_SIZE_LIMIT}},
             {"name": TMP_VOLUME, "emptyDir": {"sizeLimit": SCRATCH_SIZE_LIMIT}},
+            *_model_source_volumes(inputs),
         ],
     }
     pod_spec |= _workload_scheduling(inputs)

@@ -25,6 +25,7 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -85,6 +86,23 @@ def wait_port(port: int, timeout: float = 60) -> None:
                 return
         time.sleep(0.2)
     raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout:.0f}s")
+
+
+def catalog_objects(path: Path = CATALOG_FIXTURES) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The stand-in catalog's models (``deploy/dev/catalog-models.yaml``) as ``Model`` /
+    ``ClusterModel`` objects, and their status (written through /status, as ai-models writes it)."""
+    from inference_api.catalog_types import CATALOG_GROUP, CATALOG_VERSION
+
+    objects, statuses = [], []
+    for model in yaml.safe_load(path.read_text())["models"]:
+        metadata = {"name": model["name"]}
+        if model.get("namespace"):
+            metadata["namespace"] = model["namespace"]
+        head = {"apiVersion": f"{CATALOG_GROUP}/{CATALOG_VERSION}", "kind": model["kind"], "metadata": metadata}
+        objects.append({**head, "spec": {"source": model.get("source", "")}})
+        phase = "Ready" if model.get("ready", True) else "Pending"
+        statuses.append({**head, "status": {"phase": phase, "facts": model.get("facts", {})}})
+    return objects, statuses
 
 
 @dataclass
@@ -201,9 +219,12 @@ class DevStack:
         from devstack.cluster.build import Binaries
 
         kubectl_dir = Binaries.pinned().kubectl.parent
+        # The project's own commands (ai-inference, kubectl-ai_inference for `kubectl ai-inference`,
+        # the Temporal CLI, hf) live beside the interpreter that runs this one: .venv/bin.
+        scripts_dir = sysconfig.get_path("scripts")
         credentials = self.temporal_credentials()
         return {
-            "PATH": f"{kubectl_dir}:{os.environ.get('PATH', '')}",
+            "PATH": f"{scripts_dir}:{kubectl_dir}:{os.environ.get('PATH', '')}",
             "KUBECONFIG": str(self.cluster().kubeconfig("admin")),
             # Temporal over mTLS with the CLI's client certificate: the temporal CLI's variables…
             "TEMPORAL_ADDRESS": f"127.0.0.1:{ports.get('temporal', 7233)}",
@@ -211,6 +232,15 @@ class DevStack:
             # …and the same for the module's own commands (ai-inference replan).
             "AI_INFERENCE_TEMPORAL__ADDRESS": f"127.0.0.1:{ports.get('temporal', 7233)}",
             **credentials.module_env("cli"),
+            # `ai-inference plan --source ai-models` asks the stack's stand-in catalog, as the worker does.
+            **(
+                {
+                    "AI_INFERENCE_AIMODELS__CATALOGLOOKUP__BASEURL": f"http://127.0.0.1:{ports['catalog']}",
+                    "AI_INFERENCE_AIMODELS__CATALOGLOOKUP__ALLOWINSECUREHTTP": "true",
+                }
+                if "catalog" in ports
+                else {}
+            ),
         }
 
     def temporal_credentials(self) -> TemporalCredentials:
@@ -343,6 +373,9 @@ class DevStack:
         from devstack.vllm_cpu_env import ensure_vllm_cpu_env
 
         ensure_vllm_cpu_env(progress=say)
+        from devstack.tracing_backend import ensure_jaeger
+
+        ensure_jaeger(progress=say)  # the tracing backend (docs/tracing.md)
         cluster = self.cluster()
         say("[2/6] local Kubernetes control plane with simulated GPUs")
         if fleet is not None:
@@ -364,6 +397,7 @@ class DevStack:
         else:
             say("[3/6] Temporal dev server behind its mTLS terminator, stand-in catalog, planner")
             self.start_temporal(running, ports)
+        self.start_tracing(running, ports)
         if "catalog" not in running:
             ports["catalog"] = free_port()
             self.spawn(
@@ -399,9 +433,10 @@ class DevStack:
                     "--tls-key-file",
                     str(tls.key),
                 ],
+                self.tracing_env(ports),
             )
         self.ports_file.write_text(json.dumps(ports, indent=2))
-        for name in ("temporal-upstream", "temporal", "catalog", "planner"):
+        for name in ("temporal-upstream", "temporal", "catalog", "planner", "jaeger-query-http"):
             if name in ports:  # no upstream with the production Temporal: its frontend speaks TLS itself
                 wait_port(ports[name], timeout=120)
         self.issue_planner_token(cluster)
@@ -451,10 +486,31 @@ class DevStack:
             self.spawn(name, [*argv, "--health-port", str(ports[f"{name}-health"])], {**env, **replica})
         return module
 
+    def start_tracing(self, running: dict[str, int], ports: dict[str, int]) -> None:
+        """Jaeger (``devstack.tracing_backend``), unless it runs: OTLP in, its UI and query API on
+        ``ports['jaeger-query-http']``; the module's processes send it their spans (``tracing_env``)."""
+        from devstack.tracing_backend import PORT_NAMES as JAEGER_PORTS
+        from devstack.tracing_backend import JaegerServer, ensure_jaeger
+
+        if "jaeger" in running:
+            return
+        server = JaegerServer(self.state / "jaeger", ensure_jaeger())
+        for name in JAEGER_PORTS:
+            ports[f"jaeger-{name}"] = server.ports[name]
+        server.write_config()
+        self.spawn("jaeger", server.argv())
+
+    def tracing_env(self, ports: dict[str, int]) -> dict[str, str]:
+        """A module process's tracing settings: its spans to the stack's Jaeger."""
+        if "jaeger-otlp-http" not in ports:
+            return {}
+        return {"AI_INFERENCE_TRACING__OTLPENDPOINT": f"http://127.0.0.1:{ports['jaeger-otlp-http']}"}
+
     def module_env(self, ports: dict[str, int]) -> dict[str, str]:
         from devstack.standins.fleet import PROBE_URL_ANNOTATION
 
         return {
+            **self.tracing_env(ports),
             "AI_INFERENCE_TEMPORAL__ADDRESS": f"127.0.0.1:{ports['temporal']}",
             "AI_INFERENCE_PLANNER__BASEURL": f"https://127.0.0.1:{ports['planner']}",
             "AI_INFERENCE_PLANNER__CAFILE": str(self.planner_tls().ca),
@@ -498,6 +554,11 @@ class DevStack:
         for namespace in sorted(namespaces):
             cluster.create_namespace(namespace, users=("ns-user",))
         cluster.apply(objects)
+        # The catalog's models as the ai-models module publishes them beside its lookup service, so
+        # `kubectl get clustermodels` lists what the stand-in catalog answers for.
+        models, statuses = catalog_objects()
+        cluster.apply(models)
+        cluster.apply(statuses, subresource="status")
 
     def wait_ready(
         self,
@@ -549,6 +610,9 @@ class DevStack:
         say("")
         if "temporal-ui" in ports:
             say(f"  Temporal UI: http://127.0.0.1:{ports['temporal-ui']}/namespaces/default/workflows")
+        if "jaeger-query-http" in ports:
+            query = f"http://127.0.0.1:{ports['jaeger-query-http']}"
+            say(f"  traces (Jaeger, docs/tracing.md): {query}/api/traces?service=ai-inference-watch&limit=20")
 
     def print_completion(self, cluster: Any, namespace: str, name: str, status: dict[str, Any], say: Say) -> None:
         """The curl of a chat completion the real engine behind the order answers (generated tokens)."""

@@ -112,8 +112,9 @@ class Helm:
         run left behind in a reused cluster).
 
         The CRD upgrade hook is off unless ``values`` turn it on: kwok runs no container, so its Job
-        would never finish and an upgrade would wait for it (tests/chart/test_crd_upgrade.py runs it)."""
-        values = {"crdUpgrade.enabled": False, **(values or {})}
+        would never finish and an upgrade would wait for it (tests/chart/test_crd_upgrade.py runs it).
+        So is the disable hook, for the same reason on uninstall (tests/chart/test_disable.py runs it)."""
+        values = {"crdUpgrade.enabled": False, "disableHook.enabled": False, **(values or {})}
         self(
             "upgrade",
             "--install",
@@ -140,6 +141,9 @@ class Helm:
             "--namespace",
             NAMESPACE,
             "--ignore-not-found",
+            # A test's cleanup: the disable hook's Job would wait for a kubelet kwok does not run
+            # (tests/chart/test_disable.py runs the hook with an uninstall of its own).
+            "--no-hooks",
             timeout=180,
         )
         marks_guard_gone(cluster)

@@ -56,7 +56,8 @@ VENV_BIN = Path(sys.executable).parent
 
 
 def _hooks(docs: list[Doc]) -> list[Doc]:
-    return [d for d in docs if "helm.sh/hook" in (d["metadata"].get("annotations") or {})]
+    # The pre-upgrade hook's objects (the pre-delete hook's: tests/chart/test_disable.py).
+    return [d for d in docs if (d["metadata"].get("annotations") or {}).get("helm.sh/hook") == "pre-upgrade"]
 
 
 # -- render ------------------------------------------------------------------------------------
@@ -255,7 +256,8 @@ def test_helm_upgrade_brings_stale_crds_to_the_generated_ones_through_the_hook(
     upgrade = subprocess.Popen(
         [
             str(helm.binary), "upgrade", RELEASE, str(CHART_DIR), "--kubeconfig", str(cluster.kubeconfig("admin")),
-            "--namespace", NAMESPACE, "--reset-values", "--timeout", "4m", *set_args({"crdUpgrade.enabled": True}),
+            "--namespace", NAMESPACE, "--reset-values", "--timeout", "4m",
+            *set_args({"crdUpgrade.enabled": True, "disableHook.enabled": False}),
         ],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

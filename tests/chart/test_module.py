@@ -114,9 +114,19 @@ def test_module_yaml_states_the_admin_guides_requirements_and_the_disable_confir
     assert module["stage"] == chart["annotations"]["ai.deckhouse.io/stage"]
     assert module["disable"]["confirmation"] is True
     message = module["disable"]["message"]
-    for text in ("controller and the resource planner", "InferenceService", "InferenceServiceClass", "--all -A"):
+    # What disabling does (templates/disable/, worker/disable.py), and how to remove everything instead.
+    for text in (
+        "controller and the resource planner",
+        "request runtime",
+        "published endpoint",
+        "InferenceServiceClass objects stay",
+        "ModuleDisabled",
+        "finalizer",
+        "Enabling the module again serves every order again",
+        "--all -A",
+    ):
         assert text in message
-    assert message.index("every InferenceService") < message.index("InferenceServiceClass objects")
+    assert message.index("delete the InferenceServices") < message.index("and then the InferenceServiceClasses")
 
 
 # -- openapi ----------------------------------------------------------------------------------
@@ -155,7 +165,8 @@ def test_openapi_schemas_are_the_charts_schema_and_defaults() -> None:
 
 def test_deckhouse_renders_the_same_objects_plus_its_namespace_and_registry_secret(helm: Helm, tmp_path: Path) -> None:
     # The CRD upgrade hook is plain Helm's only (Deckhouse applies crds/ itself): tests/chart/test_crd_upgrade.py.
-    plain = [d for d in helm.render() if "helm.sh/hook" not in d["metadata"].get("annotations", {})]
+    # The disable hook (pre-delete) is both's: Deckhouse deletes the release with Helm (tests/chart/test_disable.py).
+    plain = [d for d in helm.render() if d["metadata"].get("annotations", {}).get("helm.sh/hook") != "pre-upgrade"]
     deckhouse = render_values(helm, deckhouse_values(_module_config("moduleconfig-minimal.yaml")), tmp_path)
     keys = {(d["kind"], d["metadata"]["name"]) for d in plain}
     extra = {(d["kind"], d["metadata"]["name"]) for d in deckhouse} - keys

@@ -180,7 +180,7 @@ def test_every_module_pod_is_selected_by_the_default_deny_and_its_own_policy(doc
     deny = find(docs, "NetworkPolicy", "ai-inference-default-deny")
     assert deny["spec"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
     pods = module_pods(docs)
-    assert set(pods) == {"worker", "watcher", "planner", "temporal", "crd-upgrade"}
+    assert set(pods) == {"worker", "watcher", "planner", "temporal", "crd-upgrade", "disable"}
     for component, pod in pods.items():
         own = find(docs, "NetworkPolicy", f"ai-inference-{component}")
         assert selects(own["spec"]["podSelector"], pod.labels), component

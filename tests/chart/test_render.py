@@ -710,6 +710,7 @@ def test_human_roles_can_be_left_out(helm: Helm) -> None:
         "d8:ai-inference:planner",
         "d8:ai-inference:catalog-reader",
         "d8:ai-inference:crd-upgrade",  # the pre-upgrade hook's (tests/chart/test_crd_upgrade.py)
+        "d8:ai-inference:disable",  # the pre-delete hook's (tests/chart/test_disable.py)
     }
 
 

@@ -490,3 +490,20 @@ async def test_a_refused_run_state_is_dropped_and_the_order_heals_by_planning_ag
     # Planned again (the refused plan only the planner's hint): the refused state was not applied again.
     assert len(plans) == 2
     assert plans[1].current is not None
+
+
+async def test_the_modules_finalizer_is_put_on_beside_another_controllers(harness: Harness) -> None:
+    """An order carrying only another controller's finalizer (the module's removed, as the disable hook
+    removes it) gets the module's back: before, only an order with no finalizer at all got it."""
+    order = make_order("shared")
+    order.metadata.finalizers = ["other.example.com/keep"]
+    await harness.start(order)
+    await harness.until(harness.phase_is(Phase.READY))
+    assert "support/shared" in harness.world.finalizers
+
+
+def test_the_workflows_finalizer_is_the_modules() -> None:
+    from activities.order import FINALIZER
+    from workflows.order import ORDER_FINALIZER
+
+    assert ORDER_FINALIZER == FINALIZER

@@ -258,15 +258,17 @@ async def test_a_first_probe_that_fails_while_the_engine_loads_says_loading_not_
 
 async def test_a_serving_orders_class_deleted_keeps_it_serving_and_says_so(harness: Harness) -> None:
     """Day 2: the class deleted (or edited so that it would not admit the order): the workload keeps
-    serving, the phase stays Ready with the class's refusal as its reason; the class back, no reason."""
+    serving, the phase is Degraded with the class's refusal as its reason and the published Ready says
+    False (`kubectl wait --for=condition=Ready` does not take it for healthy); the class back, Ready."""
     harness.world.classes["default-llm"].metadata.generation = 3  # a real class's (a deleted one: 0)
     handle = await harness.start(make_order("orphaned"))
     await harness.until(harness.phase_is(Phase.READY))
     cls = harness.world.classes.pop("default-llm")
     applies = len(harness.world.applies_of("orphaned"))
     await handle.signal(OrderWorkflow.class_changed, 0)
-    await harness.until(harness.phase_is(Phase.READY, Reason.CLASS_NOT_FOUND))
+    await harness.until(harness.phase_is(Phase.DEGRADED, Reason.CLASS_NOT_FOUND))
     assert "keeps serving on the workload it runs" in message_of(harness, "orphaned", "ClassResolved")
+    assert "still serves" in message_of(harness, "orphaned", "Ready")
     assert len(harness.world.applies_of("orphaned")) == applies  # nothing applied, nothing torn down
     harness.world.classes["default-llm"] = cls
     await handle.signal(OrderWorkflow.class_changed, 5)

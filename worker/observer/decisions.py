@@ -461,19 +461,26 @@ _SERVING_PHASES = {Phase.READY.value, Phase.DEGRADED.value, Phase.FAILED.value}
 
 def serving(order: Obj | None) -> Serving:
     """Probe an order whose status.phase is Ready, Degraded or Failed and whose Ready condition is
-    True (healthy) or False with ServiceUnhealthy (unhealthy); never one being deleted."""
+    True (healthy) or False with ServiceUnhealthy (unhealthy); never one being deleted. A Degraded
+    order whose Ready says False with the reason of its class or model step, which says False too,
+    serves while they refuse it (``workflows.status.published_conditions``): healthy, probed as such."""
     if order is None or deleting(order):
         return Serving.NO
     status = order.get("status") or {}
     if status.get("phase") not in _SERVING_PHASES:
         return Serving.NO
-    for condition in status.get("conditions") or []:
-        if condition.get("type") != ConditionType.READY.value:
-            continue
-        if condition.get("status") == "True":
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    ready = conditions.get(ConditionType.READY.value)
+    if ready is None:
+        return Serving.NO
+    if ready.get("status") == "True":
+        return Serving.HEALTHY
+    if ready.get("status") == "False" and ready.get("reason") == Reason.SERVICE_UNHEALTHY.value:
+        return Serving.UNHEALTHY
+    if status.get("phase") == Phase.DEGRADED.value and ready.get("status") == "False":
+        judged = (conditions.get(t.value) or {} for t in (ConditionType.CLASS_RESOLVED, ConditionType.MODEL_RESOLVED))
+        if any(c.get("status") == "False" and c.get("reason") == ready.get("reason") for c in judged):
             return Serving.HEALTHY
-        if condition.get("status") == "False" and condition.get("reason") == Reason.SERVICE_UNHEALTHY.value:
-            return Serving.UNHEALTHY
     return Serving.NO
 
 
@@ -1047,6 +1054,8 @@ class LostPod:
 
     def note(self) -> str:
         """What was done, as the order's condition message says it (no secret: names and times)."""
+        if not self.node:  # an unscheduled pod (``pods_with_stale_claims``)
+            return f"pod {self.key} deleted, {self.why}"
         return f"pod {self.key} force-deleted from node {self.node}, {self.why}"
 
 
@@ -1072,6 +1081,17 @@ def _lost_why(node_name: str, nodes: Mapping[str, Obj], grace: NodeGrace) -> str
     return f"not Ready since {_stamp(since)}, past its {grace.seconds:g} s grace"
 
 
+def _order_statefulset(order: Obj, statefulset: Obj) -> tuple[str, str] | None:
+    """The order's namespace and its StatefulSet's uid, when the StatefulSet is the order's own (its
+    controller owner is the order's uid, in the order's namespace); None otherwise."""
+    namespace = str(meta(order).get("namespace") or "")
+    order_uid = str(meta(order).get("uid") or "")
+    if not namespace or not owned_by(statefulset, order_uid) or meta(statefulset).get("namespace") != namespace:
+        return None
+    sts_uid = str(meta(statefulset).get("uid") or "")
+    return (namespace, sts_uid) if sts_uid else None
+
+
 def pods_on_lost_nodes(
     order: Obj | None,
     statefulset: Obj | None,
@@ -1088,13 +1108,10 @@ def pods_on_lost_nodes(
     Nothing while the Nodes are not listed yet (a node missing from an unsynced cache is not gone)."""
     if order is None or statefulset is None or nodes is None or deleting(order):
         return []
-    namespace = str(meta(order).get("namespace") or "")
-    order_uid = str(meta(order).get("uid") or "")
-    if not namespace or not owned_by(statefulset, order_uid) or meta(statefulset).get("namespace") != namespace:
+    chain = _order_statefulset(order, statefulset)
+    if chain is None:
         return []
-    sts_uid = str(meta(statefulset).get("uid") or "")
-    if not sts_uid:
-        return []
+    namespace, sts_uid = chain
     lost: list[LostPod] = []
     for pod in sorted(pods, key=object_key):
         m = meta(pod)
@@ -1111,6 +1128,66 @@ def pods_on_lost_nodes(
         if why is not None:
             lost.append(LostPod(namespace=namespace, name=str(m.get("name")), uid=uid, node=node_name, why=why))
     return lost
+
+
+def _claim_refused(pod: Obj) -> bool:
+    """The scheduler refused the pod for its device claim (``PodScheduled=False/Unschedulable``)."""
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            message = str(condition.get("message") or "").lower()
+            return condition.get("reason") == "Unschedulable" and any(v in message for v in _CLAIM_VERDICTS)
+    return False
+
+
+def pods_with_stale_claims(
+    order: Obj | None, statefulset: Obj | None, claim_templates: Mapping[str, Obj], pods: Iterable[Obj]
+) -> list[LostPod]:
+    """The order's own Pods that wait, unscheduled, on a device claim made from a claim template the
+    order has replaced since: to delete, so the StatefulSet makes them again with a claim of the
+    current template.
+
+    A pod's ResourceClaim is made from the template once, when the pod is made. A new plan that puts
+    the replica on another device of the same class and share replaces the template (its spec is
+    immutable) but not the pod template, so the StatefulSet controller leaves the waiting pod alone:
+    its claim still names the device the scheduler could not allocate (``ClaimNotAllocatable``), and
+    every replan would replace the template again to no effect. Only pods that run nothing: not on a
+    node, refused by the scheduler for their claim, made (``creationTimestamp``) before the template
+    they name (``claim_templates``: by name, the order's own). Derived from the cluster only, like
+    ``pods_on_lost_nodes``."""
+    if order is None or statefulset is None or deleting(order):
+        return []
+    chain = _order_statefulset(order, statefulset)
+    if chain is None:
+        return []
+    namespace, sts_uid = chain
+    stale: list[LostPod] = []
+    for pod in sorted(pods, key=object_key):
+        m = meta(pod)
+        spec = pod.get("spec") or {}
+        uid = str(m.get("uid") or "")
+        created = str(m.get("creationTimestamp") or "")
+        if (
+            spec.get("nodeName")
+            or deleting(pod)
+            or not uid
+            or not created
+            or m.get("namespace") != namespace
+            or _controller_uid(pod, "StatefulSet") != sts_uid
+            or not _claim_refused(pod)
+        ):
+            continue
+        for claim in spec.get("resourceClaims") or []:
+            template = claim_templates.get(str(claim.get("resourceClaimTemplateName") or ""))
+            if template is None or not owned_by(template, str(meta(order).get("uid") or "")):
+                continue
+            replaced = str(meta(template).get("creationTimestamp") or "")
+            # RFC 3339 UTC timestamps of one API server compare as strings.
+            if replaced and created < replaced:
+                name = meta(template).get("name")
+                why = f"its device claim was made from claim template {name} before a new plan replaced it"
+                stale.append(LostPod(namespace=namespace, name=str(m.get("name")), uid=uid, node="", why=why))
+                break
+    return stale
 
 
 def with_release_notes(found: ReplicaTrouble | None, notes: Mapping[str, str]) -> ReplicaTrouble | None:

@@ -55,6 +55,7 @@ from inference_api.preemption import ScalingObservation
 from inference_api.reasons import EventReason
 from inference_api.settings import CatalogMode, ModuleSettings
 from inference_api.types import CLASSES, GROUP, VERSION, HttpsMode, InferenceServiceClass
+from worker.disable import wakes_after_disable
 from worker.observer import decisions as d
 from worker.observer import informer as inf
 from worker.observer.informer import Change, Informer, InformerItem, Listed, ListWatch, Resource, slim_metadata
@@ -184,6 +185,8 @@ class Observer:
         self.ignored_annotations = frozenset({annotation} if annotation else ())
         # By order uid: what was told, and changes waiting for the debounce window.
         self.memory: dict[str, d.OrderMemory] = {}
+        # Orders that said ModuleDisabled, told to reconcile once since this observer started.
+        self.woken: set[str] = set()
         self.uid_key: dict[str, str] = {}
         self.my_orders: set[str] = set()
         self.pending: dict[str, d.Coalesced] = {}
@@ -348,6 +351,11 @@ class Observer:
                 # Every order is told once after a start: those lines at debug, the changes at info.
                 say = log.debug if change.type == d.SYNC else log.info
                 say("order signalled", order=key, signal=intent.signal, generation=intent.arg)
+            if change.type != d.DELETED and uid not in self.woken and wakes_after_disable(change.new):
+                self.woken.add(uid)  # once per observer start (worker/disable.py)
+                woken = ObservedChange(what="workload stopped while the module was disabled", kind="InferenceService")
+                self.outbox.put(signal_to(ref, OrderSignal.OBSERVED, [woken], start=True))
+                log.info("order told to reconcile after a disable", order=key)
             if change.type == d.DELETED or d.order_start_settled(change.new):
                 self.outbox.settled(order_workflow_id(ref.namespace, ref.name, ref.uid))
             if change.type == d.DELETED:
@@ -509,6 +517,9 @@ class Observer:
             # Its pods count as the order's replicas only through it (scaling_observation).
             self.mark_scaling(order)
             self.mark_trouble(order)
+        if kind == inf.CLAIM_TEMPLATE:
+            # A replaced template can leave a waiting pod with a claim of the old one (trouble_of).
+            self.mark_trouble(order)
 
     def on_pod(self, change: Change) -> None:
         obj = change.obj
@@ -610,6 +621,20 @@ class Observer:
         if self.config.forceDeletePodsOnLostNodes:
             for lost in d.pods_on_lost_nodes(order, statefulset, pods, nodes, grace):
                 self._release(uid, lost)
+        templates = {
+            name: template
+            for name in sorted(
+                {
+                    str(claim.get("resourceClaimTemplateName") or "")
+                    for pod in pods
+                    for claim in (pod.get("spec") or {}).get("resourceClaims") or []
+                }
+                - {""}
+            )
+            if (template := self._owned(inf.CLAIM_TEMPLATE, order, name)) is not None
+        }
+        for stale in d.pods_with_stale_claims(order, statefulset, templates, pods):
+            self._release(uid, stale)
         found = d.order_trouble(pods, statefulset, events, nodes, grace)
         memory = self.releases.get(uid)
         if memory is None:
@@ -643,7 +668,9 @@ class Observer:
             memory.in_flight.discard(lost.uid)
         outcome = memory.outcome(lost, status)
         order = self.order_by_uid(order_uid)
-        if outcome == d.ReleaseOutcome.DELETED:
+        if outcome == d.ReleaseOutcome.DELETED and not lost.node:
+            log.info("waiting pod with a stale device claim deleted", pod=lost.key, why=lost.why)
+        elif outcome == d.ReleaseOutcome.DELETED:
             log.info("pod force-deleted from a lost node", pod=lost.key, node=lost.node, why=lost.why)
         elif outcome == d.ReleaseOutcome.REFUSED:
             log.error(
@@ -660,7 +687,8 @@ class Observer:
             log.error("pod on a lost node not force-deleted: gave up", pod=lost.key, node=lost.node, status=status)
         if outcome == d.ReleaseOutcome.DELETED and order is not None:
             self.mark_trouble(order)  # the order's message says what was done (while it is NodeLost)
-            await asyncio.to_thread(self._record_release, order, lost)
+            if lost.node:  # PodForceDeleted is about lost nodes; a waiting pod ran nothing
+                await asyncio.to_thread(self._record_release, order, lost)
 
     def _record_release(self, order: d.Obj, lost: d.LostPod) -> None:
         """A Warning Event on the order (``PodForceDeleted``): the lasting word on what was done, after

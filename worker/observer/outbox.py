@@ -49,6 +49,7 @@ from datetime import timedelta
 from typing import Any
 
 import structlog
+from opentelemetry import trace
 from temporalio.client import Client
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
@@ -61,6 +62,7 @@ from worker.observer.metrics import PENDING_SIGNALS, SIGNALS, START_WINDOW_ADMIT
 from workflows.order_state import OrderState
 
 log = structlog.get_logger(__name__)
+_tracer = trace.get_tracer("ai-inference.observer")
 
 TERMINATE = "terminate"
 MOVE_REASON = "moved to OrderWorkflowV2; its state is rebuilt from Kubernetes"
@@ -409,6 +411,19 @@ class Outbox:
         )
 
     async def _deliver(self, delivery: Delivery) -> str:
+        """One delivery, in a span of its own (a new order's start begins the order's trace: the
+        workflow's spans join it through the start's headers), its log lines naming the order and
+        the workflow."""
+        attributes = {"ai_inference.order": delivery.order, "temporal.workflow_id": delivery.workflow_id}
+        with (
+            structlog.contextvars.bound_contextvars(order=delivery.order, workflow_id=delivery.workflow_id),
+            _tracer.start_as_current_span(f"observer {delivery.label}", attributes=attributes) as span,
+        ):
+            outcome = await self._deliver_in_span(delivery)
+            span.set_attribute("ai_inference.outcome", outcome)
+            return outcome
+
+    async def _deliver_in_span(self, delivery: Delivery) -> str:
         if self.fence is not None and not self.fence():
             # Dropped, not retried: this observer is being stopped, the next leader's listing and
             # resync derive the signal again.

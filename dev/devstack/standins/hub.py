@@ -43,6 +43,10 @@ its range and body bytes).
 gated copy of it (one user may read it: ``DEV_USER`` with ``DEV_TOKEN``), its QwQ-format variant,
 and on request the larger model of about 200 MiB made on demand (``tiny_model.install_large_model``).
 
+``HubServer(hub, prefix="/mirror/hf", tls=context)`` serves the hub under a path (a mirror's base
+URL, the fetcher's ``HF_ENDPOINT``) and both listeners over TLS (an ``ssl.SSLContext`` with the
+server's certificate): the air-gapped cluster's mirror behind its own CA.
+
 ``python -m devstack.standins.hub [--host H] [--port P] [--cdn-port C] [--large] [--rate BYTES]``
 serves them until interrupted.
 """
@@ -59,6 +63,7 @@ import mimetypes
 import re
 import secrets
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -486,7 +491,14 @@ class _Handler(BaseHTTPRequestHandler):
         self._method = method
         self._raw_path = split.path
         self._recorded = False
+        prefix = self.server.hub_server.prefix
         try:
+            if prefix and self.server.role == "hub":
+                # A mirror under a path: what is outside it is not the hub's.
+                if split.path != prefix and not split.path.startswith(prefix + "/"):
+                    self._error(404, f"not under {prefix}")
+                    return
+                split = split._replace(path=split.path[len(prefix) :] or "/")
             if self.hub.outage is not None and not split.path.startswith("/_standin/"):
                 self._send(self.hub.outage, b"upstream unavailable\n", {"Content-Type": "text/plain"})
             elif self.server.role == "cdn":
@@ -846,6 +858,10 @@ class _Listener(ThreadingHTTPServer):
         self.connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
         super().__init__(address, _Handler)
+        if hub_server.tls is not None:
+            # The handshake on the first read, in the request's own thread: a client that refuses the
+            # certificate never holds up the listener.
+            self.socket = hub_server.tls.wrap_socket(self.socket, server_side=True, do_handshake_on_connect=False)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         with self._connections_lock:
@@ -875,20 +891,34 @@ class HubServer:
     ``stop()`` closes both listeners (connections are refused: the hub is down); ``start()`` opens
     them again on the same ports."""
 
-    def __init__(self, hub: Hub, host: str = "127.0.0.1", port: int = 0, cdn_port: int = 0) -> None:
+    def __init__(
+        self,
+        hub: Hub,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        cdn_port: int = 0,
+        prefix: str = "",
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.hub = hub
+        self.prefix = "/" + prefix.strip("/") if prefix.strip("/") else ""
+        self.tls = tls
         self.host = host
         self.port = port
         self.cdn_port = cdn_port
         self._listeners: list[tuple[_Listener, threading.Thread]] = []
 
     @property
+    def scheme(self) -> str:
+        return "https" if self.tls is not None else "http"
+
+    @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{self.scheme}://{self.host}:{self.port}{self.prefix}"
 
     @property
     def cdn_url(self) -> str:
-        return f"http://{self.host}:{self.cdn_port}"
+        return f"{self.scheme}://{self.host}:{self.cdn_port}"
 
     def start(self) -> HubServer:
         if self._listeners:

@@ -5,7 +5,7 @@ changes a node makes for them: the paths of the pod's volumes (``/models``, ``HO
 folders of this machine, a ``secretKeyRef`` reads the Secret's value from ``secrets``, and ``PATH``
 leads to the Python environment that carries the Hugging Face CLI (this process's, as the runtime
 image carries it). ``HF_ENDPOINT`` names the hub (the stand-in of ``devstack.standins.hub``) as a
-mirror setting would.
+mirror setting would, unless the container's own environment sets it (the module's mirror setting).
 
 What the kubelet keeps of a container that fails with ``terminationMessagePolicy:
 FallbackToLogsOnError`` is its log's tail: the last 80 lines, at most 2048 bytes
@@ -92,7 +92,8 @@ def start_fetcher(
     env = container_env(container, volume, home, secrets or {})
     venv_bin = str(Path(sys.executable).parent)
     path = [*map(str, path_first), venv_bin, "/usr/local/bin", "/usr/bin", "/bin"]
-    env |= {"PATH": os.pathsep.join(path), "HF_ENDPOINT": hub_url}
+    # The hub unless the container names one itself (workload.modelSource.huggingFace.endpoint).
+    env = {"HF_ENDPOINT": hub_url} | env | {"PATH": os.pathsep.join(path)}
     volume.mkdir(parents=True, exist_ok=True)
     home.mkdir(parents=True, exist_ok=True)
     out = log.open("a") if log is not None else subprocess.PIPE

@@ -100,6 +100,13 @@ helm.sh/hook-weight: {{ . | quote }}
 helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
 {{- end -}}
 
+{{/* Annotations of a pre-delete hook object (templates/disable/); call with its weight ("-20"). */}}
+{{- define "ai-inference.disableHook" -}}
+helm.sh/hook: pre-delete
+helm.sh/hook-weight: {{ . | quote }}
+helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
+{{- end -}}
+
 {{- define "ai-inference.publicDomainTemplate" -}}
 {{- $global := include "ai-inference.global" . | fromYaml -}}
 {{- $template := dig "modules" "publicDomainTemplate" "" $global -}}
@@ -310,6 +317,28 @@ Module settings as environment variables: AI_INFERENCE_<FIELD> with "__" between
 - name: AI_INFERENCE_WORKLOAD__SCALEDOWNSTABILIZATIONSECONDS
   value: {{ .scaleDownStabilizationSeconds | quote }}
 {{- end }}
+{{- if .engineOtlpTracesEndpoint }}
+- name: AI_INFERENCE_WORKLOAD__ENGINEOTLPTRACESENDPOINT
+  value: {{ .engineOtlpTracesEndpoint | quote }}
+{{- end }}
+{{- $hf := (.modelSource | default dict).huggingFace | default dict }}
+{{- if or $hf.endpoint $hf.httpsProxy $hf.noProxy $hf.caBundle }}
+{{- /* One JSON value: the PEM's newlines survive as \n. */}}
+- name: AI_INFERENCE_WORKLOAD__MODELSOURCE__HUGGINGFACE
+  value: {{ $hf | toJson | quote }}
+{{- end }}
+{{- end }}
+{{- with $v.tracing }}
+{{- if .otlpEndpoint }}
+- name: AI_INFERENCE_TRACING__OTLPENDPOINT
+  value: {{ .otlpEndpoint | quote }}
+- name: AI_INFERENCE_TRACING__SAMPLERATIO
+  value: {{ .sampleRatio | default 1 | quote }}
+{{- end }}
+{{- end }}
+{{- if $v.logLevel }}
+- name: AI_INFERENCE_LOGLEVEL
+  value: {{ $v.logLevel | quote }}
 {{- end }}
 {{- end -}}
 
