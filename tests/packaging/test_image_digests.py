@@ -1,11 +1,13 @@
-"""Every image of the chart can be pinned by digest with its tag kept readable (repository:tag@sha256:…).
+"""Every image of the chart is pinned by digest with its tag kept readable (repository:tag@sha256:…).
 
 Each image value of values.yaml (an object with a ``repository``) takes a ``digest``; with every one
 set, every container the chart renders (all templates, the monitoring ones and the upgrade hook
 included) runs a ``repo:tag@sha256:<64 hex>`` image, so an image added later without the mechanism
-fails here. Unset, the images are ``repo:tag`` as before. The registries of the shipped tags are not
-reachable from this project's machines, so values.yaml cannot carry the digests themselves: the
-operator sets them (chart README, values.yaml's comments).
+fails here. The third-party images the release ships (Temporal, the terminator's nginx) are pinned by
+default from the chart's list of their digests (``ai-inference.shippedDigests`` in _helpers.tpl), by
+repository:tag, so a changed tag runs by its tag and never pulls the old build. The module's own image
+is the one exception: its digest exists only once it is built and pushed (``image.digest``, or
+Deckhouse's published one).
 """
 
 from __future__ import annotations
@@ -99,10 +101,45 @@ def test_with_every_digest_set_every_container_is_pinned_and_keeps_its_tag(helm:
     assert set(images.values()) == expected
 
 
-def test_unset_the_images_are_repository_and_tag(helm: Helm) -> None:
-    images = render_all(helm, {})
-    expected = {f"{value['repository']}:{value['tag'] or '0.1.0'}" for _, value in image_values()}
-    assert set(images.values()) == expected
+def shipped_digests() -> dict[str, str]:
+    """The chart's list of the shipped third-party images' digests, read from the helper itself."""
+    helpers = (CHART_DIR / "templates" / "_helpers.tpl").read_text()
+    block = re.search(r'define "ai-inference.shippedDigests" -}}\n(.*?)\n{{- end', helpers, re.S)
+    assert block, "no shippedDigests block in _helpers.tpl"
+    listed = yaml.safe_load(block.group(1))
+    assert isinstance(listed, dict)
+    return listed
+
+
+def test_the_shipped_list_names_every_third_party_default_with_a_well_formed_digest() -> None:
+    listed = shipped_digests()
+    third_party = {f"{v['repository']}:{v['tag']}" for path, v in image_values() if path != "image"}
+    assert third_party == set(listed)
+    for ref, digest in listed.items():
+        assert re.fullmatch(r"sha256:[0-9a-f]{64}", digest), ref
+
+
+def test_by_default_the_shipped_images_are_pinned_and_the_module_image_runs_by_its_tag(helm: Helm) -> None:
+    listed = shipped_digests()
+    images = set(render_all(helm, {}).values())
+    expected = {f"{ref}@{digest}" for ref, digest in listed.items()} | {"ai-inference:0.1.0"}
+    assert images == expected
+
+
+def test_a_changed_tag_runs_by_its_tag_never_by_the_old_builds_digest(helm: Helm) -> None:
+    images = render_all(helm, {"aiInference.temporal.embedded.tlsProxy.image.tag": "1.29-alpine"})
+    proxies = {image for where, image in images.items() if where.endswith("/tls-proxy")}
+    assert proxies == {"nginxinc/nginx-unprivileged:1.29-alpine"}
+    pinned = render_all(
+        helm,
+        {
+            "aiInference.temporal.embedded.tlsProxy.image.tag": "1.29-alpine",
+            "aiInference.temporal.embedded.tlsProxy.image.digest": digest_of("1.29"),
+        },
+    )
+    assert {image for where, image in pinned.items() if where.endswith("/tls-proxy")} == {
+        f"nginxinc/nginx-unprivileged:1.29-alpine@{digest_of('1.29')}"
+    }
 
 
 def test_deckhouse_pins_the_module_image_by_its_published_digest_over_the_value(helm: Helm) -> None:

@@ -319,3 +319,51 @@ async def test_a_history_that_diverged_live_replays_on_this_code(path: Path) -> 
     once and has no command for event 332."""
     body = json.loads(path.read_text())
     await replay(History.from_json(body["workflowId"], body["history"]))
+
+
+def _decoded(payloads: dict[str, Any]) -> Any:
+    import base64
+
+    return json.loads(base64.b64decode(payloads["payloads"][0]["data"]))
+
+
+def test_the_diverged_run_decided_without_signals_its_history_gives_that_task() -> None:
+    """Why the recorded preemption run diverged (issue 34, item 8), read from its frozen history: each
+    decision publishes its members' metrics, so the activity a workflow task schedules names exactly
+    the members whose ``observe`` signals reached the code. Every signal recorded before a task's
+    WorkflowTaskStarted belongs to that task (a replay delivers them together), yet the live task that
+    started at event 322 published the members of the signals at 316 and 318 only: the three at 319-321
+    reached the code one task later, which therefore decided a second time (the two upserts at 331 and
+    332). The code decides from the signals it is handed and nothing else (no clock, no query mutates
+    it), so the divergence lies in what the worker was handed for that task — a task taken from the
+    normal queue (sticky cache lost, full history paginated), with signals landing between its
+    scheduling and its start — not in the workflow's code."""
+    (path,) = DIVERGED
+    events = json.loads(path.read_text())["history"]["events"]
+    by_id = {int(e["eventId"]): e for e in events}
+    signalled: dict[int, str] = {}
+    starts: dict[int, int] = {}  # WorkflowTaskScheduled id -> its WorkflowTaskStarted id
+    for e in events:
+        if e["eventType"] == "EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED":
+            attrs = e["workflowExecutionSignaledEventAttributes"]
+            if attrs["signalName"] == "observe":
+                signalled[int(e["eventId"])] = _decoded(attrs["input"])["ref"]["name"]
+        if e["eventType"] == "EVENT_TYPE_WORKFLOW_TASK_STARTED":
+            starts[int(e["workflowTaskStartedEventAttributes"]["scheduledEventId"])] = int(e["eventId"])
+    short: list[tuple[int, list[int]]] = []
+    for e in events:
+        if e["eventType"] != "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED":
+            continue
+        attrs = e["activityTaskScheduledEventAttributes"]
+        if attrs["activityType"]["name"] != "publish_preemption_metrics":
+            continue
+        completed = by_id[int(attrs["workflowTaskCompletedEventId"])]["workflowTaskCompletedEventAttributes"]
+        started = int(completed["startedEventId"])
+        published = {m["name"] for m in _decoded(attrs["input"])["preemptions"]}
+        missing = [i for i, name in signalled.items() if i < started and name not in published]
+        if missing:
+            short.append((started, missing))
+    # Exactly one task decided short, and what it lacked is the signals recorded after 318.
+    assert short == [(322, [319, 320, 321])]
+    assert by_id[317]["workflowTaskScheduledEventAttributes"]["taskQueue"]["kind"] == "TASK_QUEUE_KIND_NORMAL"
+    assert starts[317] == 322

@@ -38,8 +38,9 @@ platform's at .Values.global in both. What differs is resolved here and nowhere 
 - "ai-inference.image": the digest Deckhouse publishes for the module's image
   (global.modulesImages.digests.aiInference.aiInference at global.modulesImages.registry.base), else
   image.repository:image.tag (the chart's appVersion when the tag is empty), @image.digest when set;
-- "ai-inference.imageRef": an image value (repository, tag, digest) as repository:tag, or
-  repository:tag@digest when its digest is set: pinned, the tag kept readable;
+- "ai-inference.imageRef": an image value (repository, tag, digest) as repository:tag@digest, pinned
+  with the tag kept readable, when its digest is set or "ai-inference.shippedDigests" knows the
+  repository:tag; else repository:tag;
 - "ai-inference.createNamespace": Deckhouse modules own their namespace; with plain Helm,
   createNamespace (helm install --create-namespace otherwise);
 - "ai-inference.publicDomainTemplate": global.modules.publicDomainTemplate, Deckhouse's or set by hand;
@@ -67,10 +68,22 @@ platform's at .Values.global in both. What differs is resolved here and nowhere 
 
 {{- define "ai-inference.imageRef" -}}
 {{- $ref := printf "%s:%s" .repository (toString .tag) -}}
-{{- if .digest -}}
-{{- $ref = printf "%s@%s" $ref .digest -}}
+{{- $digest := .digest | default (get (include "ai-inference.shippedDigests" . | fromYaml) $ref) -}}
+{{- if $digest -}}
+{{- $ref = printf "%s@%s" $ref $digest -}}
 {{- end -}}
 {{- $ref -}}
+{{- end -}}
+
+{{/*
+The digests of the third-party images this release ships with, by repository:tag (each the tag's
+multi-arch index as published; `crane digest <repository>:<tag>` prints it). An image value at one
+of these pins itself without an image.digest; another tag (or repository: a mirror) is not in the
+list, so it runs by its tag unless its own digest is set: a changed tag never pulls the old build.
+*/}}
+{{- define "ai-inference.shippedDigests" -}}
+temporalio/temporal:1.9.1: sha256:ad4c82c97bd12b417d1ea942610dbcd511afb250c4d5ed26c694009533df447e
+nginxinc/nginx-unprivileged:1.28-alpine: sha256:7377697a821c131a924a7105fafbe7414db4e9fcc77a6f08f776f33f141ec3f8
 {{- end -}}
 
 {{- define "ai-inference.imagePullSecrets" -}}
