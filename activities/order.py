@@ -27,6 +27,7 @@ from activities.builders.autoscaling import constraints_status
 from activities.builders.claim import claim_template_spec_differs
 from activities.builders.common import (
     ANNOTATION_PLACEMENT,
+    ANNOTATION_TEMPLATE_DIGEST,
     FIELD_MANAGER,
     LABEL_ENDPOINT_HOST,
     ObjectNames,
@@ -55,7 +56,9 @@ from activities.builders.objects import (
 from activities.builders.runtime import (
     RuntimeVerdict,
     decide_runtime_hold,
+    decide_template_hold,
     placement_changed,
+    replica_revisions,
     replica_runtime_versions,
     runtime_current,
     volume_must_grow,
@@ -434,7 +437,8 @@ class OrderActivities:
         # The runtime releases the order's own replicas run: pods along the controller chain only (a pod
         # someone labelled as the order's must not decide whether its replicas are held).
         listed = [self.api.sanitize_for_serialization(p) for p in pods.items]
-        versions = replica_runtime_versions(order_pods(listed, request.ref.uid, standing))
+        replicas = order_pods(listed, request.ref.uid, standing)
+        versions = replica_runtime_versions(replicas)
         ours = standing if standing_is_ours else None
         kept = storage_class_kept(ours, cls)
         inputs = WorkloadInputs(
@@ -472,6 +476,20 @@ class OrderActivities:
             if secret is not None and ownership(secret, name, request.ref.uid) != Ownership.OURS:
                 raise _refused(foreign_message("Secret", ns, inputs.names.auth_secret, secret))
             inputs = dataclasses.replace(inputs, auth_secret_uid=((secret or {}).get("metadata") or {}).get("uid"))
+        # The module's own template changes (an upgrade's front, annotations, fetcher, a setting) reach
+        # new replicas only: the set is held like a runtime upgrade (builders/runtime.py).
+        built = build_statefulset(inputs)
+        template_hold = decide_template_hold(
+            order,
+            cls,
+            plan,
+            inputs.standing_statefulset,
+            built["metadata"]["annotations"][ANNOTATION_TEMPLATE_DIGEST],
+            inputs.auth_secret_uid,
+            replica_revisions(replicas),
+        )
+        if template_hold and not inputs.hold_running_replicas:
+            inputs = dataclasses.replace(inputs, hold_running_replicas=True)
         certificate = None
         source = custom_certificate_source(cls, self.settings)
         if source is not None:

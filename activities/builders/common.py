@@ -46,6 +46,12 @@ ANNOTATION_PLACEMENT = "ai.deckhouse.io/placement"
 ANNOTATION_ORDER_GENERATION = "ai.deckhouse.io/order-generation"
 ANNOTATION_RUNTIME_HOLD = "ai.deckhouse.io/runtime-hold"
 ANNOTATION_AUTH_SECRET_UID = "ai.deckhouse.io/auth-secret-uid"
+# On the StatefulSet (not its template): a digest of the pod template as this module built it, so the
+# next apply knows whether it changes the template for the module's own reasons (runtime.py).
+ANNOTATION_TEMPLATE_DIGEST = "ai.deckhouse.io/pod-template-digest"
+# Beside it, the generation of the class the set was applied under: a class edit moves the replicas the
+# way the class asks, as an order edit does; only the module's own changes are held.
+ANNOTATION_CLASS_GENERATION = "ai.deckhouse.io/class-generation"
 
 
 @dataclass(frozen=True)

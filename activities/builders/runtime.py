@@ -13,6 +13,17 @@ The pod template records what the replicas were started with, as annotations the
 ``ai.deckhouse.io/runtime-version``, ``ai.deckhouse.io/runtime-image``, the order's generation
 and the placement. Reading them back from pods is what these pure deciders work on.
 
+The same hold covers every change of the pod template that is the module's, not the order's: an
+upgrade that changes the endpoint front, an annotation, the model fetcher, a setting of the module
+(``decide_template_hold``). The StatefulSet records a digest of the template it was applied with
+(``ai.deckhouse.io/pod-template-digest``); an apply whose template digest differs, for an order that
+was not edited, whose token was not rotated and whose placement stays, holds the replicas that
+serve, and the new template reaches new replicas only. The hold ends when every replica runs the
+StatefulSet's current revision (its ``controller-revision-hash`` is the set's ``updateRevision``,
+read once the controller has seen the set's generation), or on an edit of the order or of its class
+(the set records the class generation it was applied under), a token rotation (the old key must
+stop working: every replica moves) or a placement change.
+
 A placement change (another device class, share, device count, a larger model volume) cannot be
 lazy: the objects that hold the devices and the volume have to change, so the order reports
 ``WorkloadRebuilding`` instead.
@@ -20,6 +31,7 @@ lazy: the objects that hold the devices and the volume have to change, so the or
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,16 +39,19 @@ from typing import Any
 
 from activities.builders.claim import memory_request_mib
 from activities.builders.common import (
+    ANNOTATION_AUTH_SECRET_UID,
+    ANNOTATION_CLASS_GENERATION,
     ANNOTATION_ORDER_GENERATION,
     ANNOTATION_PLACEMENT,
     ANNOTATION_RUNTIME_HOLD,
     ANNOTATION_RUNTIME_VERSION,
+    ANNOTATION_TEMPLATE_DIGEST,
     MODEL_VOLUME,
     parse_quantity,
 )
 from inference_api.plan import LaunchPlan
 from inference_api.reasons import Reason
-from inference_api.types import ConditionStatus, InferenceService
+from inference_api.types import ConditionStatus, InferenceService, InferenceServiceClass
 
 _GIB = 2**30
 
@@ -59,6 +74,10 @@ def placement_annotation(plan: LaunchPlan) -> str:
 
 def order_generation_annotation(order: InferenceService) -> str:
     return str(order.metadata.generation or 0)
+
+
+def class_generation_annotation(service_class: InferenceServiceClass) -> str:
+    return str(service_class.metadata.generation or 0)
 
 
 def _annotations(obj: Mapping[str, Any] | None) -> Mapping[str, str]:
@@ -162,6 +181,76 @@ def decide_runtime_hold(
     if _annotations(standing_statefulset).get(ANNOTATION_RUNTIME_HOLD) == "true":
         return True
     return template.get(ANNOTATION_RUNTIME_VERSION) != shipped
+
+
+def pod_template_digest(template: Mapping[str, Any]) -> str:
+    """A digest of a pod template as built (key-sorted JSON): equal templates, equal digests."""
+    document = json.dumps(template, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(document.encode()).hexdigest()[:32]
+
+
+REVISION_LABEL = "controller-revision-hash"
+
+
+def replica_revisions(pods: Iterable[Mapping[str, Any]]) -> list[str | None]:
+    """The StatefulSet revision each live pod was made from (its ``controller-revision-hash``)."""
+    revisions: list[str | None] = []
+    for pod in pods:
+        metadata = pod.get("metadata") or {}
+        if metadata.get("deletionTimestamp"):
+            continue
+        revisions.append((metadata.get("labels") or {}).get(REVISION_LABEL))
+    return revisions
+
+
+def _every_replica_current(standing: Mapping[str, Any], revisions: Sequence[str | None]) -> bool:
+    """Every replica runs the set's current template: judged only once the StatefulSet controller has
+    seen the set's generation (before, ``updateRevision`` may still name the template being replaced)."""
+    status = standing.get("status") or {}
+    generation = (standing.get("metadata") or {}).get("generation")
+    if generation is None or status.get("observedGeneration") != generation:
+        return False
+    current = status.get("updateRevision")
+    return current is not None and all(revision == current for revision in revisions)
+
+
+def decide_template_hold(
+    order: InferenceService,
+    service_class: InferenceServiceClass,
+    plan: LaunchPlan,
+    standing_statefulset: Mapping[str, Any] | None,
+    template_digest: str,
+    auth_secret_uid: str | None,
+    revisions: Sequence[str | None],
+) -> bool:
+    """Whether to apply with ``OnDelete`` because the pod template changes for the module's reasons.
+
+    * nothing stands, the placement moves, the order or its class was edited, or its token was rotated
+      → no hold: those move every replica (an edit as the class asks; a rotated token must reach every
+      replica). A set that recorded no class generation (an earlier release) is taken as unedited;
+    * no replica runs → no hold (nothing to keep);
+    * already holding → hold until every replica runs the set's current revision;
+    * otherwise hold exactly when the template differs from the one the set was applied with (a set
+      made by a release that recorded no digest counts as different: holding an unchanged template
+      moves nothing, and the hold ends at the next apply).
+    """
+    standing = standing_statefulset
+    if standing is None or placement_changed(standing, plan):
+        return False
+    template = _template_annotations(standing)
+    if template.get(ANNOTATION_ORDER_GENERATION) != order_generation_annotation(order):
+        return False
+    if template.get(ANNOTATION_AUTH_SECRET_UID) != auth_secret_uid:
+        return False
+    applied_under = _annotations(standing).get(ANNOTATION_CLASS_GENERATION)
+    if applied_under is not None and applied_under != class_generation_annotation(service_class):
+        return False
+    if not revisions:
+        return False
+    recorded = _annotations(standing).get(ANNOTATION_TEMPLATE_DIGEST)
+    if _annotations(standing).get(ANNOTATION_RUNTIME_HOLD) == "true":
+        return recorded != template_digest or not _every_replica_current(standing, revisions)
+    return recorded != template_digest
 
 
 @dataclass(frozen=True)

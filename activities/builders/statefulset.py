@@ -53,11 +53,13 @@ from activities.builders.autoscaling import priority_class_name, replica_bounds
 from activities.builders.claim import node_affinity
 from activities.builders.common import (
     ANNOTATION_AUTH_SECRET_UID,
+    ANNOTATION_CLASS_GENERATION,
     ANNOTATION_ORDER_GENERATION,
     ANNOTATION_PLACEMENT,
     ANNOTATION_RUNTIME_HOLD,
     ANNOTATION_RUNTIME_IMAGE,
     ANNOTATION_RUNTIME_VERSION,
+    ANNOTATION_TEMPLATE_DIGEST,
     FETCHER_CONTAINER,
     MODEL_MOUNT_PATH,
     MODEL_VOLUME,
@@ -71,7 +73,12 @@ from activities.builders.common import (
 from activities.builders.endpoint_front import engine_address_args, engine_probes, front_container
 from activities.builders.fetcher import FETCH_MARKER as FETCH_MARKER
 from activities.builders.fetcher import FETCH_SCRIPT as FETCH_SCRIPT
-from activities.builders.runtime import order_generation_annotation, placement_annotation
+from activities.builders.runtime import (
+    class_generation_annotation,
+    order_generation_annotation,
+    placement_annotation,
+    pod_template_digest,
+)
 from inference_api.types import EndpointType, UpdateStrategy
 
 API_KEY_ENV = "VLLM_API_KEY"
@@ -438,6 +445,8 @@ def build_statefulset(inputs: WorkloadInputs) -> dict[str, Any]:
     annotations = {
         ANNOTATION_PLACEMENT: placement,
         ANNOTATION_RUNTIME_HOLD: "true" if inputs.hold_running_replicas else "false",
+        ANNOTATION_TEMPLATE_DIGEST: pod_template_digest(spec["template"]),
+        ANNOTATION_CLASS_GENERATION: class_generation_annotation(inputs.service_class),
     }
     return {
         "apiVersion": "apps/v1",

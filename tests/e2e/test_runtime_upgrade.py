@@ -27,7 +27,12 @@ from kubernetes.client import ApiClient, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 from temporalio.testing import WorkflowEnvironment
 
-from activities.builders.common import ANNOTATION_RUNTIME_HOLD, ANNOTATION_RUNTIME_VERSION, RUNTIME_CONTAINER
+from activities.builders.common import (
+    ANNOTATION_RUNTIME_HOLD,
+    ANNOTATION_RUNTIME_VERSION,
+    ANNOTATION_TEMPLATE_DIGEST,
+    RUNTIME_CONTAINER,
+)
 from devstack.cluster.launcher import LocalCluster
 from devstack.standins.fleet import StandInFleet
 from inference_api.types import CLASSES, GROUP, VERSION
@@ -176,6 +181,109 @@ async def test_serving_replicas_keep_0_11_and_new_ones_start_on_0_33(
                 what="the new order is current",
             )
 
+            stand.delete_orders()
+            await stand.until(lambda: not stand.order_names(), timeout=60, what="orders deleted")
+    finally:
+        fleet.stop()
+        with contextlib.suppress(ApiException):
+            stand.core.delete_namespace(namespace)
+
+
+TRACES = "http://otel-collector.example:4317"
+# A setting of the module that changes every order's pod template (the engine's tracing flag): as an
+# upgrade that changes the endpoint front, an annotation or the fetcher does, with no edit of the order.
+TRACED = {**FAST_RESYNC, "workload": {"engineOtlpTracesEndpoint": TRACES}}
+
+
+def template_state(stand: Stand, name: str) -> tuple[str | None, str | None, str | None]:
+    """(template digest, updateStrategy, hold annotation) of the order's StatefulSet."""
+    sts = stand.apps.read_namespaced_stateful_set(name, stand.namespace)
+    annotations = sts.metadata.annotations or {}
+    return (
+        annotations.get(ANNOTATION_TEMPLATE_DIGEST),
+        sts.spec.update_strategy.type,
+        annotations.get(ANNOTATION_RUNTIME_HOLD),
+    )
+
+
+def traced_pods(stand: Stand, name: str) -> dict[str, bool]:
+    """Live pod uid -> whether its runtime container was started with the engine's tracing flag."""
+    listed = stand.core.list_namespaced_pod(stand.namespace, label_selector=f"ai.deckhouse.io/inference-service={name}")
+    out: dict[str, bool] = {}
+    for pod in listed.items:
+        if pod.metadata.deletion_timestamp:
+            continue
+        runtime = next(c for c in pod.spec.containers if c.name == RUNTIME_CONTAINER)
+        out[pod.metadata.uid] = TRACES in [*(runtime.command or []), *(runtime.args or [])]
+    return out
+
+
+async def test_the_modules_own_template_change_reaches_new_replicas_only(
+    local_cluster: LocalCluster, kube_admin: ApiClient, temporal_env: WorkflowEnvironment
+) -> None:
+    """The module restarts with a setting that changes every pod template; the order is not edited.
+    The serving replica is not restarted (same pod), the set is held (OnDelete), a replica added
+    starts on the new template, and once every replica runs it the class's strategy is back."""
+    client, api = temporal_env.client, kube_admin
+    task_queue = f"e2e-{uuid.uuid4().hex[:6]}"
+    namespace = local_cluster.create_namespace(f"e2e-{uuid.uuid4().hex[:6]}", users=())
+    with contextlib.suppress(ApiException):  # 409: another test made it
+        CustomObjectsApi(api).create_cluster_custom_object(GROUP, VERSION, CLASSES, DEFAULT_LLM)
+    fleet = StandInFleet(api).start()
+    stand = Stand(api, client, fleet, namespace, e2e_settings(task_queue))
+    try:
+        async with worker_and_observer(client, api, FAST_RESYNC, task_queue):
+            stand.create_order("served", SMALL)
+            await stand.until_phase("served", "Ready")
+            await stand.until(lambda: len(traced_pods(stand, "served")) == 1, what="one replica")
+            before, strategy, hold = template_state(stand, "served")
+            # Applied again and again with the same template: never held.
+            assert before is not None
+            assert (strategy, hold) == ("RollingUpdate", "false")
+            serving = traced_pods(stand, "served")
+            assert list(serving.values()) == [False]
+
+        async with worker_and_observer(client, api, TRACED, task_queue):
+            await stand.until(
+                lambda: template_state(stand, "served")[0] != before,
+                timeout=90,
+                what=lambda: f"the template of the new settings: {template_state(stand, 'served')}",
+            )
+            assert template_state(stand, "served")[1:] == ("OnDelete", "true")
+            assert traced_pods(stand, "served") == serving, "the serving replica was restarted"
+            assert stand.phase("served")[0] == "Ready"
+            assert (stand.order("served") or {})["metadata"]["generation"] == 1
+
+            # A replica added now starts on the new template; the one that served stays as it was.
+            stand.apps.patch_namespaced_stateful_set_scale("served", namespace, {"spec": {"replicas": 2}})
+            await stand.until(
+                lambda: sorted(traced_pods(stand, "served").values()) == [False, True],
+                timeout=90,
+                what=lambda: f"one replica on each template: {traced_pods(stand, 'served')}",
+            )
+            assert set(serving) <= set(traced_pods(stand, "served"))
+
+            # The old replica replaced (deleted: OnDelete makes it anew on the current template): every
+            # replica is current, and the next apply gives the class's strategy back.
+            (old,) = serving
+            (pod_name,) = [
+                p.metadata.name
+                for p in stand.core.list_namespaced_pod(
+                    namespace, label_selector="ai.deckhouse.io/inference-service=served"
+                ).items
+                if p.metadata.uid == old
+            ]
+            stand.core.delete_namespaced_pod(pod_name, namespace, grace_period_seconds=0)
+            await stand.until(
+                lambda: sorted(traced_pods(stand, "served").values()) == [True, True],
+                timeout=90,
+                what=lambda: f"both replicas on the new template: {traced_pods(stand, 'served')}",
+            )
+            await stand.until(
+                lambda: template_state(stand, "served")[1:] == ("RollingUpdate", "false"),
+                timeout=90,
+                what=lambda: f"the hold ended: {template_state(stand, 'served')}",
+            )
             stand.delete_orders()
             await stand.until(lambda: not stand.order_names(), timeout=60, what="orders deleted")
     finally:

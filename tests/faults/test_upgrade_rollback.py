@@ -9,7 +9,11 @@ rollback). Before each takeover every running order workflow's history — made 
 away — is replayed by the build coming in (its own workflow code, its own process): the histories
 are the frozen ones of this case, made fresh from both builds each run. Each takeover ends with the
 suite's convergence check: every order Ready with its edit reconciled, the deleted gone, one workflow
-each, no workflow Failed, no serving order's endpoint lost, auth tokens unchanged.
+each, no workflow Failed, no serving order's endpoint lost, auth tokens unchanged. And restarts are
+counted: a replica of an order that was neither edited nor deleted and whose placement stayed must
+be the same pod after the takeover (admin guide, "Upgrading the module": the module's own changes
+of the pod template reach new replicas only); printed, and asserted for the upgrade (a rollback runs
+the previous release's rules).
 See docs/upgrade.md for the discipline that keeps this green.
 """
 
@@ -21,6 +25,7 @@ from pathlib import Path
 
 from temporalio.client import WorkflowHistory
 
+from activities.builders.common import ANNOTATION_PLACEMENT
 from tests.e2e.stand import auth_token
 from tests.faults.churn import SMALL_ORDER_COUNT, FaultStand, ServingWatch, converge
 from tests.upgrade.releases import Release, previous_release, working_tree
@@ -32,6 +37,38 @@ async def _histories(fs: FaultStand) -> list[WorkflowHistory]:
     running = fs.client.list_workflows(running_order_query(fs.task_queue))
     handles = [fs.client.get_workflow_handle(wf.id) async for wf in running]
     return [await handle.fetch_history() for handle in handles]
+
+
+def _replicas(fs: FaultStand, names: list[str]) -> dict[str, tuple[str | None, set[str]]]:
+    """Order -> (its StatefulSet's placement annotation, the uids of its live pods)."""
+    out: dict[str, tuple[str | None, set[str]]] = {}
+    for name in names:
+        try:
+            sts = fs.stand.apps.read_namespaced_stateful_set(name, fs.stand.namespace)
+        except Exception:  # gone (deleted meanwhile): not counted
+            continue
+        placement = (sts.spec.template.metadata.annotations or {}).get(ANNOTATION_PLACEMENT)
+        pods = fs.stand.core.list_namespaced_pod(
+            fs.stand.namespace, label_selector=f"ai.deckhouse.io/inference-service={name}"
+        ).items
+        out[name] = (placement, {p.metadata.uid for p in pods if not p.metadata.deletion_timestamp})
+    return out
+
+
+def _restarts(fs: FaultStand, before: dict[str, tuple[str | None, set[str]]]) -> tuple[int, int, list[str]]:
+    """(replicas restarted, replicas counted, which) among orders neither edited nor deleted whose
+    placement stayed: a pod of ``before`` that is no longer there was restarted."""
+    kept = [name for name in before if name not in fs.edited and name not in fs.deleted]
+    after = _replicas(fs, kept)
+    restarted: list[str] = []
+    counted = 0
+    for name in kept:
+        placement, uids = before[name]
+        if name not in after or after[name][0] != placement:
+            continue  # a placement change may rebuild: not a restart the guide rules out
+        counted += len(uids)
+        restarted += [f"{name}/{uid}" for uid in sorted(uids - after[name][1])]
+    return len(restarted), counted, restarted
 
 
 async def _take_over(fs: FaultStand, release: Release, names: list[str], tmp_path: Path, step: str) -> float:
@@ -59,10 +96,15 @@ async def _take_over(fs: FaultStand, release: Release, names: list[str], tmp_pat
                 await asyncio.to_thread(fs.delete, serving[-1])
             await asyncio.sleep(1)
 
+    replicas = await asyncio.to_thread(_replicas, fs, serving)
     started = time.monotonic()
     await watch.during(asyncio.gather(takeover(), orders_change()))
     seconds = await converge(fs)
     print(f"{step} to {release.short}: converged {seconds:.1f} s after ({time.monotonic() - started:.0f} s in all)")
+    restarted, counted, which = await asyncio.to_thread(_restarts, fs, replicas)
+    print(f"{step} to {release.short}: {restarted} of {counted} serving replicas restarted {which}")
+    if release.commit == working_tree().commit:
+        assert restarted == 0, f"{step}: serving replicas restarted by the module's own changes: {which}"
     return seconds
 
 
