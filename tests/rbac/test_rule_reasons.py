@@ -139,6 +139,28 @@ REASONS: dict[str, dict[Rule, str]] = {
         ("get", "patch", "update"),
         "the pre-upgrade hook applies the module's two CRDs, by name",
     ),
+    "d8:ai-inference:disable": {
+        **_rules(
+            AI, ("inferenceservices",), ("list", "patch"), "worker/disable.py: every order, its finalizer removed"
+        ),
+        (AI, "inferenceservices/status", "patch"): "worker/disable.py: each order says ModuleDisabled",
+        **{
+            (OWNED_GROUP.get(resource, "apps"), resource, verb): (
+                "worker/disable.py: each order's workload read by the name the module gives it, deleted when the "
+                "order owns it"
+            )
+            for resource in (
+                "statefulsets",
+                "services",
+                "ingresses",
+                "networkpolicies",
+                "horizontalpodautoscalers",
+                "resourceclaimtemplates",
+            )
+            for verb in ("get", "delete")
+        },
+        ("", "pods", "list"): "worker/disable.py: waits until the order's replicas are gone",
+    },
     "d8:user-authz:ai-inference:user": _rules(AI, ("inferenceservices",), HUMAN_READ, f"read orders ({GUIDE})"),
     "d8:user-authz:ai-inference:privileged-user": {},
     "d8:user-authz:ai-inference:editor": _rules(AI, ("inferenceservices",), HUMAN_WRITE, f"order inference ({GUIDE})"),
@@ -170,6 +192,12 @@ REASONS: dict[str, dict[Rule, str]] = {
 
 # Roles of the module's own namespace (nothing cluster-wide).
 NAMESPACED_REASONS: dict[str, dict[Rule, str]] = {
+    "ai-inference-disable": _rules(
+        "apps",
+        ("deployments@ai-inference-worker,ai-inference-watcher",),
+        ("get", "patch"),
+        "the pre-delete hook scales the release's two reconcilers to 0 first (worker/disable.py), by name",
+    ),
     "d8:ai-inference:watcher-leader-election": {
         ("coordination.k8s.io", "leases", "get"): "worker/observer/leader.py: a standby reads its shard's Lease",
         ("coordination.k8s.io", "leases", "create"): "worker/observer/leader.py: the first replica makes the Lease",
@@ -238,9 +266,13 @@ def test_every_rule_of_every_chart_namespaced_role_has_its_reason(helm: Helm) ->
     assert set(roles) == set(NAMESPACED_REASONS)
     problems = [p for name, role in roles.items() for p in _differences(name, role, NAMESPACED_REASONS[name])]
     assert not problems, "\n".join(problems)
-    # Only Leases, never a delete (a Lease outlives its holders: the count of transitions is the fence).
+    # Only Leases and the two reconcilers by name, never a delete (a Lease outlives its holders: the
+    # count of transitions is the fence; the hook scales the Deployments, Helm deletes them).
     for table in NAMESPACED_REASONS.values():
-        assert {(g, r) for g, r, _ in table} == {("coordination.k8s.io", "leases")}
+        assert {(g, r) for g, r, _ in table} <= {
+            ("coordination.k8s.io", "leases"),
+            ("apps", "deployments@ai-inference-worker,ai-inference-watcher"),
+        }
         assert not [v for _, _, v in table if v in ("delete", "deletecollection", "*")]
 
 
