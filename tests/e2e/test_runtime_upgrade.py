@@ -19,12 +19,14 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import yaml
 from kubernetes.client import ApiClient, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
+from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from activities.builders.common import (
@@ -45,6 +47,25 @@ PREVIOUS = "0.11.0"
 PREVIOUS_IMAGE = "vllm/vllm-openai:v0.11.0"
 SMALL = {"src": "HuggingFace", "ref": {"name": "Qwen/Qwen2.5-0.5B-Instruct"}}
 FAST_RESYNC = {"observer": {"resyncSeconds": 1}}
+
+
+@contextlib.asynccontextmanager
+async def upgrade_stand(
+    local_cluster: LocalCluster, api: ApiClient, client: Client
+) -> AsyncIterator[tuple[Stand, str, str]]:
+    """A namespace of its own, the default class and the stand-in fleet: (stand, task queue, namespace)."""
+    task_queue = f"e2e-{uuid.uuid4().hex[:6]}"
+    namespace = local_cluster.create_namespace(f"e2e-{uuid.uuid4().hex[:6]}", users=())
+    with contextlib.suppress(ApiException):  # 409: another test made it
+        CustomObjectsApi(api).create_cluster_custom_object(GROUP, VERSION, CLASSES, DEFAULT_LLM)
+    fleet = StandInFleet(api).start()
+    stand = Stand(api, client, fleet, namespace, e2e_settings(task_queue))
+    try:
+        yield stand, task_queue, namespace
+    finally:
+        fleet.stop()
+        with contextlib.suppress(ApiException):
+            stand.core.delete_namespace(namespace)
 
 
 def previous_tables(directory: Path) -> Path:
@@ -100,13 +121,7 @@ async def test_serving_replicas_keep_0_11_and_new_ones_start_on_0_33(
     old = {"planner": {"recipesDirectory": str(previous_tables(tmp_path / "previous"))}, **FAST_RESYNC}
     new = FAST_RESYNC  # no recipesDirectory: the tables shipped in the package
 
-    task_queue = f"e2e-{uuid.uuid4().hex[:6]}"
-    namespace = local_cluster.create_namespace(f"e2e-{uuid.uuid4().hex[:6]}", users=())
-    with contextlib.suppress(ApiException):  # 409: another test made it
-        CustomObjectsApi(api).create_cluster_custom_object(GROUP, VERSION, CLASSES, DEFAULT_LLM)
-    fleet = StandInFleet(api).start()
-    stand = Stand(api, client, fleet, namespace, e2e_settings(task_queue))
-    try:
+    async with upgrade_stand(local_cluster, api, client) as (stand, task_queue, namespace):
         # 1. Served on 0.11.0.
         async with worker_and_observer(client, api, old, task_queue):
             stand.create_order("served", SMALL)
@@ -183,10 +198,6 @@ async def test_serving_replicas_keep_0_11_and_new_ones_start_on_0_33(
 
             stand.delete_orders()
             await stand.until(lambda: not stand.order_names(), timeout=60, what="orders deleted")
-    finally:
-        fleet.stop()
-        with contextlib.suppress(ApiException):
-            stand.core.delete_namespace(namespace)
 
 
 TRACES = "http://otel-collector.example:4317"
@@ -225,13 +236,7 @@ async def test_the_modules_own_template_change_reaches_new_replicas_only(
     The serving replica is not restarted (same pod), the set is held (OnDelete), a replica added
     starts on the new template, and once every replica runs it the class's strategy is back."""
     client, api = temporal_env.client, kube_admin
-    task_queue = f"e2e-{uuid.uuid4().hex[:6]}"
-    namespace = local_cluster.create_namespace(f"e2e-{uuid.uuid4().hex[:6]}", users=())
-    with contextlib.suppress(ApiException):  # 409: another test made it
-        CustomObjectsApi(api).create_cluster_custom_object(GROUP, VERSION, CLASSES, DEFAULT_LLM)
-    fleet = StandInFleet(api).start()
-    stand = Stand(api, client, fleet, namespace, e2e_settings(task_queue))
-    try:
+    async with upgrade_stand(local_cluster, api, client) as (stand, task_queue, namespace):
         async with worker_and_observer(client, api, FAST_RESYNC, task_queue):
             stand.create_order("served", SMALL)
             await stand.until_phase("served", "Ready")
@@ -286,7 +291,3 @@ async def test_the_modules_own_template_change_reaches_new_replicas_only(
             )
             stand.delete_orders()
             await stand.until(lambda: not stand.order_names(), timeout=60, what="orders deleted")
-    finally:
-        fleet.stop()
-        with contextlib.suppress(ApiException):
-            stand.core.delete_namespace(namespace)
