@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -27,7 +28,7 @@ from typing import Any, Protocol
 
 from kubernetes.client import ApiClient, AppsV1Api, AutoscalingV2Api, CoreV1Api, CustomObjectsApi, NetworkingV1Api
 from kubernetes.client.exceptions import ApiException
-from temporalio.client import Client, WorkflowHandle, WorkflowHistory
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory, WorkflowUpdateFailedError
 
 from activities.builders.auth import TOKEN_KEY
 from activities.builders.common import LABEL_ORDER
@@ -38,6 +39,7 @@ from inference_api.settings import ModuleSettings
 from inference_api.types import GROUP, VERSION
 from tests.polling import until
 from worker.processes import order_worker, run_watcher
+from workflows.order import ReplanOutcome
 
 ORDERS = "inferenceservices"
 DEFAULT_CLASS = "e2e-default-llm"
@@ -427,3 +429,17 @@ async def chained_runs(client: Client, workflow_id: str) -> list[WorkflowHistory
         if not previous:
             return histories[::-1]
         run_id = previous
+
+
+async def replan_once_settled(handle: WorkflowHandle[Any, Any]) -> ReplanOutcome:
+    """Ask for a manual replan as a user would: the validator refuses while a reconcile is pending
+    (a pod's status change after the apply makes one), so ask again once it has run."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            outcome: ReplanOutcome = await handle.execute_update("replan", result_type=ReplanOutcome)
+            return outcome
+        except WorkflowUpdateFailedError as refused:
+            if "already pending" not in str(refused.cause) or time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.5)

@@ -43,11 +43,10 @@ from inference_api.preemption import preemption_workflow_id
 from inference_api.types import CLASSES, GROUP, VERSION
 from planner.recipes import load_recipe_book
 from tests.chart.helm import Helm, find
-from tests.e2e.stand import DEFAULT_LLM, MakeStand, Stand, e2e_settings, worker_and_observer
+from tests.e2e.stand import DEFAULT_LLM, MakeStand, Stand, e2e_settings, replan_once_settled, worker_and_observer
 from tests.e2e.test_runtime_upgrade import PREVIOUS, PREVIOUS_IMAGE, SMALL, pod_uids, pods, previous_tables, template
 from tests.polling import until
 from workflows import activity_names as act
-from workflows.order import ReplanOutcome
 from workflows.preemption import PreemptionState
 
 pytestmark = [pytest.mark.cluster, pytest.mark.temporal]
@@ -157,7 +156,7 @@ async def test_settled_region_kept_is_told_once_per_divergence(stand: Stand, loc
         created = stand.order("settled")
         assert created is not None
         handle: WorkflowHandle[Any, Any] = stand.workflow("settled")
-        outcome = await handle.execute_update("replan", result_type=ReplanOutcome)
+        outcome = await replan_once_settled(handle)
         assert outcome.planned
         applied = await until_applied_again(stand, "settled", applied)
         await stand.until_phase("settled", "Ready")

@@ -15,8 +15,8 @@ from kubernetes.client.exceptions import ApiException
 
 from inference_api.payloads import order_workflow_id
 from inference_api.types import GROUP, VERSION
-from tests.e2e.stand import DEFAULT_LLM, Stand
-from workflows.order import OrderWorkflow, ReplanOutcome
+from tests.e2e.stand import DEFAULT_LLM, Stand, replan_once_settled
+from workflows.order import OrderWorkflow
 
 pytestmark = [pytest.mark.cluster, pytest.mark.temporal]
 
@@ -97,7 +97,7 @@ async def test_manual_replan_counts_and_an_edit_replans(stand: Stand) -> None:
     handle = stand.client.get_workflow_handle(
         order_workflow_id(stand.namespace, "replanned", created["metadata"]["uid"])
     )
-    outcome = await handle.execute_update("replan", result_type=ReplanOutcome)
+    outcome = await replan_once_settled(handle)
     assert outcome.planned
     assert outcome.replanCount == 1
 

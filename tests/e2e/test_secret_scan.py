@@ -14,9 +14,8 @@ import uuid
 import pytest
 from kubernetes.client import ApiClient, AuthenticationV1TokenRequest, CoreV1Api, V1TokenRequestSpec
 
-from tests.e2e.stand import Stand
+from tests.e2e.stand import Stand, replan_once_settled
 from tests.security.leaks import assert_clean, needles
-from workflows.order import ReplanOutcome
 
 pytestmark = [pytest.mark.cluster, pytest.mark.temporal]
 
@@ -73,7 +72,7 @@ async def test_a_full_run_leaves_no_secret_anywhere(
     first = _token(stand, "scanned-auth")
 
     # Replanned by hand, then the endpoint token rotated the documented way.
-    outcome = await stand.workflow("scanned").execute_update("replan", result_type=ReplanOutcome)
+    outcome = await replan_once_settled(stand.workflow("scanned"))
     assert outcome.planned
     said = await _everything_said(stand, ["scanned", "gated"])
     stand.core.delete_namespaced_secret("scanned-auth", stand.namespace)
