@@ -12,11 +12,11 @@ The local stack cannot download a model, so it makes one, the same bytes every t
 About 150k parameters and 0.3 MB on disk. It answers with random tokens, which is all a test of
 the serving path needs: the engine loads it, tokenizes a chat, generates, streams, and counts.
 
-How a user orders it: as a Hugging Face model, ``ai-inference-dev/tiny-chat`` (a repository on no
-hub) with ``parameterCount: 131K`` (``deploy/dev/order-tiny-chat.yaml``). The module fetches the
-repository into the replica's model volume; in the local stack the stand-in fleet plays that init
-container for this one repository and copies the model made here into the volume at ``<repo>``,
-so the engine loads ``/models/ai-inference-dev/tiny-chat`` exactly as the built command says
+How a user orders it: as a Hugging Face model, ``ai-inference-dev/tiny-chat`` (a repository on the local hub
+only) with ``parameterCount: 131K`` (``deploy/dev/order-tiny-chat.yaml``). The module fetches the
+repository into the replica's model volume; in the local stack the stand-in fleet runs that init
+container's own script with the Hugging Face CLI against the local hub (``devstack.standins.hub``),
+which serves the model made here, into the volume at ``<repo>``, so the engine loads ``/models/ai-inference-dev/tiny-chat`` exactly as the built command says
 (``devstack.standins.engine``).
 
 A second repository, ``ai-inference-dev/tiny-qwq-chat`` (``FEATURES_REPOSITORY``), is the same model in

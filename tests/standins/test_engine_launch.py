@@ -164,14 +164,6 @@ def test_the_parameter_count_an_order_gives_is_the_models(tmp_path: Path) -> Non
     assert f"{round(count / 1000)}K" == tiny_model.PARAMETER_COUNT
 
 
-def test_the_model_fetch_leaves_the_fetchers_marker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AI_INFERENCE_CACHE", str(tmp_path / "cache"))
-    target = eng.fetch_model(tiny_model.REPOSITORY, tmp_path / "volume")
-    assert target == tmp_path / "volume" / tiny_model.REPOSITORY
-    assert (target / ".ai-inference-fetched").read_text() == f"{tiny_model.REPOSITORY}@main"
-    assert (target / "model.safetensors").is_file()
-
-
 def test_the_endpoint_front_runs_the_built_containers_command_with_only_its_address_changed() -> None:
     from activities.builders.endpoint_front import FRONT_CONTAINER, front_command
 
@@ -243,3 +235,30 @@ def test_the_endpoint_front_waits_with_the_engine_then_is_ready_once_the_engine_
     assert (front["state"], front["started"], front["ready"]) == ({"running": {"startedAt": "t1"}}, True, False)
     started = eng.pod_status_patch(pod, eng.ContainerView("running", started=True, started_at="t1"), "t2")
     assert started["status"]["containerStatuses"][1]["ready"] is True
+
+
+def test_while_the_model_fetcher_runs_the_pod_is_not_initialized_and_its_containers_wait() -> None:
+    """What a kubelet reports while an init container runs, failed, and once it completed."""
+    pod = {
+        "spec": {
+            "initContainers": [{"name": "model-fetcher", "image": "fetcher:1"}],
+            "containers": [{"name": "runtime", "image": "vllm:1"}, {"name": "endpoint-front", "image": "front:1"}],
+        },
+        "status": {"conditions": [{"type": "Initialized", "status": "True", "lastTransitionTime": "t0"}]},
+    }
+    running = {"name": "model-fetcher", "ready": False, "restartCount": 0, "state": {"running": {"startedAt": "t1"}}}
+    patch = eng.fetcher_status_patch(pod, running)["status"]
+    assert patch["initContainerStatuses"] == [running]
+    (initialized,) = patch["conditions"]
+    assert (initialized["status"], initialized["reason"]) == ("False", "ContainersNotInitialized")
+    assert "model-fetcher" in initialized["message"]
+    assert [s["state"] for s in patch["containerStatuses"]] == [{"waiting": {"reason": "PodInitializing"}}] * 2
+
+    failed = {**running, "restartCount": 1, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}
+    assert eng.fetcher_status_patch(pod, failed)["status"]["initContainerStatuses"] == [failed]
+
+    done = {**running, "ready": True, "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}
+    not_yet = {**pod, "status": {"conditions": [initialized]}}
+    patch = eng.fetcher_status_patch(not_yet, done)["status"]
+    assert [c["status"] for c in patch["conditions"]] == ["True"]
+    assert "containerStatuses" not in patch  # the engine's own patches write them from now on

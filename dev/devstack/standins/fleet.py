@@ -9,9 +9,12 @@
   ``stop`` makes the endpoint absent. ``targets()`` lists every order's URL (for scraping its
   ``/metrics``: ``<url>/metrics``).
 * For the pods of an order whose model the local stack makes on this machine (the tiny chat
-  model), the real engine instead (``devstack.standins.engine``): the replica's own command and
-  environment, its model in its volume, its pod's status following the engine's probes and
-  crashes; at most ``engine.MAX_ENGINES`` at once. ``engine(namespace, name)`` is the order's first.
+  model), the real engine instead (``devstack.standins.engine``): first the pod's own
+  ``model-fetcher`` init container downloads the model into its volume with the Hugging Face CLI
+  from a hub (``hub_url``; by default the fleet serves ``hub.standard_hub`` itself, started when the
+  first such pod needs it), then the replica's own command and environment load it, its pod's status
+  following the fetcher, the engine's probes and crashes; at most ``engine.MAX_ENGINES`` at once.
+  ``engine(namespace, name)`` is the order's first.
 * For every Pending PersistentVolumeClaim of an order, a hostPath PersistentVolume bound to it,
   so the scheduler can place pods that carry a model volume.
 * A pod of an order the scheduler last refused for an unbound volume that is bound by now is
@@ -45,8 +48,17 @@ import structlog
 from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
-from activities.builders.common import LABEL_MANAGED_BY, MANAGED_BY, MODEL_VOLUME, RUNTIME_CONTAINER, selector_labels
+from activities.builders.common import (
+    FETCHER_CONTAINER,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    MODEL_VOLUME,
+    RUNTIME_CONTAINER,
+    selector_labels,
+)
 from devstack.standins import engine as eng
+from devstack.standins import model_fetcher
+from devstack.standins.hub import HubServer, standard_hub
 from devstack.standins.runtime import MultiplexedRuntime, OrderRuntime
 from worker.observer.informer import (
     MODULE_SELECTOR,
@@ -153,6 +165,21 @@ def served_model(statefulset: Obj) -> str | None:
 
 
 @dataclass
+class FetchAttempts:
+    """One pod's ``model-fetcher`` as the kubelet keeps it: its process while it runs, how often it
+    failed (its ``restartCount``), its last failure, and when it may run again."""
+
+    process: Any = None
+    done: bool = False
+    failures: int = 0
+    next_try: float = 0.0
+    last: dict[str, Any] | None = None
+    # Every attempt that ended: (wall-clock start, wall-clock end, exit code), for the benchmarks.
+    ended: list[tuple[float, float, int]] = field(default_factory=list)
+    started_at: float = 0.0
+
+
+@dataclass
 class StandInFleet:
     api: ApiClient
     interval_seconds: float = 0.5
@@ -182,6 +209,13 @@ class StandInFleet:
     _engine_waiting: dict[str, str] = field(default_factory=dict)
     # namespace/name -> the engine URL its Service was annotated with
     _annotated: dict[str, str] = field(default_factory=dict)
+    # HF_ENDPOINT of the hub the pods' model fetchers download from; None: the fleet's own hub
+    # (hub.standard_hub; with hub_large, the ~200 MiB model too).
+    hub_url: str | None = None
+    hub_large: bool = False
+    _hub: HubServer | None = None
+    # pod uid -> its model fetcher's attempts (running, failed and waiting out its back-off, or done)
+    _fetches: dict[str, FetchAttempts] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.core = CoreV1Api(self.api)
@@ -222,6 +256,14 @@ class StandInFleet:
             stopper.start()
         for stopper in stoppers:
             stopper.join(30)
+        with self._lock:
+            fetching = [a.process for a in self._fetches.values() if a.process is not None]
+            self._fetches.clear()
+        for process in fetching:
+            model_fetcher.kill(process)
+        if self._hub is not None:
+            self._hub.stop()
+            self._hub = None
         self.server.stop()
 
     def fail(self, namespace: str, name: str, status: int = 503) -> None:
@@ -430,6 +472,10 @@ class StandInFleet:
             gone = [uid for uid in self.engines if uid not in live]
             stopping = [self.engines.pop(uid) for uid in gone]
             self._engine_waiting = {uid: r for uid, r in self._engine_waiting.items() if uid in live}
+            ended = [self._fetches.pop(uid) for uid in list(self._fetches) if uid not in live]
+        for attempts in ended:  # a pod that goes takes its init container with it
+            if attempts.process is not None:
+                model_fetcher.kill(attempts.process)
         for replica in stopping:
             log.info("engine stopped: its pod is gone", pod=replica.pod_key)
             threading.Thread(target=replica.stop, name=f"stop {replica.pod_key}", daemon=True).start()
@@ -461,9 +507,8 @@ class StandInFleet:
         volume = self._model_volume_path(namespace, spec)
         if volume is None:
             return  # the claim is not bound to a volume yet: the next pass
-        repository = eng.fetched_repository(spec)
-        assert repository is not None
-        eng.fetch_model(repository, volume)
+        if not self._model_fetched(pod, volume):
+            return  # its init container runs, or waits out its back-off: a later pass
         from devstack.vllm_cpu_env import ensure_vllm_cpu_env
 
         python = ensure_vllm_cpu_env(progress=lambda line: log.info(line)).python
@@ -488,6 +533,129 @@ class StandInFleet:
             self._engine_waiting.pop(uid, None)
         log.info("engine starting", pod=replica.pod_key, url=replica.url, log=str(replica.log_path))
         replica.start()
+
+    # ------------------------------------------------------------- the model fetcher
+
+    def hub(self) -> str:
+        """The hub the fetchers download from: ``hub_url``, or the fleet's own (started now if need be)."""
+        if self.hub_url is not None:
+            return self.hub_url
+        return self.own_hub().url
+
+    def own_hub(self) -> HubServer:
+        """The fleet's own hub (``hub.standard_hub``), started on first use: what it served, its faults."""
+        with self._lock:
+            if self._hub is None:
+                self._hub = HubServer(standard_hub(large=self.hub_large)).start()
+            return self._hub
+
+    def fetches(self, pod_uid: str) -> list[tuple[float, float, int]]:
+        """The pod's model fetcher runs that ended: (wall-clock start, end, exit code), oldest first."""
+        with self._lock:
+            attempts = self._fetches.get(pod_uid)
+            return list(attempts.ended) if attempts is not None else []
+
+    def _model_fetched(self, pod: Obj, volume: Path) -> bool:
+        """Whether the pod's ``model-fetcher`` completed; if not, run it (in a thread of its own, as a
+        kubelet runs a container) unless it runs already or waits out its back-off after a failure."""
+        uid = pod["metadata"]["uid"]
+        spec = pod.get("spec") or {}
+        container = eng.container(spec, FETCHER_CONTAINER, init=True)
+        if container is None:
+            return True  # a pod without one (a catalog model mounted as it is)
+        with self._lock:
+            attempts = self._fetches.setdefault(uid, FetchAttempts())
+            if attempts.done:
+                return True
+            if attempts.process is not None or time.monotonic() < attempts.next_try:
+                return False
+        secrets: dict[tuple[str, str], str] = {}
+        namespace = pod["metadata"]["namespace"]
+        for entry in container.get("env") or []:
+            ref = (entry.get("valueFrom") or {}).get("secretKeyRef") or {}
+            if ref:
+                value = self._secret_value(namespace, str(ref.get("name")), str(ref.get("key")))
+                if value is not None:
+                    secrets[(str(ref.get("name")), str(ref.get("key")))] = value
+        home = self.engine_root / uid / "fetcher-home"
+        log_path = self.engine_root / uid / "model-fetcher.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.write_text("")
+        try:
+            process = model_fetcher.start_fetcher(container, volume, home, self.hub(), secrets, log=log_path)
+        except KeyError as missing:  # a Secret or key it reads is not there: the kubelet does not start it
+            self._write_fetcher_status(
+                pod, attempts, {"waiting": {"reason": "CreateContainerConfigError", "message": str(missing.args[0])}}
+            )
+            with self._lock:
+                attempts.next_try = time.monotonic() + eng.BACKOFF_FIRST_SECONDS
+            return False
+        started = eng._now()
+        with self._lock:
+            attempts.process = process
+            attempts.started_at = time.time()
+        self._write_fetcher_status(pod, attempts, {"running": {"startedAt": started}})
+        log.info("model fetcher started", pod=f"{namespace}/{pod['metadata']['name']}", log=str(log_path))
+        threading.Thread(
+            target=self._await_fetcher, args=(pod, attempts, process, log_path, started), daemon=True
+        ).start()
+        return False
+
+    def _await_fetcher(self, pod: Obj, attempts: FetchAttempts, process: Any, log_path: Path, started: str) -> None:
+        exit_code = process.wait()
+        run = model_fetcher.FetcherRun(exit_code=exit_code, log=log_path.read_text(errors="replace"))
+        terminated = {**run.terminated(), "startedAt": started, "finishedAt": eng._now()}
+        with self._lock:
+            if self._fetches.get(pod["metadata"]["uid"]) is not attempts:
+                return  # the pod went (or the fleet stopped) while it ran
+            attempts.process = None
+            attempts.ended.append((attempts.started_at, time.time(), exit_code))
+            if exit_code == 0:
+                attempts.done = True
+            else:
+                attempts.failures += 1
+                attempts.next_try = time.monotonic() + eng.backoff_seconds(attempts.failures)
+                attempts.last = terminated
+        if exit_code == 0:
+            self._write_fetcher_status(pod, attempts, {"terminated": terminated}, ready=True)
+        else:
+            self._write_fetcher_status(
+                pod,
+                attempts,
+                {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off restarting failed container"}},
+            )
+        log.info(
+            "model fetcher ended", pod=f"{pod['metadata']['namespace']}/{pod['metadata']['name']}", exit_code=exit_code
+        )
+        self._wake.set()
+
+    def _write_fetcher_status(
+        self, pod: Obj, attempts: FetchAttempts, state: dict[str, Any], ready: bool = False
+    ) -> None:
+        container = eng.container(pod.get("spec") or {}, FETCHER_CONTAINER, init=True) or {}
+        status: dict[str, Any] = {
+            "name": FETCHER_CONTAINER,
+            "image": container.get("image", ""),
+            "imageID": "",
+            "ready": ready,
+            "restartCount": attempts.failures,
+            "state": state,
+        }
+        if attempts.last is not None:
+            status["lastState"] = {"terminated": attempts.last}
+        meta = pod["metadata"]
+        try:
+            current = self.api.sanitize_for_serialization(
+                self.core.read_namespaced_pod(meta["name"], meta["namespace"])
+            )
+            if current["metadata"]["uid"] != meta["uid"]:
+                return
+            self.core.patch_namespaced_pod_status(
+                meta["name"], meta["namespace"], eng.fetcher_status_patch(current, status)
+            )
+        except ApiException as err:
+            if err.status != 404:
+                raise
 
     def _engine_waits(self, pod: Obj, reason: str, message: str) -> None:
         uid = pod["metadata"]["uid"]
