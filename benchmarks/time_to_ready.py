@@ -11,8 +11,9 @@ or with ``--model large`` of the model of about 200 MiB, so the download is long
 Every mark is wall-clock seconds from the order's creation; each step runs from the previous mark:
 
 * **read, resolve, plan, apply**: until the workflow's ``read_order`` (the order and its class read;
-  the observer adds the finalizer, so ``ensure_finalizer`` seldom runs), ``resolve_model``, ``plan_launch`` and ``apply_workload`` activities completed (from
-  the workflow's history: the queue for a worker slot and the workflow tasks between are in them);
+  the observer adds the finalizer, so ``ensure_finalizer`` seldom runs), ``resolve_model``,
+  ``plan_launch`` and ``apply_workload`` activities completed (from the workflow's history: the
+  queue for a worker slot and the workflow tasks between are in them);
 * **volume**: until the replica's model volume claim is ``Bound`` (the StatefulSet controller made the
   claim, the local stack's provisioner bound it; 0 when it was bound before ``apply_workload``
   completed: the steps overlapped);

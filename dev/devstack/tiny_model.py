@@ -16,8 +16,8 @@ How a user orders it: as a Hugging Face model, ``ai-inference-dev/tiny-chat`` (a
 only) with ``parameterCount: 131K`` (``deploy/dev/order-tiny-chat.yaml``). The module fetches the
 repository into the replica's model volume; in the local stack the stand-in fleet runs that init
 container's own script with the Hugging Face CLI against the local hub (``devstack.standins.hub``),
-which serves the model made here, into the volume at ``<repo>``, so the engine loads ``/models/ai-inference-dev/tiny-chat`` exactly as the built command says
-(``devstack.standins.engine``).
+which serves the model made here, into the volume at ``<repo>``, so the engine loads
+``/models/ai-inference-dev/tiny-chat`` exactly as the built command says (``devstack.standins.engine``).
 
 A second repository, ``ai-inference-dev/tiny-qwq-chat`` (``FEATURES_REPOSITORY``), is the same model in
 the QwQ chat format: the tokenizer also knows ``<think>``, ``</think>``, ``<tool_call>`` and
