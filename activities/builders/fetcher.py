@@ -24,6 +24,12 @@ it, ``FETCH_PROGRAM``, for what the CLI alone does not do:
   again on a mismatch);
 * **one commit**: ``hf download --revision <sha>`` of the commit resolved first, so a push to the
   branch during the download never mixes two versions;
+* **room first**: the bytes still to come are compared with the volume's free space before any is
+  written, so a volume too small (sized from a wrong ``parameterCount``) is named at once, not after
+  gigabytes; a volume that fills anyway (``ENOSPC``) is named the same way;
+* **progress**: every ``MODEL_FETCH_PROGRESS_SECONDS`` (10 by default) one line ``model-fetcher:
+  progress: <arrived> of <total> bytes (<percent>)``, counted from the volume (whole files and the
+  large files' partial bytes), so ``kubectl logs <pod> -c model-fetcher`` shows how far it is;
 * **nothing trusted that did not arrive**: ``hf download`` answers success with the folder as it is
   when it cannot reach the hub and the folder is not empty (a bad token, a missing repository, a hub
   that is down); the program checks that every file of the commit is in the folder with its size
@@ -50,10 +56,12 @@ NO_LIBRARY_EXIT = 3
 
 # Run by the CLI's own interpreter (any Python 3.8+ with huggingface_hub 0.2x to 2.x).
 FETCH_PROGRAM = """\
+import errno
 import os
 import shutil
 import subprocess
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -80,9 +88,28 @@ def fail(text):
     os._exit(1)
 
 
+def gib(count):
+    return "%.2f GiB" % (count / 2.0 ** 30) if count >= 2 ** 30 else "%.1f MiB" % (count / 2.0 ** 20)
+
+
+# A model volume is sized from the model's size (the planner's estimate: weights x 1.1 + 2 GiB).
+TOO_SMALL = ("the model volume is sized from the model's size: give the order the model's true size "
+             "(spec.model.parameterCount), or an administrator sets the recipe's modelVolumeGiB")
+
+
+def full():
+    try:
+        so_far = " with %s of %s arrived" % (gib(arrived()), gib(TOTAL))
+    except NameError:  # before the commit's files were known
+        so_far = ""
+    fail("the model volume is full (%s free)%s: %s" % (gib(shutil.disk_usage(str(MODEL_DIR)).free), so_far, TOO_SMALL))
+
+
 def refused(error):
     # The library's whole account for the log, then one line with the hub's own words for the order.
     print(type(error).__name__ + ": " + str(error), file=sys.stderr)
+    if getattr(error, "errno", None) == errno.ENOSPC:
+        full()
     response = getattr(error, "response", None)
     words = "%s: %s" % (type(error).__name__, " ".join(str(error).split()))
     if response is None and isinstance(error, OSError):  # the volume (full, say), or bytes that do not add up
@@ -107,6 +134,39 @@ for sibling in info.siblings or []:
     FILES[sibling.rfilename] = (lfs.size if lfs else sibling.size, getattr(lfs, "sha256", None) if lfs else None)
 TOTAL = sum(size or 0 for size, _ in FILES.values())
 say("%s is commit %s: %d files, %d bytes" % (WANT, COMMIT, len(FILES), TOTAL))
+
+
+def arrived():
+    # The commit's bytes in the volume: whole files, and what a large file has so far.
+    count = 0
+    for name, (size, sha) in FILES.items():
+        path = MODEL_DIR / name
+        part = PARTIAL / sha if sha else None
+        if path.is_file():
+            count += min(path.stat().st_size, size or 0)
+        elif part is not None and part.is_file():
+            count += min(part.stat().st_size, size or 0)
+    return count
+
+
+FREE = shutil.disk_usage(str(MODEL_DIR)).free
+STILL = TOTAL - arrived()
+if STILL > FREE:
+    fail("the model volume has %s free and commit %s needs %s more (%s in all): %s"
+         % (gib(FREE), COMMIT, gib(STILL), gib(TOTAL), TOO_SMALL))
+
+
+def progress(every):
+    while True:
+        count = arrived()
+        say("progress: %d of %d bytes (%.1f%%)" % (count, TOTAL, 100.0 * count / TOTAL if TOTAL else 100.0))
+        if FINISHED.wait(every):
+            return
+
+
+FINISHED = threading.Event()
+threading.Thread(target=progress, args=(float(os.environ.get("MODEL_FETCH_PROGRESS_SECONDS") or 10),),
+                 daemon=True).start()
 
 
 def head(name):
@@ -159,6 +219,8 @@ cli = [sys.argv[1], "download", REPO, "--revision", COMMIT, "--local-dir", str(M
 done = subprocess.run(cli, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
 sys.stderr.write(done.stdout)
 if done.returncode != 0:
+    if "No space left on device" in done.stdout:
+        full()
     said = [line.strip() for line in done.stdout.splitlines() if line.strip()]
     last = [line for line in said if line.startswith("Error:")] or said or [""]
     fail("%s download failed (exit %d): %s" % (sys.argv[1], done.returncode, last[-1]))
@@ -169,7 +231,9 @@ for name, (size, _) in sorted(FILES.items()):
         short.append(name)
 if short:
     fail("%d of %d files of commit %s did not arrive (%s)" % (len(short), len(FILES), COMMIT, ", ".join(short[:3])))
+FINISHED.set()
 shutil.rmtree(str(PARTIAL), ignore_errors=True)
+say("progress: %d of %d bytes (100.0%%)" % (TOTAL, TOTAL))
 say("%s (commit %s): %d files, %d bytes in %s" % (WANT, COMMIT, len(FILES), TOTAL, MODEL_DIR))
 """.replace("__NO_LIBRARY__", str(NO_LIBRARY_EXIT)).replace("__PARTIAL__", PARTIAL_DIR)
 

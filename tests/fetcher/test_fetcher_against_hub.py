@@ -11,9 +11,12 @@ Fast path: Python and the venv only; each run is a few seconds (the CLI's start)
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import random
+import re
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from functools import cache
@@ -364,3 +367,78 @@ def test_the_standard_hub_serves_the_200_mib_model_intact(tmp_path: Path) -> Non
             assert sum(e.lfs for e in files.values()) == tiny_model.LARGE_SHARDS
     finally:
         shutil.rmtree(volume, ignore_errors=True)  # 200 MiB that pytest would keep for three runs
+
+
+# ------------------------------------------------------------------------------ room and progress
+
+
+@contextlib.contextmanager
+def volume_of(size: str, where: Path) -> Iterator[Path]:
+    """A model volume of ``size`` (a tmpfs, as small as a claim sized from a wrong parameterCount).
+    Mounting needs root, which the CI machine has; elsewhere the test fails, saying so."""
+    where.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.fail(f"a tmpfs volume could not be mounted (root is needed): {mounted.stderr.decode().strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def test_a_volume_too_small_is_named_before_a_byte_of_the_weights_is_fetched(server: HubServer, tmp_path: Path) -> None:
+    with volume_of("4m", tmp_path / "models") as volume:
+        run = fetch(server, volume, WEIGHTS_REPO)
+        assert run.exit_code == 1, run.log
+        commit = server.hub.sha(WEIGHTS_REPO)
+        assert f"the model volume has 4.0 MiB free and commit {commit} needs 30.0 MiB more (30.0 MiB in all)" in (
+            run.termination_message
+        )
+        seen = order_sees(run)
+        assert seen.reason == Reason.MODEL_DOWNLOAD_FAILED
+        assert "spec.model.parameterCount" in seen.message  # what to do, on the order
+        assert server.hub.bytes_served(WEIGHTS_REPO, WEIGHTS) == 0
+        assert_nothing_trusted(volume, WEIGHTS_REPO)
+
+
+def test_a_volume_that_fills_during_the_download_is_named_as_full(server: HubServer, tmp_path: Path) -> None:
+    hub = server.hub
+    release = hub.stall(WEIGHTS_REPO, WEIGHTS, after=12_000_000)
+    with volume_of("40m", tmp_path / "models") as volume:
+        process = start_fetcher(fetcher(WEIGHTS_REPO), volume, tmp_path / "home", server.url)
+        try:
+            wait_until(lambda: hub.bytes_served(WEIGHTS_REPO, WEIGHTS) >= 12_000_000, timeout=60)
+            # Something else takes the room the check found (another writer of the volume).
+            (volume / "filler").write_bytes(b"\0" * (shutil.disk_usage(volume).free - 1024 * 1024))
+            release.set()
+            output, _ = process.communicate(timeout=120)
+        finally:
+            kill(process)
+            release.set()
+        run = FetcherRun(exit_code=process.returncode, log=output)
+        assert run.exit_code == 1, run.log
+        assert "the model volume is full (" in run.termination_message, run.log
+        seen = order_sees(run)
+        assert seen.reason == Reason.MODEL_DOWNLOAD_FAILED
+        assert "the model volume is full" in seen.message
+        assert "spec.model.parameterCount" in seen.message
+        assert_nothing_trusted(volume, WEIGHTS_REPO)
+
+
+def test_the_fetcher_tells_its_progress_while_the_weights_arrive(server: HubServer, tmp_path: Path) -> None:
+    server.hub.rate = 10 * 1024 * 1024  # 30 MiB in about three seconds
+    container = fetcher(WEIGHTS_REPO)
+    container["env"].append({"name": "MODEL_FETCH_PROGRESS_SECONDS", "value": "0.5"})
+    run = run_fetcher(container, tmp_path / "models", tmp_path / "home", server.url)
+    assert run.exit_code == 0, run.log
+    total = sum(e.blob.size for e in server.hub.files(WEIGHTS_REPO).values())
+    said = [
+        (int(m.group(1)), int(m.group(2)), m.group(3))
+        for m in re.finditer(r"model-fetcher: progress: (\d+) of (\d+) bytes \(([\d.]+)%\)", run.log)
+    ]
+    assert len(said) >= 4, run.log
+    assert all(of == total for _, of, _ in said)
+    arrived = [count for count, _, _ in said]
+    assert arrived == sorted(arrived)  # it only grows
+    assert any(0 < count < total for count in arrived), said  # seen part way
+    assert said[-1] == (total, total, "100.0")
