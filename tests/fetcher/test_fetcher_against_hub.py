@@ -408,8 +408,11 @@ def test_a_volume_that_fills_during_the_download_is_named_as_full(server: HubSer
         process = start_fetcher(fetcher(WEIGHTS_REPO), volume, tmp_path / "home", server.url)
         try:
             wait_until(lambda: hub.bytes_served(WEIGHTS_REPO, WEIGHTS) >= 12_000_000, timeout=60)
-            # Something else takes the room the check found (another writer of the volume).
-            (volume / "filler").write_bytes(b"\0" * (shutil.disk_usage(volume).free - 1024 * 1024))
+            # Something else takes the room the check found (another writer of the volume): all of it.
+            with contextlib.suppress(OSError), (volume / "filler").open("wb") as filler:
+                while True:
+                    filler.write(b"\0" * 1024 * 1024)
+                    filler.flush()
             release.set()
             output, _ = process.communicate(timeout=120)
         finally:
