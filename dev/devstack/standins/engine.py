@@ -213,17 +213,18 @@ def cpu_host_launch(
 
 
 def front_launch(
-    command: Sequence[str], token: str | None, *, python: Path, port: int, engine_port: int
+    command: Sequence[str], token: str | None, *, python: Path, port: int, engine_port: int, host: str = HOST
 ) -> tuple[list[str], dict[str, str]]:
     """The endpoint front's command and environment with the changes ``CPU_HOST_CHANGES`` lists.
 
     ``command`` is the ``endpoint-front`` container's (``python3 -c <source> --listen ... --upstream
-    ...``); it listens on ``port`` (the pod's port here) and forwards to the engine at ``engine_port``.
+    ...``); it listens on ``host:port`` (the pod's address and port where the fleet could make the
+    pod's address real, ``pod_network``; else a loopback port) and forwards to the engine at ``engine_port``.
     """
     if list(command[:2]) != ["python3", "-c"]:
         raise ValueError(f"the endpoint front's command does not start with `python3 -c`: {list(command[:2])}")
     argv = [str(python), *command[1:]]
-    for flag, value in (("--listen", f"{HOST}:{port}"), ("--upstream", f"http://{HOST}:{engine_port}")):
+    for flag, value in (("--listen", f"{host}:{port}"), ("--upstream", f"http://{HOST}:{engine_port}")):
         index = _flag_value(argv, flag)
         if index is None:
             raise ValueError(f"the endpoint front's command has no {flag}")
@@ -428,6 +429,7 @@ class EngineReplica:
     # The endpoint front: the built pod's command (the builder's by default: the fleet hands the
     # runtime container only), changed as front_launch says, listening on front_port.
     front_port: int = field(default_factory=free_port)
+    front_host: str = HOST  # the pod's own address where the fleet made it real (pod_network)
     front_container_command: list[str] = field(default_factory=front_command)
     front_process: subprocess.Popen[bytes] | None = None
     front_restarts: int = 0
@@ -444,7 +446,7 @@ class EngineReplica:
     @property
     def url(self) -> str:
         """The pod's endpoint: the front."""
-        return f"http://{HOST}:{self.front_port}"
+        return f"http://{self.front_host}:{self.front_port}"
 
     @property
     def engine_url(self) -> str:
@@ -466,6 +468,7 @@ class EngineReplica:
             python=Path(self.argv[0]),
             port=self.front_port,
             engine_port=self.port,
+            host=self.front_host,
         )
 
     @property

@@ -54,11 +54,14 @@ from activities.builders.common import (
     MANAGED_BY,
     MODEL_VOLUME,
     RUNTIME_CONTAINER,
+    RUNTIME_PORT,
     selector_labels,
 )
+from devstack.cluster.launcher import POD_CIDR
 from devstack.standins import engine as eng
 from devstack.standins import model_fetcher
 from devstack.standins.hub import HubServer, standard_hub
+from devstack.standins.pod_network import PodAddresses
 from devstack.standins.runtime import MultiplexedRuntime, OrderRuntime
 from worker.observer.informer import (
     MODULE_SELECTOR,
@@ -216,6 +219,8 @@ class StandInFleet:
     _hub: HubServer | None = None
     # pod uid -> its model fetcher's attempts (running, failed and waiting out its back-off, or done)
     _fetches: dict[str, FetchAttempts] = field(default_factory=dict)
+    # Real engines' pod addresses made real on the loopback interface, where this process may.
+    pod_addresses: PodAddresses = field(default_factory=lambda: PodAddresses(POD_CIDR))
 
     def __post_init__(self) -> None:
         self.core = CoreV1Api(self.api)
@@ -251,7 +256,7 @@ class StandInFleet:
             self.runtimes.clear()
             engines = list(self.engines.values())
             self.engines.clear()
-        stoppers = [threading.Thread(target=replica.stop, daemon=True) for replica in engines]
+        stoppers = [threading.Thread(target=self._stop_replica, args=(replica,), daemon=True) for replica in engines]
         for stopper in stoppers:
             stopper.start()
         for stopper in stoppers:
@@ -264,7 +269,13 @@ class StandInFleet:
         if self._hub is not None:
             self._hub.stop()
             self._hub = None
+        self.pod_addresses.release_all()
         self.server.stop()
+
+    def _stop_replica(self, replica: eng.EngineReplica) -> None:
+        replica.stop()
+        if replica.front_host != eng.HOST:
+            self.pod_addresses.release(replica.front_host)
 
     def fail(self, namespace: str, name: str, status: int = 503) -> None:
         with self._lock:
@@ -478,7 +489,9 @@ class StandInFleet:
                 model_fetcher.kill(attempts.process)
         for replica in stopping:
             log.info("engine stopped: its pod is gone", pod=replica.pod_key)
-            threading.Thread(target=replica.stop, name=f"stop {replica.pod_key}", daemon=True).start()
+            threading.Thread(
+                target=self._stop_replica, args=(replica,), name=f"stop {replica.pod_key}", daemon=True
+            ).start()
 
     def _start_engine(self, pod: Obj) -> None:
         meta = pod["metadata"]
@@ -515,6 +528,11 @@ class StandInFleet:
         home = self.engine_root / uid / "home"
         home.mkdir(parents=True, exist_ok=True)
         port = eng.free_port()
+        # The pod's endpoint front on the pod's own address and port, where it can be made real here
+        # (an Ingress controller routes to it by the EndpointSlice), else on a loopback port.
+        pod_ip = _get(pod, "status", "podIP")
+        real = self.pod_addresses.claim(pod_ip)
+        front = {"front_host": pod_ip, "front_port": RUNTIME_PORT} if real else {}
         argv, launch_env = eng.cpu_host_launch(
             runtime.get("command") or [], env, python=python, paths=eng.HostPaths(volume, home), port=port
         )
@@ -527,6 +545,7 @@ class StandInFleet:
             log_path=self.engine_root / uid / "engine.log",
             token=env.get("VLLM_API_KEY"),
             on_status=self._write_engine_status,
+            **front,
         )
         with self._lock:
             self.engines[uid] = replica
