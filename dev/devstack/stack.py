@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -241,6 +242,8 @@ class DevStack:
                 if "catalog" in ports
                 else {}
             ),
+            # The Ingress controller's HTTPS port (docs/local-run.md, "The request's edge").
+            **({"INGRESS_PORT": str(ports["ingress-https"])} if "ingress-https" in ports else {}),
         }
 
     def temporal_credentials(self) -> TemporalCredentials:
@@ -376,6 +379,9 @@ class DevStack:
         from devstack.tracing_backend import ensure_jaeger
 
         ensure_jaeger(progress=say)  # the tracing backend (docs/tracing.md)
+        from devstack.ingress_controller import ensure_traefik
+
+        ensure_traefik(progress=say)  # the Ingress controller (docs/local-run.md, "The request's edge")
         cluster = self.cluster()
         say("[2/6] local Kubernetes control plane with simulated GPUs")
         if fleet is not None:
@@ -398,6 +404,7 @@ class DevStack:
             say("[3/6] Temporal dev server behind its mTLS terminator, stand-in catalog, planner")
             self.start_temporal(running, ports)
         self.start_tracing(running, ports)
+        self.start_ingress(cluster, running, ports)
         if "catalog" not in running:
             ports["catalog"] = free_port()
             self.spawn(
@@ -436,7 +443,7 @@ class DevStack:
                 self.tracing_env(ports),
             )
         self.ports_file.write_text(json.dumps(ports, indent=2))
-        for name in ("temporal-upstream", "temporal", "catalog", "planner", "jaeger-query-http"):
+        for name in ("temporal-upstream", "temporal", "catalog", "planner", "jaeger-query-http", "ingress-https"):
             if name in ports:  # no upstream with the production Temporal: its frontend speaks TLS itself
                 wait_port(ports[name], timeout=120)
         self.issue_planner_token(cluster)
@@ -500,6 +507,21 @@ class DevStack:
         server.write_config()
         self.spawn("jaeger", server.argv())
 
+    def start_ingress(self, cluster: Any, running: dict[str, int], ports: dict[str, int]) -> None:
+        """Traefik (``devstack.ingress_controller``), unless it runs: the Ingresses of its IngressClass
+        (the module's ``exposure.ingressClassName``, ``module_env``) over HTTPS on
+        ``ports['ingress-https']``."""
+        from devstack.ingress_controller import IngressController, ensure_ingress_class, ensure_traefik
+
+        if "ingress" in running:
+            return
+        with cluster.api_client("admin") as api:
+            ensure_ingress_class(api)
+        kubeconfig = cluster.kubeconfig("admin")
+        controller = IngressController(self.state / "ingress", kubeconfig, ensure_traefik())
+        ports["ingress-https"] = controller.https_port
+        self.spawn("ingress", controller.argv(), {"KUBECONFIG": str(kubeconfig)})
+
     def tracing_env(self, ports: dict[str, int]) -> dict[str, str]:
         """A module process's tracing settings: its spans to the stack's Jaeger."""
         if "jaeger-otlp-http" not in ports:
@@ -507,6 +529,7 @@ class DevStack:
         return {"AI_INFERENCE_TRACING__OTLPENDPOINT": f"http://127.0.0.1:{ports['jaeger-otlp-http']}"}
 
     def module_env(self, ports: dict[str, int]) -> dict[str, str]:
+        from devstack.ingress_controller import INGRESS_CLASS
         from devstack.standins.fleet import PROBE_URL_ANNOTATION
 
         return {
@@ -519,6 +542,8 @@ class DevStack:
             # The stand-in catalog is plain http: allowed here, and only here, explicitly.
             "AI_INFERENCE_AIMODELS__CATALOGLOOKUP__ALLOWINSECUREHTTP": "true",
             "AI_INFERENCE_HEALTH__PROBETARGETANNOTATION": PROBE_URL_ANNOTATION,
+            # The stack's Ingress controller serves this IngressClass (start_ingress).
+            "AI_INFERENCE_EXPOSURE__INGRESSCLASSNAME": INGRESS_CLASS,
             "AI_INFERENCE_HEALTH__INTERVALSECONDS": "30",
             "AI_INFERENCE_HEALTH__SERVERETRYSECONDS": "1",
         }
@@ -639,6 +664,15 @@ class DevStack:
             f'  curl -sS {local_url}/v1/chat/completions -H "Authorization: Bearer $TOKEN" '
             f"-H 'Content-Type: application/json' -d '{body}'"
         )
+        host = urlsplit(str((status.get("endpoint") or {}).get("url") or "")).hostname
+        ports = self.ports()
+        if host and "ingress-https" in ports:
+            # -k: no cert-manager here, so the controller serves its own certificate for the host.
+            say("  through the Ingress controller (when the fleet could give the pod its address: as root):")
+            say(
+                f"  curl -sSk --resolve {host}:{ports['ingress-https']}:127.0.0.1 "
+                f'https://{host}:{ports["ingress-https"]}/v1/models -H "Authorization: Bearer $TOKEN"'
+            )
 
     # ---------------------------------------------------------------- down
 

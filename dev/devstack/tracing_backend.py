@@ -2,16 +2,9 @@
 from its Go module, holding traces in memory, taking OTLP and serving its query API (docs/tracing.md).
 
 Nothing serves Jaeger's binary on a registry this project can reach, so it is compiled with the Go
-toolchain from the Go module proxy, once, into the cache::
-
-    <cache>/jaeger-<version>/bin/jaeger     github.com/jaegertracing/jaeger/cmd/jaeger
-    <cache>/jaeger-<version>/built.json     written last (version, go, seconds)
-    <cache>/jaeger-<version>/.lock          concurrent callers wait, build once
-
-``go install <package>@<version>`` refuses the module (its go.mod has a ``replace`` directive, which
-only a main module may have), so the module is downloaded (``go mod download``: verified against
-the Go checksum database like any module) and built as the main module, in the module cache, with
-its own go.mod and go.sum. A cold build is about :data:`COLD_BUILD_MINUTES` minutes on two cores
+toolchain from the Go module proxy, once, into the cache (``devstack.go_build``:
+``<cache>/jaeger-<version>/bin/jaeger`` of ``github.com/jaegertracing/jaeger/cmd/jaeger``). A cold build
+is about :data:`COLD_BUILD_MINUTES` minutes on two cores
 (docs/tracing.md has the measured figure). The UI of a source build is Jaeger's placeholder page
 (the real one is a separate npm project); the query API (``/api/services``, ``/api/traces``) is whole.
 
@@ -22,8 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -38,10 +29,9 @@ from typing import Any
 
 import yaml
 
-from devstack.cluster.paths import build_logs_dir, cache_root
+from devstack.go_build import GoBuildError, GoProgram, ensure_built
 from devstack.process_group import stop_group
 from devstack.temporal_server import free_port
-from devstack.vllm_env import install_lock
 
 Progress = Callable[[str], None]
 
@@ -59,104 +49,20 @@ class TracingBackendError(RuntimeError):
 # ------------------------------------------------------------------------------------------ build
 
 
-@dataclass(frozen=True)
-class JaegerBinary:
-    """The pinned release's binary in the cache (it exists once :func:`ensure_jaeger` returned)."""
-
-    root: Path
-    version: str = VERSION
-
-    @property
-    def path(self) -> Path:
-        return self.root / "bin" / "jaeger"
-
-    @property
-    def marker(self) -> Path:
-        return self.root / "built.json"
-
-    def is_built(self) -> bool:
-        if not (os.access(self.path, os.X_OK) and self.marker.is_file()):
-            return False
-        with contextlib.suppress(ValueError, OSError):
-            return bool(json.loads(self.marker.read_text()).get("version") == self.version)
-        return False
-
-    def build_record(self) -> dict[str, Any]:
-        """What ``built.json`` says: the version, the Go toolchain, the build's wall time."""
-        record: dict[str, Any] = json.loads(self.marker.read_text())
-        return record
+# The program in the cache (devstack.go_build: <cache>/jaeger-<version>/bin/jaeger).
+JaegerBinary = GoProgram
 
 
-def jaeger_root(version: str = VERSION) -> Path:
-    return cache_root() / f"jaeger-{version}"
+def jaeger_program(version: str = VERSION) -> GoProgram:
+    return GoProgram("jaeger", MODULE, version, PACKAGE, COLD_BUILD_MINUTES)
 
 
-def _go() -> str:
-    found = shutil.which("go") or shutil.which("go", path="/usr/local/go/bin")
-    if found is None:
-        raise TracingBackendError(
-            f"`go` is not on PATH: Jaeger is compiled from its Go module ({MODULE}). "
-            "Install Go >= 1.25 (it is also what the local control plane is built with) and retry."
-        )
-    return found
-
-
-def ensure_jaeger(progress: Progress | None = None, version: str = VERSION) -> JaegerBinary:
+def ensure_jaeger(progress: Progress | None = None, version: str = VERSION) -> GoProgram:
     """Build Jaeger ``version`` unless the cache has it; cheap when it does."""
-    say = progress or (lambda _line: None)
-    binary = JaegerBinary(jaeger_root(version), version)
-    if binary.is_built():
-        return binary
-    with install_lock(binary.root, f"Jaeger {version}", say):
-        if not binary.is_built():  # whoever held the lock may have built it meanwhile
-            _build(binary, say)
-    return binary
-
-
-def _module_dir(go: str, version: str, log: Path) -> Path:
-    """The module's source in the module cache (downloaded and verified when missing)."""
-    result = subprocess.run(
-        [go, "mod", "download", "-json", f"{MODULE}@{version}"], capture_output=True, text=True, check=False
-    )
-    with log.open("a") as out:
-        out.write(result.stdout + result.stderr)
-    if result.returncode != 0:
-        raise TracingBackendError(f"go mod download {MODULE}@{version} failed; log {log}\n{result.stderr[-2000:]}")
-    directory = json.loads(result.stdout).get("Dir")
-    if not directory:
-        raise TracingBackendError(f"go mod download {MODULE}@{version} named no directory; log {log}")
-    return Path(directory)
-
-
-def _build(binary: JaegerBinary, say: Progress) -> None:
-    go = _go()
-    logs = build_logs_dir()
-    logs.mkdir(parents=True, exist_ok=True)
-    log = logs / f"jaeger-{binary.version}.log"
-    log.write_text("")
-    say(f"building Jaeger {binary.version} from its Go module (cold: ~{COLD_BUILD_MINUTES} min; log {log})")
-    started = time.monotonic()
-    source = _module_dir(go, binary.version, log)
-    (binary.root / "bin").mkdir(parents=True, exist_ok=True)
-    partial = binary.root / "bin" / f".jaeger-{os.getpid()}"
-    # -buildvcs=false: nothing to stamp (the module comes from the proxy). The module's own go.sum
-    # verifies every dependency; GOFLAGS=-mod=readonly is Go's default for a main module.
-    env = {**os.environ, "GOFLAGS": "-buildvcs=false"}
-    command = [go, "build", "-trimpath", "-ldflags=-s -w", "-o", str(partial), PACKAGE]
-    with log.open("a") as out:
-        out.write(f"$ (cd {source} && {' '.join(command)})\n")
-        out.flush()
-        result = subprocess.run(command, cwd=source, env=env, stdout=out, stderr=subprocess.STDOUT, check=False)
-    seconds = time.monotonic() - started
-    if result.returncode != 0:
-        partial.unlink(missing_ok=True)
-        tail = "".join(log.read_text().splitlines(keepends=True)[-15:])
-        raise TracingBackendError(f"go build of Jaeger failed (exit {result.returncode}); log {log}\n{tail}")
-    os.replace(partial, binary.path)
-    go_version = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True).stdout.strip()
-    record = {"version": binary.version, "go": go_version, "seconds": round(seconds, 1)}
-    binary.marker.write_text(json.dumps(record) + "\n")
-    say(f"  Jaeger {binary.version}: built in {seconds:.0f}s -> {binary.path}")
+    try:
+        return ensure_built(jaeger_program(version), progress)
+    except GoBuildError as err:
+        raise TracingBackendError(str(err)) from err
 
 
 # ----------------------------------------------------------------------------------------- server
