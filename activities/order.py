@@ -686,9 +686,19 @@ class OrderActivities:
         return standing
 
     def _create_once(self, body: dict[str, Any]) -> None:
-        """Create-only objects (the auth Secret): never rotated silently, never overwritten."""
+        """Create-only objects (the auth Secret: never rotated silently, never overwritten; the
+        namespace's model cache claim: shared, made by the first order that needs it)."""
+        if body["kind"] == "PersistentVolumeClaim":
+            try:
+                self.core.create_namespaced_persistent_volume_claim(
+                    body["metadata"]["namespace"], body, field_manager=FIELD_MANAGER
+                )
+            except ApiException as err:
+                if err.status != 409:  # 409: it is there (this order's earlier apply, or another order's)
+                    raise
+            return
         if body["kind"] != "Secret":
-            raise ValueError(f"create-only is for Secrets, not {body['kind']}")
+            raise ValueError(f"create-only is for Secrets and the model cache claim, not {body['kind']}")
         try:
             self.core.create_namespaced_secret(body["metadata"]["namespace"], body, field_manager=FIELD_MANAGER)
         except ApiException as err:

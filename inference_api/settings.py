@@ -282,6 +282,22 @@ class ModelSourceSettings(BaseModel):
     huggingFace: HuggingFaceSource = Field(default_factory=HuggingFaceSource)
 
 
+class ModelCacheSettings(BaseModel):
+    """A model cache shared by the orders of a namespace (docs/workload.md, "The model cache").
+
+    Enabled, every order's namespace gets one ReadWriteMany claim ``claimName`` (made once by the
+    module, kept when orders go: it is a cache of what they downloaded), mounted by the orders' model
+    fetchers only: a replica whose repository and commit the cache holds copies it from there instead
+    of downloading it, after the hub has said with the order's own token that the order may read it.
+    """
+
+    enabled: bool = False
+    # A StorageClass that provides ReadWriteMany volumes (NFS, CephFS); None: the cluster's default.
+    storageClassName: str | None = None
+    size: str = Field(default="200Gi", pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$")
+    claimName: str = Field(default="ai-inference-model-cache", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
 class WorkloadSettings(BaseModel):
     """The order workloads' pods (never order fields): where their images come from and which nodes
     they may land on. Part of the release fingerprint: a change reaches every order's pod template."""
@@ -305,6 +321,8 @@ class WorkloadSettings(BaseModel):
     engineOtlpTracesEndpoint: str | None = None
     # The fetcher's way to the hub: a mirror endpoint, a proxy, a CA bundle (an air-gapped cluster).
     modelSource: ModelSourceSettings = Field(default_factory=ModelSourceSettings)
+    # A namespace's orders share what their fetchers downloaded (off by default: it needs RWX storage).
+    modelCache: ModelCacheSettings = Field(default_factory=ModelCacheSettings)
 
     def image(self, reference: str) -> str:
         """``reference`` pulled from ``imageRegistry``: its own registry host (a first part with a dot or

@@ -30,6 +30,12 @@ it, ``FETCH_PROGRAM``, for what the CLI alone does not do:
 * **progress**: every ``MODEL_FETCH_PROGRESS_SECONDS`` (10 by default) one line ``model-fetcher:
   progress: <arrived> of <total> bytes (<percent>)``, counted from the volume (whole files and the
   large files' partial bytes), so ``kubectl logs <pod> -c model-fetcher`` shows how far it is;
+* **the namespace's model cache** (``MODEL_CACHE_DIR``, ``workload.modelCache``): once the hub has
+  answered this order's token for the commit (the ``model_info`` and the ``HEAD`` above), a commit the
+  cache holds whole (``<cache>/<repository>/<commit>`` with its mark) is copied from there, each large
+  file's sha256 checked, instead of downloaded; a commit downloaded is copied aside into the cache and
+  renamed into place in one step for the next replica. A cache that lacks a file, holds other bytes or
+  is full only means a download;
 * **nothing trusted that did not arrive**: ``hf download`` answers success with the folder as it is
   when it cannot reach the hub and the folder is not empty (a bad token, a missing repository, a hub
   that is down); the program checks that every file of the commit is in the folder with its size
@@ -49,14 +55,18 @@ from __future__ import annotations
 FETCH_MARKER = ".ai-inference-fetched"
 # Written before a download starts: an interrupted fetch of another model is still found and removed.
 FETCHING_MARKER = ".ai-inference-fetching"
+# A commit in the namespace's model cache is whole once this mark is in its folder.
+CACHE_MARK = ".ai-inference-complete"
 # Where the large files' bytes gather, under the model's folder, until each is whole.
 PARTIAL_DIR = ".cache/ai-inference-partial"
 # The program's exit status when the CLI's Python has no huggingface_hub: the script runs the CLI alone.
 NO_LIBRARY_EXIT = 3
 
 # Run by the CLI's own interpreter (any Python 3.8+ with huggingface_hub 0.2x to 2.x).
-FETCH_PROGRAM = """\
+FETCH_PROGRAM = (
+    """\
 import errno
+import hashlib
 import os
 import shutil
 import subprocess
@@ -212,18 +222,85 @@ def fetch(name):
     os.replace(str(part), str(dest))
 
 
-with ThreadPoolExecutor(max_workers=8) as pool:
-    list(pool.map(fetch, sorted(LARGE)))
+# The namespace's model cache (workload.modelCache): <cache>/<repository>/<commit>, whole once its mark is
+# there. Reached only now, after the hub said with this order's own token that it may read the commit.
+CACHE = Path(os.environ["MODEL_CACHE_DIR"]) / REPO / COMMIT if os.environ.get("MODEL_CACHE_DIR") else None
+CACHE_MARK = "__CACHE_MARK__"
 
-cli = [sys.argv[1], "download", REPO, "--revision", COMMIT, "--local-dir", str(MODEL_DIR)]
-done = subprocess.run(cli, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
-sys.stderr.write(done.stdout)
-if done.returncode != 0:
-    if "No space left on device" in done.stdout:
-        full()
-    said = [line.strip() for line in done.stdout.splitlines() if line.strip()]
-    last = [line for line in said if line.startswith("Error:")] or said or [""]
-    fail("%s download failed (exit %d): %s" % (sys.argv[1], done.returncode, last[-1]))
+
+def sha256_of(path):
+    digest = hashlib.sha256()
+    with path.open("rb") as data:
+        for block in iter(lambda: data.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def from_cache():
+    # Every file of the commit copied from the cache into the volume (a large file's sha256 checked),
+    # or False: then it is downloaded as if there were no cache.
+    if CACHE is None or not (CACHE / CACHE_MARK).is_file():
+        return False
+    for name, (size, _) in FILES.items():
+        held = CACHE / name
+        if not held.is_file() or (size is not None and held.stat().st_size != size):
+            say("the model cache's copy of commit %s lacks %s: downloading it instead" % (COMMIT, name))
+            return False
+    say("%s (commit %s) is in the namespace's model cache: copied from %s, not downloaded" % (WANT, COMMIT, CACHE))
+    for name, (size, sha) in sorted(FILES.items()):
+        dest = MODEL_DIR / name
+        if dest.is_file() and dest.stat().st_size == size:
+            continue
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        copy = dest.with_name(dest.name + ".ai-inference-copy")
+        try:
+            shutil.copyfile(str(CACHE / name), str(copy))
+        except OSError as error:
+            refused(error)
+        if sha and sha256_of(copy) != sha:
+            copy.unlink()
+            say("the model cache's %s is not the commit's (sha256): downloading instead" % name)
+            shutil.rmtree(str(CACHE), ignore_errors=True)  # this download takes its place
+            return False
+        os.replace(str(copy), str(dest))
+    return True
+
+
+def publish():
+    # The volume's copy into the cache, for the next replica: written aside, then renamed into place in
+    # one step, so no reader ever sees part of it; a replica that published first wins.
+    if CACHE is None or (CACHE / CACHE_MARK).is_file():
+        return
+    aside = CACHE.parent / (".incoming-%s-%d" % (COMMIT, os.getpid()))
+    try:
+        shutil.rmtree(str(aside), ignore_errors=True)
+        if CACHE.exists():  # a folder without the mark is no copy of ours: this one takes its place
+            shutil.rmtree(str(CACHE), ignore_errors=True)
+        for name in sorted(FILES):
+            (aside / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(str(MODEL_DIR / name), str(aside / name))
+        (aside / CACHE_MARK).write_text(WANT)
+        os.rename(str(aside), str(CACHE))
+        say("%s (commit %s) kept in the namespace's model cache for the next replica" % (WANT, COMMIT))
+    except OSError as error:
+        shutil.rmtree(str(aside), ignore_errors=True)
+        say("not kept in the model cache (%s): the next replica downloads it" % error)
+
+
+CACHED = from_cache()
+if not CACHED:
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(fetch, sorted(LARGE)))
+
+    cli = [sys.argv[1], "download", REPO, "--revision", COMMIT, "--local-dir", str(MODEL_DIR)]
+    done = subprocess.run(cli, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+    sys.stderr.write(done.stdout)
+    if done.returncode != 0:
+        if "No space left on device" in done.stdout:
+            full()
+        said = [line.strip() for line in done.stdout.splitlines() if line.strip()]
+        last = [line for line in said if line.startswith("Error:")] or said or [""]
+        fail("%s download failed (exit %d): %s" % (sys.argv[1], done.returncode, last[-1]))
 short = []
 for name, (size, _) in sorted(FILES.items()):
     path = MODEL_DIR / name
@@ -231,11 +308,16 @@ for name, (size, _) in sorted(FILES.items()):
         short.append(name)
 if short:
     fail("%d of %d files of commit %s did not arrive (%s)" % (len(short), len(FILES), COMMIT, ", ".join(short[:3])))
+if not CACHED:
+    publish()
 FINISHED.set()
 shutil.rmtree(str(PARTIAL), ignore_errors=True)
 say("progress: %d of %d bytes (100.0%%)" % (TOTAL, TOTAL))
 say("%s (commit %s): %d files, %d bytes in %s" % (WANT, COMMIT, len(FILES), TOTAL, MODEL_DIR))
-""".replace("__NO_LIBRARY__", str(NO_LIBRARY_EXIT)).replace("__PARTIAL__", PARTIAL_DIR)
+""".replace("__NO_LIBRARY__", str(NO_LIBRARY_EXIT))
+    .replace("__PARTIAL__", PARTIAL_DIR)
+    .replace("__CACHE_MARK__", CACHE_MARK)
+)
 
 # The shell around it: markers, the volume's earlier model, the CLI and its interpreter.
 _SCRIPT = """\

@@ -32,7 +32,7 @@ from activities.builders.common import (
 from activities.builders.exposure import build_ingress, build_tls_secret_copy, custom_certificate_source
 from activities.builders.network_policy import build_network_policy
 from activities.builders.service import build_service
-from activities.builders.statefulset import build_statefulset
+from activities.builders.statefulset import build_model_cache_claim, build_statefulset
 from inference_api.types import InferenceServiceClass
 
 
@@ -79,6 +79,9 @@ def desired_objects(
             objects.append(_desired(secret, create_only=True))
     if custom_certificate is not None and custom_certificate_source(inputs.service_class, inputs.settings):
         objects.append(_desired(build_tls_secret_copy(inputs, custom_certificate)))
+    cache = build_model_cache_claim(inputs)
+    if cache is not None:  # the namespace's, shared: made once, never changed or pruned by an order
+        objects.append(_desired(cache, create_only=True))
     objects.append(_desired(build_network_policy(inputs)))
     objects.append(_desired(build_claim_template(inputs)))
     objects.append(_desired(build_service(inputs)))

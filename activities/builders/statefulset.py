@@ -61,6 +61,9 @@ from activities.builders.common import (
     ANNOTATION_RUNTIME_VERSION,
     ANNOTATION_TEMPLATE_DIGEST,
     FETCHER_CONTAINER,
+    LABEL_COMPONENT,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
     MODEL_MOUNT_PATH,
     MODEL_VOLUME,
     POD_CLAIM,
@@ -92,6 +95,9 @@ MODEL_SOURCE_CA_FILE = f"{MODEL_SOURCE_CA_DIR}/ca.crt"
 # later; Python's ssl), REQUESTS_CA_BUNDLE and CURL_CA_BUNDLE (requests, huggingface_hub 0.x).
 CA_BUNDLE_ENV = ("CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE")
 HF_TOKEN_ENV = "HF_TOKEN"
+# workload.modelCache: the namespace's shared claim, mounted by the fetcher only.
+MODEL_CACHE_VOLUME = "model-cache"
+MODEL_CACHE_PATH = "/model-cache"
 SHM_VOLUME = "dshm"
 
 # Pod Security `restricted`: a fixed non-root uid, and what it may write.
@@ -280,6 +286,10 @@ def _fetcher_container(inputs: WorkloadInputs) -> dict[str, Any]:
     ]
     if inputs.settings.workload.modelSource.huggingFace.caBundle:
         mounts.append({"name": MODEL_SOURCE_CA_VOLUME, "mountPath": MODEL_SOURCE_CA_DIR, "readOnly": True})
+    if inputs.settings.workload.modelCache.enabled:
+        # The namespace's model cache, for the fetcher only: the engine reads its own volume.
+        mounts.append({"name": MODEL_CACHE_VOLUME, "mountPath": MODEL_CACHE_PATH})
+        env.append({"name": "MODEL_CACHE_DIR", "value": MODEL_CACHE_PATH})
     return {
         "name": FETCHER_CONTAINER,
         # The runtime image carries huggingface_hub and its CLI: no second image to ship or pull.
@@ -324,6 +334,36 @@ def _model_source_volumes(inputs: WorkloadInputs) -> list[dict[str, Any]]:
             "downwardAPI": {"defaultMode": 0o444, "items": [{"path": "ca.crt", "fieldRef": {"fieldPath": field}}]},
         }
     ]
+
+
+def _model_cache_volumes(inputs: WorkloadInputs) -> list[dict[str, Any]]:
+    cache = inputs.settings.workload.modelCache
+    if not cache.enabled:
+        return []
+    return [{"name": MODEL_CACHE_VOLUME, "persistentVolumeClaim": {"claimName": cache.claimName}}]
+
+
+def build_model_cache_claim(inputs: WorkloadInputs) -> dict[str, Any] | None:
+    """The namespace's model cache (``workload.modelCache``): one ReadWriteMany claim the orders of the
+    namespace share. Made once and never owned by an order (it outlives each of them, as a cache of
+    what they downloaded); labelled as the module's, so the worker may create it (the worker guard)
+    and a tenant may not pass another claim off as it (the marks guard)."""
+    cache = inputs.settings.workload.modelCache
+    if not cache.enabled:
+        return None
+    spec: dict[str, Any] = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": cache.size}}}
+    if cache.storageClassName:
+        spec["storageClassName"] = cache.storageClassName
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": cache.claimName,
+            "namespace": inputs.namespace,
+            "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: "model-cache"},
+        },
+        "spec": spec,
+    }
 
 
 def new_model_volume_template(inputs: WorkloadInputs) -> dict[str, Any]:
@@ -413,6 +453,7 @@ def build_statefulset(inputs: WorkloadInputs) -> dict[str, Any]:
             {"name": HOME_VOLUME, "emptyDir": {"sizeLimit": SCRATCH_SIZE_LIMIT}},
             {"name": TMP_VOLUME, "emptyDir": {"sizeLimit": SCRATCH_SIZE_LIMIT}},
             *_model_source_volumes(inputs),
+            *_model_cache_volumes(inputs),
         ],
     }
     pod_spec |= _workload_scheduling(inputs)

@@ -596,12 +596,27 @@ class StandInFleet:
                 value = self._secret_value(namespace, str(ref.get("name")), str(ref.get("key")))
                 if value is not None:
                     secrets[(str(ref.get("name")), str(ref.get("key")))] = value
+        # The fetcher's other volumes that are claims (the namespace's model cache): their bound folders.
+        claims = {
+            v.get("name"): _get(v, "persistentVolumeClaim", "claimName")
+            for v in spec.get("volumes") or []
+            if _get(v, "persistentVolumeClaim", "claimName") and v.get("name") != MODEL_VOLUME
+        }
+        mounts: dict[str, Path] = {}
+        for mount in container.get("volumeMounts") or []:
+            if mount.get("name") in claims:
+                folder = self._claim_host_path(namespace, str(claims[mount["name"]]))
+                if folder is None:
+                    return False  # not bound yet: a later pass
+                mounts[str(mount["mountPath"])] = folder
         home = self.engine_root / uid / "fetcher-home"
         log_path = self.engine_root / uid / "model-fetcher.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log_path.write_text("")
         try:
-            process = model_fetcher.start_fetcher(container, volume, home, self.hub(), secrets, log=log_path)
+            process = model_fetcher.start_fetcher(
+                container, volume, home, self.hub(), secrets, log=log_path, mounts=mounts
+            )
         except KeyError as missing:  # a Secret or key it reads is not there: the kubelet does not start it
             self._write_fetcher_status(
                 pod, attempts, {"waiting": {"reason": "CreateContainerConfigError", "message": str(missing.args[0])}}
@@ -729,6 +744,10 @@ class StandInFleet:
         )
         if not claim:
             return None
+        return self._claim_host_path(namespace, claim)
+
+    def _claim_host_path(self, namespace: str, claim: str) -> Path | None:
+        """The host folder of a claim's bound PersistentVolume (its hostPath), None until it is bound."""
         pvc = self.core.read_namespaced_persistent_volume_claim(claim, namespace)
         if not pvc.spec.volume_name:
             return None

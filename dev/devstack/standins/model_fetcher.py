@@ -56,14 +56,20 @@ class FetcherRun:
 
 
 def container_env(
-    container: Mapping[str, Any], volume: Path, home: Path, secrets: Mapping[tuple[str, str], str]
+    container: Mapping[str, Any],
+    volume: Path,
+    home: Path,
+    secrets: Mapping[tuple[str, str], str],
+    mounts: Mapping[str, Path] | None = None,
 ) -> dict[str, str]:
-    """The container's environment on this machine: its volumes' paths mapped, its Secrets read."""
+    """The container's environment on this machine: its volumes' paths mapped (the model volume, HOME,
+    and ``mounts``: mount path -> folder here), its Secrets read."""
     env: dict[str, str] = {}
+    paths = {MODEL_MOUNT_PATH: volume, HOME_PATH: home, **(mounts or {})}
     for item in container.get("env") or []:
         if "value" in item:
             value = str(item["value"])
-            for mount, here in ((MODEL_MOUNT_PATH, volume), (HOME_PATH, home)):
+            for mount, here in paths.items():
                 if value == mount or value.startswith(mount + "/"):
                     value = str(here) + value[len(mount) :]
             env[item["name"]] = value
@@ -86,10 +92,12 @@ def start_fetcher(
     secrets: Mapping[tuple[str, str], str] | None = None,
     log: Path | None = None,
     path_first: Sequence[Path] = (),
+    mounts: Mapping[str, Path] | None = None,
 ) -> subprocess.Popen[str]:
     """Start the container's command; its output (stdout and stderr, as one log) to ``log`` or a pipe.
-    ``path_first``: folders searched before the Python environment's (another CLI, say)."""
-    env = container_env(container, volume, home, secrets or {})
+    ``path_first``: folders searched before the Python environment's (another CLI, say); ``mounts``:
+    the container's other volumes (mount path -> folder here: the namespace's model cache)."""
+    env = container_env(container, volume, home, secrets or {}, mounts)
     venv_bin = str(Path(sys.executable).parent)
     path = [*map(str, path_first), venv_bin, "/usr/local/bin", "/usr/bin", "/bin"]
     # The hub unless the container names one itself (workload.modelSource.huggingFace.endpoint).
@@ -119,9 +127,10 @@ def run_fetcher(
     secrets: Mapping[tuple[str, str], str] | None = None,
     timeout: float = 300,
     path_first: Sequence[Path] = (),
+    mounts: Mapping[str, Path] | None = None,
 ) -> FetcherRun:
     """Run the container to its end: its exit code and its log."""
-    process = start_fetcher(container, volume, home, hub_url, secrets, path_first=path_first)
+    process = start_fetcher(container, volume, home, hub_url, secrets, path_first=path_first, mounts=mounts)
     try:
         output, _ = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

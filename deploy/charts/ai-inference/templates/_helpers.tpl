@@ -334,6 +334,12 @@ Module settings as environment variables: AI_INFERENCE_<FIELD> with "__" between
 - name: AI_INFERENCE_WORKLOAD__ENGINEOTLPTRACESENDPOINT
   value: {{ .engineOtlpTracesEndpoint | quote }}
 {{- end }}
+{{- with .modelCache }}
+{{- if .enabled }}
+- name: AI_INFERENCE_WORKLOAD__MODELCACHE
+  value: {{ . | toJson | quote }}
+{{- end }}
+{{- end }}
 {{- $hf := (.modelSource | default dict).huggingFace | default dict }}
 {{- if or $hf.endpoint $hf.httpsProxy $hf.noProxy $hf.caBundle }}
 {{- /* One JSON value: the PEM's newlines survive as \n. */}}
