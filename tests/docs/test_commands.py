@@ -49,6 +49,8 @@ DOC_NAMESPACES = ("support", "my-namespace")
 DOC_ORDER = "support-llm"
 DOC_CLASS = "llm-chat-external"
 AUTH_SECRET = "support-llm-auth"
+# Orders of the dev stack only (`dev up`; test_run_as_written.py runs their commands there).
+DEV_ORDERS = {"tiny-chat": DOC_ORDER, "tiny-chat-auth": AUTH_SECRET}
 STAND_IN_ANNOTATION = "ai.deckhouse.io/stand-in-url"
 
 
@@ -367,6 +369,8 @@ def _substitute(argv: list[str], stand: Stand) -> list[str]:
             token = stand.class_name
         elif token == "$SECRET":
             token = AUTH_SECRET
+        elif token in DEV_ORDERS:  # the dev stack's second order: the stand's order stands for it here
+            token = DEV_ORDERS[token]
         out.append(token)
     return out
 
