@@ -172,10 +172,10 @@ _ADVICE: dict[str, str] = {
     "them, or the class changes; the cluster makes the pods by itself once they are allowed",
     Reason.IMAGE_PULL_FAILED.value: "the image cannot be pulled: the module administrator fixes the workload image "
     "settings (registry, tag, pull secret) or the registry; the kubelet retries the pull by itself",
-    Reason.MODEL_DOWNLOAD_FAILED.value: "the model's download failed (the fetcher's last words above): a repository "
-    "that refuses it is fixed in spec.model of the order (the repository's name, or the token Secret it names), a "
-    "volume too small by the model's true size; a hub out of reach needs nothing; the download is tried again by "
-    "itself and keeps what arrived",
+    Reason.MODEL_DOWNLOAD_FAILED.value: "the model's download failed (the fetcher's last words above): for a "
+    "repository that refuses it, edit spec.model of the order (the repository's name, or the token Secret it "
+    "names); for a volume too small, give the model's true size (spec.model.parameterCount); a hub out of reach "
+    "needs nothing; the download is tried again by itself and keeps what arrived",
     Reason.RUNTIME_OOM_KILLED.value: "the engine was killed for memory: the order needs a smaller model or a class "
     "that gives it more memory (edit the order or its class); the kubelet restarts it until then",
     Reason.RUNTIME_CRASH_LOOPING.value: "the engine exits (its last words above): fix what it refuses (the order's "
