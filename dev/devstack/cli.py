@@ -113,7 +113,8 @@ def fleet(
     configure_logging()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    standins = StandInFleet(load_api_client(kubeconfig))
+    # The stack's Ingress controller reaches real engines by their pods' addresses (where root).
+    standins = StandInFleet(load_api_client(kubeconfig), real_pod_addresses=True)
     if engine_root:
         from pathlib import Path
 

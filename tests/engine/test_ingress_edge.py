@@ -101,6 +101,7 @@ async def edge(
     class_name = f"e2e-edge-{uuid.uuid4().hex[:6]}"
     with ingress_controller(directory / "traefik", local_cluster.kubeconfig("admin"), kube_admin, print) as controller:
         async with open_stand(local_cluster, kube_admin, temporal_env.client, overrides) as stand:
+            stand.fleet.real_pod_addresses = True  # what the controller routes to by the EndpointSlice
             ca = create_ca(directory / "pki", "orders-ca")
             wildcard = f"*.{stand.namespace}.ai.example.com"
             issued = issue_certificate(ca, directory / "pki", "wildcard", sans=(f"DNS:{wildcard}",))

@@ -219,7 +219,10 @@ class StandInFleet:
     _hub: HubServer | None = None
     # pod uid -> its model fetcher's attempts (running, failed and waiting out its back-off, or done)
     _fetches: dict[str, FetchAttempts] = field(default_factory=dict)
-    # Real engines' pod addresses made real on the loopback interface, where this process may.
+    # Real engines' pod addresses made real on the loopback interface, where this process may, when
+    # real_pod_addresses is asked for (what routes by EndpointSlice: the Ingress controller's test,
+    # dev up); else the fronts keep loopback ports, as every other test has them.
+    real_pod_addresses: bool = False
     pod_addresses: PodAddresses = field(default_factory=lambda: PodAddresses(POD_CIDR))
 
     def __post_init__(self) -> None:
@@ -531,7 +534,7 @@ class StandInFleet:
         # The pod's endpoint front on the pod's own address and port, where it can be made real here
         # (an Ingress controller routes to it by the EndpointSlice), else on a loopback port.
         pod_ip = _get(pod, "status", "podIP")
-        real = self.pod_addresses.claim(pod_ip)
+        real = self.real_pod_addresses and self.pod_addresses.claim(pod_ip)
         front = {"front_host": pod_ip, "front_port": RUNTIME_PORT} if real else {}
         argv, launch_env = eng.cpu_host_launch(
             runtime.get("command") or [], env, python=python, paths=eng.HostPaths(volume, home), port=port

@@ -3,7 +3,8 @@
 kwok gives every pod an address of the cluster's pod CIDR (``devstack.cluster.launcher.POD_CIDR``),
 and the EndpointSlice controller publishes those addresses: what routes by them (an Ingress
 controller, a scrape by pod address) reaches nothing, for no pod listens there. Where this process
-may change the machine's addresses (root, or CAP_NET_ADMIN), the fleet adds a real engine's pod
+may change the machine's addresses (root, or CAP_NET_ADMIN) and it is asked to
+(``StandInFleet.real_pod_addresses``: ``dev up`` and the Ingress controller's test), the fleet adds a real engine's pod
 address to the loopback interface (``ip address add <ip>/32 dev lo``) and starts the pod's endpoint
 front on ``<ip>:8000`` (the container's port, what the Service targets), as a pod's network
 namespace would have it; the address goes when the pod's engine stops. Elsewhere nothing changes:
