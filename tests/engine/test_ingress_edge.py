@@ -195,5 +195,8 @@ def test_a_chat_completion_and_a_streamed_one_pass_through_the_ingress(edge: Edg
     print(
         f"\nstreamed through the ingress: {len(arrivals)} events, the first at {first:.3f} s, the last at {last:.3f} s"
     )
-    # Unbuffered: the events arrive over the generation, not all at its end.
-    assert last - first > 0.5 * last, arrivals[:3]
+    # Unbuffered: the events arrive over the generation (128 tokens: well over 50 ms on a CPU), not all
+    # at its end (a proxy that buffers hands them over at once: a span of a few milliseconds). A busy
+    # machine delays the first event (the prompt's prefill), so the span is judged against a quarter
+    # of the whole.
+    assert last - first > max(0.05, 0.25 * last), arrivals[:3]
