@@ -32,7 +32,6 @@ import contextlib
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -43,7 +42,7 @@ from kubernetes.client import ApiClient, NetworkingV1Api
 from kubernetes.client.exceptions import ApiException
 
 from devstack.go_build import GoBuildError, GoProgram, Progress, ensure_built
-from devstack.process_group import stop_group
+from devstack.process_group import log_tail, start_group, stop_group, until_answers
 from devstack.temporal_server import free_port
 
 MODULE = "github.com/traefik/traefik/v3"
@@ -120,38 +119,27 @@ class IngressController:
         ]
 
     def start(self) -> IngressController:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        log = self.log_file.open("ab")
-        self.process = subprocess.Popen(
-            self.argv(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.directory,
-            env={"KUBECONFIG": str(self.kubeconfig), "PATH": "/usr/bin:/bin"}, start_new_session=True,
-        )  # fmt: skip
-        log.close()
+        env = {"KUBECONFIG": str(self.kubeconfig), "PATH": "/usr/bin:/bin"}
+        self.process = start_group(self.argv(), self.log_file, self.directory, env)
         return self
 
     def stop(self, timeout: float = 10) -> None:
         stop_group(self.process, signal.SIGTERM, timeout)
 
     def log_tail(self, chars: int = 3000) -> str:
-        return self.log_file.read_text(errors="replace")[-chars:] if self.log_file.is_file() else ""
+        return log_tail(self.log_file, chars)
 
     def ready(self, timeout: float = 60) -> None:
         """Until its ping answers (its entry points and providers are up)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.process is not None and self.process.poll() is not None:
-                raise IngressControllerError(f"Traefik exited with {self.process.returncode}: {self.log_tail()}")
-            try:
-                with urllib.request.urlopen(self.ping_url, timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except (OSError, urllib.error.URLError) as err:
-                if time.monotonic() > deadline:
-                    raise IngressControllerError(
-                        f"Traefik's ping does not answer on {self.ping_url} after {timeout:.0f}s ({err}): "
-                        f"{self.log_tail()}"
-                    ) from None
-            time.sleep(0.3)
+
+        def pinged() -> bool:
+            with urllib.request.urlopen(self.ping_url, timeout=2) as response:
+                return bool(response.status == 200)
+
+        until_answers(
+            self.process, pinged, "Traefik", f"Traefik's ping on {self.ping_url}", self.log_file,
+            IngressControllerError, timeout,
+        )  # fmt: skip
 
 
 @contextlib.contextmanager

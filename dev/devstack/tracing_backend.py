@@ -18,7 +18,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -30,7 +29,7 @@ from typing import Any
 import yaml
 
 from devstack.go_build import GoBuildError, GoProgram, ensure_built
-from devstack.process_group import stop_group
+from devstack.process_group import log_tail, start_group, stop_group, until_answers
 from devstack.temporal_server import free_port
 
 Progress = Callable[[str], None]
@@ -151,36 +150,26 @@ class JaegerServer:
 
     def start(self) -> JaegerServer:
         self.write_config()
-        log = self.log_file.open("ab")
-        self.process = subprocess.Popen(
-            self.argv(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.directory,
-            start_new_session=True, preexec_fn=_die_with_parent,
-        )  # fmt: skip
-        log.close()
+        self.process = start_group(self.argv(), self.log_file, self.directory, preexec_fn=_die_with_parent)
         return self
 
     def stop(self, timeout: float = 10) -> None:
         stop_group(self.process, signal.SIGTERM, timeout)
 
     def log_tail(self, chars: int = 3000) -> str:
-        return self.log_file.read_text(errors="replace")[-chars:] if self.log_file.is_file() else ""
+        return log_tail(self.log_file, chars)
 
     def ready(self, timeout: float = 60) -> None:
         """Until the query API answers (the receivers start before it)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.process is not None and self.process.poll() is not None:
-                raise TracingBackendError(f"Jaeger exited with {self.process.returncode}: {self.log_tail()}")
-            try:
-                self.get("/api/services")
-                return
-            except (OSError, urllib.error.URLError) as err:
-                if time.monotonic() > deadline:
-                    raise TracingBackendError(
-                        f"Jaeger's query API does not answer on {self.query_url} after {timeout:.0f}s ({err}): "
-                        f"{self.log_tail()}"
-                    ) from None
-                time.sleep(0.3)
+
+        def answered() -> bool:
+            self.get("/api/services")
+            return True
+
+        until_answers(
+            self.process, answered, "Jaeger", f"Jaeger's query API on {self.query_url}", self.log_file,
+            TracingBackendError, timeout,
+        )  # fmt: skip
 
     # The query API ---------------------------------------------------------------------------
 
