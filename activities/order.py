@@ -33,6 +33,7 @@ from activities.builders.common import (
     ObjectNames,
     UnsupportedModelSourceError,
     WorkloadInputs,
+    artifact_for_order,
     artifact_from_resolution,
     parse_catalog_source,
     selector_labels,
@@ -67,6 +68,7 @@ from activities.builders.statefulset import build_statefulset
 from activities.catalog import KubernetesCatalogReader, lookup_model, model_resolution
 from activities.health import probe_models, probe_target, token_from_secret
 from activities.kube import Applier, refusals_are_final, watch_events
+from activities.model_revision import pin_revision
 from activities.order_events import EventRecorder, step_events
 from activities.plan_seal import SealKey, seal_problem, sealed
 from activities.preemption_ledger import CeilingReader
@@ -102,7 +104,7 @@ from inference_api.payloads import (
     ProbeResult,
     StatusUpdate,
 )
-from inference_api.plan import PlanOutcome
+from inference_api.plan import LaunchPlan, PlanOutcome, PlanRefusal
 from inference_api.preemption import preemption_workflow_id
 from inference_api.reasons import STATE_REFUSED, Reason
 from inference_api.settings import ModuleSettings
@@ -338,7 +340,37 @@ class OrderActivities:
         outcome = self.planner(request)
         if outcome.plan is None:
             return outcome
-        return outcome.model_copy(update={"plan": sealed(outcome.plan, request.ref.uid, self.seal_key())})
+        plan, refusal = self._pinned(request, outcome.plan)
+        if refusal is not None:
+            return PlanOutcome(refusal=refusal)
+        return outcome.model_copy(update={"plan": sealed(plan, request.ref.uid, self.seal_key())})
+
+    def _pinned(self, request: PlanInput, plan: LaunchPlan) -> tuple[LaunchPlan, PlanRefusal | None]:
+        """The plan with the commit its replicas fetch (activities/model_revision.py): the current plan's
+        when the plan is made again for the same spec, else asked of the hub now."""
+        if request.keepRevision and request.current is not None:
+            kept = {"modelCommit": request.current.modelCommit, "modelNotPinned": request.current.modelNotPinned}
+            return plan.model_copy(update=kept), None
+        source = self.settings.workload.modelSource.huggingFace
+        if not source.pinRevision:
+            off = "workload.modelSource.huggingFace.pinRevision is off: each replica resolves the reference"
+            return plan.model_copy(update={"modelCommit": None, "modelNotPinned": off}), None
+        try:
+            artifact = artifact_for_order(request.order, catalog_source=request.source, served_name=request.servedName)
+        except UnsupportedModelSourceError:
+            return plan, None  # refused at resolution; nothing to pin
+        pinned = pin_revision(
+            source,
+            artifact.repository,
+            artifact.revision,
+            has_token=request.order.spec.model.authSecretRef is not None,
+        )
+        if pinned.refusal is not None:
+            return plan, PlanRefusal(reason=pinned.refusal, message=pinned.message)
+        if pinned.commit is None:
+            log.info("model revision not pinned", order=request.ref.key, why=pinned.message)
+        update = {"modelCommit": pinned.commit, "modelNotPinned": None if pinned.commit else pinned.message}
+        return plan.model_copy(update=update), None
 
     # ----------------------------------------------------------------- apply
 

@@ -42,6 +42,10 @@ SEAL_PREFIX = "v1:"
 
 def _canonical(plan: LaunchPlan, uid: str) -> bytes:
     body = plan.model_dump(mode="json", exclude={"seal"})
+    for pin in ("modelCommit", "modelNotPinned"):
+        if body.get(pin) is None:
+            # A plan sealed before pins had no such field: its seal still holds (no replan on upgrade).
+            body.pop(pin, None)
     return uid.encode() + b"\n" + json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 

@@ -98,6 +98,11 @@ class PlanInput(_Payload):
     endpointType: EndpointType
     # The plan the order already holds: its own allocation is not counted against it.
     current: LaunchPlan | None = None
+    # Where the fetcher downloads from (the resolution's source: a catalog's hf://repo@revision).
+    source: str | None = None
+    # The plan is made again for the spec the current plan was made for, not asked by hand (a class or
+    # release change, a trouble, a move): the model's commit stays the current plan's.
+    keepRevision: bool = False
 
 
 class ApplyInput(_Payload):

@@ -132,6 +132,12 @@ class LaunchPlan(BaseModel):
         description="Where each replica goes, when the request asked for several (the first is nodeName and "
         "deviceNames); empty: one replica was planned.",
     )
+    # The commit of the model's repository every replica fetches, asked of the hub by the worker when
+    # the plan was made (activities/model_revision.py); None: not pinned (the message said why), or a
+    # plan made before pins: each replica's fetcher resolves the reference itself.
+    modelCommit: str | None = Field(default=None, pattern=r"^[0-9a-f]{40}$")
+    # Why the commit is not pinned (the hub's answer, or the setting that is off); None when pinned.
+    modelNotPinned: str | None = None
     # The worker's seal of the planner's answer for one order (activities/plan_seal.py): the apply writes
     # only a plan it sealed. None: not sealed (a plan recorded before seals, or one made by hand).
     seal: str | None = None
@@ -152,6 +158,8 @@ class LaunchPlan(BaseModel):
             sharePercent=self.sharePercent,
             replanCount=replan_count,
             features=self.recipe.features.status() if self.recipe.features else None,
+            modelCommit=self.modelCommit,
+            modelNotPinned=self.modelNotPinned,
         )
 
 

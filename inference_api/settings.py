@@ -221,6 +221,10 @@ class HuggingFaceSource(BaseModel):
     # PEM certificates the fetcher trusts instead of the image's roots (SSL_CERT_FILE and the like): the
     # mirror's CA, a TLS-inspecting proxy's CA, and public roots if huggingface.co is reached too.
     caBundle: str | None = None
+    # The worker asks the hub (this endpoint, proxy and CAs, without a token) which commit an order's
+    # reference points at when its plan is made, and every replica fetches that commit. False: each
+    # replica's fetcher resolves the reference when it downloads (a worker that cannot reach the hub).
+    pinRevision: bool = True
 
     @field_validator("endpoint", "httpsProxy")
     @classmethod

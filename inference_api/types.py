@@ -327,6 +327,15 @@ class ResolvedStatus(_Model):
     features: ServingFeaturesStatus | None = Field(
         default=None, description="What the endpoint serves besides plain chat (the recipe's model family)."
     )
+    modelCommit: str | None = Field(
+        default=None,
+        description="The commit of the model's repository every replica fetches, pinned when the plan was made; "
+        "a new one is taken on an edit of the order or a manual replan. Absent: not pinned "
+        "(modelNotPinned says why); each replica resolves the reference when it downloads.",
+    )
+    modelNotPinned: str | None = Field(
+        default=None, description="Why the model's commit is not pinned (the hub's answer to the worker)."
+    )
 
 
 class InferenceServiceStatus(_Model):

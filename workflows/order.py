@@ -607,7 +607,7 @@ class OrderWorkflow(PreemptionMembership):
         """Plan when what the plan was made for changed (or on request). True when a new plan was made."""
         state = self._require_state()
         key = self._plan_key(order, cls, resolution)
-        requested = state.replanRequested
+        requested = asked = state.replanRequested
         state.replanRequested = False
         if self._trouble_replan_due():
             # The replicas cannot run where the plan put them (a node lost, a claim not allocatable):
@@ -636,6 +636,9 @@ class OrderWorkflow(PreemptionMembership):
                     servedName=resolution.servedName,
                     endpointType=endpoint_type,
                     current=state.plan,
+                    source=resolution.source,
+                    # The model's commit is taken anew for a new spec or a replan asked by hand only.
+                    keepRevision=self._same_spec(key) and not asked,
                 ),
                 result_type=PlanOutcome,
                 start_to_close_timeout=timedelta(seconds=60),
@@ -662,6 +665,9 @@ class OrderWorkflow(PreemptionMembership):
             else:
                 state.plan = None
                 self._refuse(ConditionType.PLANNED, refusal)
+            if refusal.reason == Reason.MODEL_NOT_FOUND and not serving:
+                # The hub knows no such repository (or revision) now: it may appear, or be made public.
+                state.retryDelaySeconds = self._backoff()
             # A capacity refusal is tried again on a backoff — unless the order serves a plan made for
             # exactly this (a replan asked by hand): that one is told, and the order keeps its place.
             if refusal.reason in CAPACITY_REFUSALS and (not serving or key != state.planKey):
@@ -686,6 +692,13 @@ class OrderWorkflow(PreemptionMembership):
             f"{outcome.plan.sharePercent}%), recipe {outcome.plan.recipe.source}",
         )
         return True
+
+    def _same_spec(self, key: str) -> bool:
+        """The order holds a plan made for the spec generation ``key`` is for."""
+        state = self._require_state()
+        if state.plan is None or state.planKey is None:
+            return False
+        return state.planKey.split("/", 1)[0] == key.split("/", 1)[0]
 
     async def _apply(
         self,

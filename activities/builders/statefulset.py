@@ -274,8 +274,10 @@ def _fetcher_container(inputs: WorkloadInputs) -> dict[str, Any]:
         {"name": "NO_COLOR", "value": "1"},
         {"name": "USER", "value": _IDENTITY_ENV["USER"]},
     ]
-    if artifact.revision:
-        env.append({"name": "MODEL_REVISION", "value": artifact.revision})
+    # The commit pinned when the plan was made (every replica the same weights), else the reference's own.
+    revision = inputs.plan.modelCommit or artifact.revision
+    if revision:
+        env.append({"name": "MODEL_REVISION", "value": revision})
     auth = inputs.order.spec.model.authSecretRef
     if auth is not None:
         env.append({"name": HF_TOKEN_ENV, "valueFrom": {"secretKeyRef": {"name": auth.name, "key": auth.key}}})

@@ -195,11 +195,28 @@ def test_catalog_model_is_fetched_from_the_catalog_source_and_served_under_its_n
     env = f.env_map(f.fetcher_container(sts))
     assert env["MODEL_REPOSITORY"] == "intfloat/e5-large"
     assert env["MODEL_REVISION"] == "abc123"
+
     command = f.runtime_container(sts)["command"]
     assert command[2] == "/models/intfloat/e5-large"
     assert command[command.index("--served-model-name") + 1] == "intfloat/multilingual-e5-large"
     # The namespace of a kind: Model reference does not travel into the workload.
     assert "team-a" not in json.dumps(sts)
+
+
+def test_every_replica_fetches_the_commit_the_plan_pinned() -> None:
+    commit = "3" * 40
+    plan = f.make_plan().model_copy(update={"modelCommit": commit})
+    env = f.env_map(f.fetcher_container(build_statefulset(f.inputs(the_plan=plan))))
+    assert env["MODEL_REVISION"] == commit
+    # A catalog's own revision gives way to the commit pinned from it.
+    the_order = f.order(catalog={"kind": "Model", "name": "e5-large", "namespace": "team-a"})
+    from activities.builders import artifact_from_resolution
+
+    artifact = artifact_from_resolution(the_order, ModelResolution(servedName="e5", source="hf://intfloat/e5@v2"))
+    inputs = f.inputs(the_order=the_order, artifact=artifact, the_plan=plan, endpoint_type=EndpointType.EMBEDDINGS)
+    assert f.env_map(f.fetcher_container(build_statefulset(inputs)))["MODEL_REVISION"] == commit
+    # Not pinned: the reference's own (none for a bare repository: the fetcher resolves main).
+    assert "MODEL_REVISION" not in f.env_map(f.fetcher_container(build_statefulset(f.inputs())))
 
 
 def test_catalog_model_without_a_fetchable_source_is_refused() -> None:

@@ -279,7 +279,14 @@ def test_the_processes_reach_what_they_call_and_nothing_else(docs: list[Doc]) ->
 
 
 def test_the_api_server_addresses_narrow_egress(helm: Helm) -> None:
-    docs = helm.render({"networkPolicy.apiServer.cidrs": [f"{API_SERVER}/32"], "networkPolicy.apiServer.ports": [6443]})
+    docs = helm.render(
+        {
+            "networkPolicy.apiServer.cidrs": [f"{API_SERVER}/32"],
+            "networkPolicy.apiServer.ports": [6443],
+            # Else the worker reaches the hub's port 443 anywhere (the next test).
+            "aiInference.workload.modelSource.huggingFace.pinRevision": False,
+        }
+    )
     policies = of_kind(docs, "NetworkPolicy")
     worker = module_pods(docs)["worker"]
     assert allowed(policies, worker, OTHERS["api"], 6443)
@@ -333,3 +340,24 @@ def test_extra_egress_reaches_the_worker_and_the_watcher_only(helm: Helm) -> Non
     for component in ("planner", "temporal", "crd-upgrade"):
         assert not allowed(policies, pods[component], remote, 7233), component
     assert not allowed(of_kind(helm.render(), "NetworkPolicy"), pods["worker"], remote, 7233)
+
+
+def test_the_worker_reaches_the_hubs_port_to_pin_revisions_and_nothing_more(helm: Helm) -> None:
+    """The worker asks the hub which commit an order's repository points at: huggingface.co's 443 by
+    default, a mirror's or the proxy's own port when set, nothing at all with pinRevision off; the
+    watcher never."""
+    hf = "aiInference.workload.modelSource.huggingFace"
+    cases: list[tuple[dict[str, object], int | None]] = [
+        ({}, 443),
+        ({f"{hf}.endpoint": "https://hf-mirror.example.com:8443"}, 8443),
+        ({f"{hf}.endpoint": "http://hf-mirror.example.com"}, 80),
+        ({f"{hf}.httpsProxy": "http://proxy.example.com:3128"}, 3128),
+        ({f"{hf}.pinRevision": False}, None),
+    ]
+    for values, port in cases:
+        docs = helm.render({"networkPolicy.apiServer.cidrs": [f"{API_SERVER}/32"], **values})
+        policies = of_kind(docs, "NetworkPolicy")
+        pods = module_pods(docs)
+        for probe in (443, 8443, 80, 3128):
+            assert allowed(policies, pods["worker"], OTHERS["internet"], probe) == (probe == port), (values, probe)
+            assert not allowed(policies, pods["watcher"], OTHERS["internet"], probe), (values, probe)

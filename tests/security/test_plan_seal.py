@@ -58,6 +58,9 @@ def test_an_unsealed_plan_is_refused() -> None:
         {"deviceSelector": "true"},
         {"deviceClass": "another-class"},
         {"replicaPlacements": [ReplicaPlacement(nodeName="gpu-node-9", deviceNames=["gpu-7"])]},
+        # The commit every replica fetches: an older (vulnerable, say) commit of the same repository.
+        {"modelCommit": "0" * 40},
+        {"modelNotPinned": "nothing to pin"},
     ],
     ids=lambda e: next(iter(e)),
 )
@@ -66,6 +69,22 @@ def test_any_edit_of_what_only_the_planner_judges_is_refused(edit: dict[str, Any
     why = seal_problem(forged, UID, KEY)
     assert why is not None
     assert "does not match" in why
+
+
+def test_a_pinned_commit_is_sealed_and_a_plan_sealed_before_pins_still_passes() -> None:
+    pinned = plan().model_copy(update={"modelCommit": "a" * 40})
+    assert seal_problem(sealed(pinned, UID, KEY), UID, KEY) is None
+    forged = sealed(pinned, UID, KEY).model_copy(update={"modelCommit": None})
+    assert seal_problem(forged, UID, KEY) is not None  # unpinning a pinned plan is an edit too
+    # The seal of a plan made by the release before pins (its JSON had no such fields), checked now:
+    import hashlib
+    import hmac
+    import json
+
+    body = plan().model_dump(mode="json", exclude={"seal", "modelCommit", "modelNotPinned"})
+    canonical = UID.encode() + b"\n" + json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    old_seal = "v1:" + hmac.new(KEY, canonical, hashlib.sha256).hexdigest()
+    assert seal_problem(plan().model_copy(update={"seal": old_seal}), UID, KEY) is None
 
 
 def test_another_orders_plan_is_refused() -> None:

@@ -341,7 +341,7 @@ Module settings as environment variables: AI_INFERENCE_<FIELD> with "__" between
 {{- end }}
 {{- end }}
 {{- $hf := (.modelSource | default dict).huggingFace | default dict }}
-{{- if or $hf.endpoint $hf.httpsProxy $hf.noProxy $hf.caBundle }}
+{{- if or $hf.endpoint $hf.httpsProxy $hf.noProxy $hf.caBundle (eq (toString $hf.pinRevision) "false") }}
 {{- /* One JSON value: the PEM's newlines survive as \n. */}}
 - name: AI_INFERENCE_WORKLOAD__MODELSOURCE__HUGGINGFACE
   value: {{ $hf | toJson | quote }}
