@@ -46,6 +46,7 @@ from activities.builders.common import (
     ANNOTATION_RUNTIME_HOLD,
     ANNOTATION_RUNTIME_VERSION,
     ANNOTATION_TEMPLATE_DIGEST,
+    FETCHER_CONTAINER,
     MODEL_VOLUME,
     parse_quantity,
 )
@@ -113,6 +114,19 @@ def volume_must_grow(standing_statefulset: Mapping[str, Any] | None, plan: Launc
     return volume is not None and plan.modelVolumeGiB * _GIB > volume
 
 
+def model_commit_changed(standing_statefulset: Mapping[str, Any] | None, plan: LaunchPlan) -> bool:
+    """Whether ``plan`` pins another commit of the model than the standing replicas fetch: every replica
+    must take it (two replicas never serve different weights), so no hold keeps the old one running."""
+    if standing_statefulset is None or plan.modelCommit is None:
+        return False
+    spec = ((standing_statefulset.get("spec") or {}).get("template") or {}).get("spec") or {}
+    fetcher = next((c for c in spec.get("initContainers") or [] if c.get("name") == FETCHER_CONTAINER), None)
+    if fetcher is None:
+        return False
+    standing = next((e.get("value") for e in fetcher.get("env") or [] if e.get("name") == "MODEL_REVISION"), None)
+    return standing != plan.modelCommit
+
+
 def placement_changed(standing_statefulset: Mapping[str, Any] | None, plan: LaunchPlan) -> bool:
     """Whether ``plan`` moves a standing workload onto another placement (→ WorkloadRebuilding).
 
@@ -162,6 +176,8 @@ def decide_runtime_hold(
 
     Hold when the set is mixed because the shipped release changed under an unchanged order:
     * nothing stands yet, or the placement moves → no hold (nothing to keep / cannot keep);
+    * the plan pins another commit of the model (an edit or a replan by hand) → no hold: every
+      replica takes it;
     * the order was edited since the standing template was written → no hold: an edit moves
       every replica the way the class asks;
     * every replica already runs the shipped release → no hold (nothing left to protect);
@@ -170,7 +186,11 @@ def decide_runtime_hold(
       apply is the one that brings the upgrade. A set that is mixed because an edit's rolling
       update is under way names the shipped release already and is not stopped halfway.
     """
-    if standing_statefulset is None or placement_changed(standing_statefulset, plan):
+    if (
+        standing_statefulset is None
+        or placement_changed(standing_statefulset, plan)
+        or model_commit_changed(standing_statefulset, plan)
+    ):
         return False
     template = _template_annotations(standing_statefulset)
     if template.get(ANNOTATION_ORDER_GENERATION) != order_generation_annotation(order):
@@ -225,8 +245,8 @@ def decide_template_hold(
 ) -> bool:
     """Whether to apply with ``OnDelete`` because the pod template changes for the module's reasons.
 
-    * nothing stands, the placement moves, the order or its class was edited, or its token was rotated
-      → no hold: those move every replica (an edit as the class asks; a rotated token must reach every
+    * nothing stands, the placement moves, the model's pinned commit changes, the order or its class
+      was edited, or its token was rotated → no hold: those move every replica (an edit as the class asks; a rotated token must reach every
       replica). A set that recorded no class generation (an earlier release) is taken as unedited;
     * no replica runs → no hold (nothing to keep);
     * already holding → hold until every replica runs the set's current revision;
@@ -235,7 +255,7 @@ def decide_template_hold(
       moves nothing, and the hold ends at the next apply).
     """
     standing = standing_statefulset
-    if standing is None or placement_changed(standing, plan):
+    if standing is None or placement_changed(standing, plan) or model_commit_changed(standing, plan):
         return False
     template = _template_annotations(standing)
     if template.get(ANNOTATION_ORDER_GENERATION) != order_generation_annotation(order):

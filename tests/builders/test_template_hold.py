@@ -147,3 +147,19 @@ def test_a_class_edit_moves_every_replica_the_way_the_class_asks() -> None:
     # A set of an earlier release recorded no class generation: taken as unedited.
     del standing["metadata"]["annotations"]["ai.deckhouse.io/class-generation"]
     assert _hold(standing, _built(UPGRADED), [OLD_REV], service_class=edited) is True
+
+
+def test_a_newly_pinned_commit_of_the_model_moves_every_replica() -> None:
+    """A replan by hand pins the commit the repository points at now: held, the serving replicas would
+    keep the old weights beside new replicas with the new ones — the very thing pinning prevents."""
+    first, second = "a" * 40, "b" * 40
+    pinned = f.plan().model_copy(update={"modelCommit": first})
+    standing = _standing(build_statefulset(f.inputs(the_plan=pinned, auth_secret_uid=SECRET_UID)))
+    repinned = pinned.model_copy(update={"modelCommit": second})
+    now = build_statefulset(f.inputs(the_plan=repinned, auth_secret_uid=SECRET_UID))
+    assert _hold(standing, now, [OLD_REV], plan=repinned) is False
+    # The same commit kept (a plan made again for the same spec) with the module's own change: held.
+    upgraded = build_statefulset(f.inputs(the_plan=pinned, settings=UPGRADED, auth_secret_uid=SECRET_UID))
+    assert _hold(standing, upgraded, [OLD_REV], plan=pinned) is True
+    # A set made before pins (no MODEL_REVISION) with a plan that keeps none: held as before.
+    assert _hold(_standing(_built()), _built(UPGRADED), [OLD_REV], plan=f.plan()) is True
