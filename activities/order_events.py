@@ -54,6 +54,7 @@ PROGRESS = frozenset(
     {
         Reason.WORKLOAD_PROGRESSING,
         Reason.WORKLOAD_APPLIED,
+        Reason.MODEL_DOWNLOADING,
         Reason.MODEL_LOADING,
         Reason.WORKLOAD_REBUILDING,
         Reason.REPLICAS_HELD_ON_PREVIOUS_RUNTIME,

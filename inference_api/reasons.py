@@ -74,6 +74,8 @@ class Reason(StrEnum):
     # for the grace the cluster's own eviction gives it (observer.nodeNotReadyGraceSeconds), then it is
     # NodeLost and moves.
     NODE_NOT_READY = "NodeNotReady"
+    # Progress: the replica's model-fetcher downloads the model (how much arrived, from its log).
+    MODEL_DOWNLOADING = "ModelDownloading"
     # Progress: the engine runs and loads its model (its startup probe has not passed yet).
     MODEL_LOADING = "ModelLoading"
     # Positive and progress reasons.

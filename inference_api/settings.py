@@ -405,6 +405,10 @@ class ObserverSettings(BaseModel):
     # 300 s: the toleration Kubernetes gives every pod for the not-ready/unreachable NoExecute taints
     # (DefaultTolerationSeconds), so the order moves when the cluster's own eviction would. 0: at once.
     nodeNotReadyGraceSeconds: float = Field(default=300, ge=0)
+    # While a replica's model-fetcher downloads, its log's last lines are read this often (pods/log) and
+    # the order says how much of the model arrived, in steps of 10 %. 0: never read (the order says it
+    # downloads, without numbers).
+    downloadProgressSeconds: float = Field(default=15, ge=0)
     # New orders (no status yet) whose workflows are started and not yet settled (Ready, failed or
     # waiting), at most, at once; the others wait in the observer, first come first started. Keeps a
     # burst's orders in progress within the workers' caches (worker.cachedWorkflows, 1000 each): a

@@ -162,6 +162,7 @@ TROUBLE_SEVERITY: tuple[Reason, ...] = (
     Reason.RUNTIME_CANNOT_START,
     Reason.POD_UNSCHEDULABLE,
     Reason.NODE_NOT_READY,
+    Reason.MODEL_DOWNLOADING,
     Reason.MODEL_LOADING,
 )
 TROUBLE_REASONS: frozenset[str] = frozenset(r.value for r in TROUBLE_SEVERITY)
@@ -185,6 +186,8 @@ _ADVICE: dict[str, str] = {
     Reason.NODE_NOT_READY.value: "a node that stops reporting often comes back (a kubelet that missed its "
     "heartbeats, a network blip): the order keeps its placement until the time above, then plans it again away "
     "from the node (NodeLost); nothing to do meanwhile, your administrator looks after the node",
+    Reason.MODEL_DOWNLOADING.value: "the replica's model-fetcher downloads the model into its volume; the engine "
+    "loads it next (ModelLoading), and the order serves once it answers",
     Reason.MODEL_LOADING.value: "the engine loads the model; the order serves once it answers",
 }
 

@@ -185,6 +185,53 @@ def test_a_fetcher_that_finished_is_no_trouble() -> None:
     assert d.pod_trouble(pod(init=[done], containers=[running()]), NODES) is None
 
 
+def test_a_download_under_way_says_how_much_arrived_in_steps() -> None:
+    fetching = pod(init=[running(ready=False, name="model-fetcher")], containers=[waiting("PodInitializing")])
+    assert d.fetching_pods([fetching]) == [fetching]
+    # Before its log was read (or without pods/log): it downloads, no numbers.
+    found = d.pod_trouble(fetching, NODES)
+    assert found is not None
+    assert found.reason == Reason.MODEL_DOWNLOADING
+    assert found.action == TroubleAction.WAIT
+    assert found.message == "pod support/chat-0: the model downloads (its model-fetcher runs)"
+    log = (
+        "model-fetcher: org/model@abc: downloading 3 files\n"
+        "model-fetcher: progress: 10485760 of 209715200 bytes (5.0%)\n"
+        "model-fetcher: progress: 96468992 of 209715200 bytes (46.0%)\n"
+    )
+    progress = d.fetch_progress(log)
+    assert progress == d.FetchProgress(arrived=96468992, total=209715200)
+    assert progress.step() == 40
+    found = d.pod_trouble(fetching, NODES, progress={"support/chat-0": progress})
+    assert found is not None
+    assert found.message == "pod support/chat-0: the model downloads: 40 % of 200.0 MiB arrived (80.0 MiB or more)"
+    # Within a step the message (so the signal) stays the same; the next step changes it.
+    nearby = d.FetchProgress(arrived=100663296, total=209715200)
+    again = d.pod_trouble(fetching, NODES, progress={"support/chat-0": nearby})
+    assert again == found
+    done = d.FetchProgress(arrived=209715200, total=209715200)
+    assert done.step() == 100
+    assert d.fetch_progress("model-fetcher: org/model@main: the hub answered 503") is None
+    assert d.FetchProgress(arrived=0, total=0).step() == 0
+
+
+def test_a_download_is_told_before_a_loading_engine_and_after_a_failure() -> None:
+    fetching = pod("chat-1", init=[running(ready=False, name="model-fetcher")], containers=[waiting("PodInitializing")])
+    loading = pod("chat-0", containers=[running(ready=False)])
+    found = d.order_trouble([loading, fetching], None, [], NODES)
+    assert found is not None
+    assert found.reason == Reason.MODEL_DOWNLOADING
+    failing = pod(
+        "chat-2",
+        init=[waiting("CrashLoopBackOff", "back-off", 1, {"exitCode": 1, "message": "403"}, name="model-fetcher")],
+        containers=[waiting("PodInitializing")],
+    )
+    found = d.order_trouble([loading, fetching, failing], None, [], NODES)
+    assert found is not None
+    assert found.reason == Reason.MODEL_DOWNLOAD_FAILED
+    assert d.fetching_pods([loading, failing]) == []
+
+
 @pytest.mark.parametrize("reason", ["CreateContainerConfigError", "CreateContainerError"])
 def test_a_container_that_cannot_be_created_is_named(reason: str) -> None:
     found = d.pod_trouble(pod(containers=[waiting(reason, 'secret "chat-auth" not found')]), NODES)

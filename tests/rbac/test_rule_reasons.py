@@ -82,6 +82,10 @@ WATCHER: dict[Rule, str] = {
         "worker/observer/observer.py: an order's own pod on a lost node, force-deleted (preconditions.uid)"
     ),
     ("", "events", "create"): "worker/observer/observer.py: the PodForceDeleted Event on the order",
+    ("", "pods/log", "get"): (
+        "worker/observer/observer.py _fetcher_log: the last lines of a downloading replica's model-fetcher log "
+        "(its progress, told on the order as ModelDownloading)"
+    ),
     **_informer("", "nodes", what="the nodes of the orders' pods: a node lost or NotReady is named and replanned"),
     **_informer(
         "",
@@ -291,8 +295,9 @@ def test_what_the_process_roles_must_never_have() -> None:
         assert not {("", "secrets", v) for v in ("list", "watch", "update", "deletecollection")} & set(table)
     # The planner reads no Secret at all.
     assert not any(resource == "secrets" for _, resource, _ in PLANNER)
-    # The observer and the planner read through informers: no get, but the one Secret read by name.
-    assert [r for r in WATCHER if r[2] == "get"] == [("", "secrets", "get")]
+    # The observer and the planner read through informers: no get, but the one Secret read by name and
+    # a downloading replica's fetcher log (no informer serves logs).
+    assert sorted(r for r in WATCHER if r[2] == "get") == [("", "pods/log", "get"), ("", "secrets", "get")]
     assert not [r for r in PLANNER if r[2] == "get"]
     # No process may change RBAC, impersonate, or touch a Secret it did not name.
     for table in (WORKER, WATCHER, PLANNER):

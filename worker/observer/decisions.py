@@ -677,6 +677,7 @@ TROUBLE_ACTIONS: Mapping[Reason, str] = {
     # The node may come back: the placement is kept (no replan, no retry timer) until the grace ends,
     # when the observer looks again and the trouble becomes NodeLost.
     Reason.NODE_NOT_READY: TroubleAction.WAIT_FOR_EDIT,
+    Reason.MODEL_DOWNLOADING: TroubleAction.WAIT,
     Reason.MODEL_LOADING: TroubleAction.WAIT,
 }
 # Anything that reads like a credential in a message the cluster wrote (an engine's log tail can
@@ -882,7 +883,75 @@ def _loading(pod_key: str, status: Obj) -> ReplicaTrouble | None:
     )
 
 
-def pod_trouble(pod: Obj, nodes: Mapping[str, Obj] | None, grace: NodeGrace | None = None) -> ReplicaTrouble | None:
+# The fetcher's line (activities/builders/fetcher.py): "model-fetcher: progress: <arrived> of <total> bytes (<p>%)".
+_PROGRESS_LINE = re.compile(r"model-fetcher: progress: (\d+) of (\d+) bytes")
+# The order is told the download's progress in these steps (at most 100 / step status writes per replica).
+PROGRESS_STEP_PERCENT = 10
+
+
+@dataclass(frozen=True)
+class FetchProgress:
+    """How much of the model a replica's model-fetcher has put in its volume (its log's last progress line)."""
+
+    arrived: int
+    total: int
+
+    def step(self, percent_step: int = PROGRESS_STEP_PERCENT) -> int:
+        """The percentage arrived, rounded down to ``percent_step``: the order is told each step once."""
+        if self.total <= 0:
+            return 0
+        return min(100, int(100 * self.arrived / self.total) // percent_step * percent_step)
+
+
+def fetch_progress(log_tail: str) -> FetchProgress | None:
+    """The last progress line of a model-fetcher's log, or None when it printed none yet."""
+    found = _PROGRESS_LINE.findall(log_tail or "")
+    if not found:
+        return None
+    arrived, total = found[-1]
+    return FetchProgress(arrived=int(arrived), total=int(total))
+
+
+def _mib(count: float) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20)):
+        if count >= size:
+            return f"{count / size:.1f} {unit}"
+    return f"{count / (1 << 20):.1f} MiB"
+
+
+def fetching_pods(pods: Iterable[Obj]) -> list[Obj]:
+    """The order's pods whose model-fetcher runs now (a download under way)."""
+    return [
+        p
+        for p in pods
+        if not deleting(p)
+        and any(
+            c.get("name") == FETCHER_CONTAINER and "running" in (c.get("state") or {})
+            for c in (p.get("status") or {}).get("initContainerStatuses") or []
+        )
+    ]
+
+
+def _downloading(pod_key: str, progress: FetchProgress | None) -> ReplicaTrouble:
+    """The replica's model-fetcher runs: how much of the model arrived, in steps, when its log says."""
+    if progress is None or progress.total <= 0:
+        said = f"pod {pod_key}: the model downloads (its model-fetcher runs)"
+        return trouble(Reason.MODEL_DOWNLOADING, said, pod_key)
+    step = progress.step()
+    return trouble(
+        Reason.MODEL_DOWNLOADING,
+        f"pod {pod_key}: the model downloads: {step} % of {_mib(progress.total)} arrived "
+        f"({_mib(progress.total * step / 100)} or more)",
+        pod_key,
+    )
+
+
+def pod_trouble(
+    pod: Obj,
+    nodes: Mapping[str, Obj] | None,
+    grace: NodeGrace | None = None,
+    progress: Mapping[str, FetchProgress] | None = None,
+) -> ReplicaTrouble | None:
     """What is wrong with one replica's Pod, as the cluster says it, or None.
 
     ``nodes``: the Nodes by name (None while they are not listed yet: no node verdict then). Read in
@@ -926,6 +995,8 @@ def pod_trouble(pod: Obj, nodes: Mapping[str, Obj] | None, grace: NodeGrace | No
         found = _container_trouble(key, container, init=True)
         if found is not None:
             return found
+    if fetching_pods([pod]):
+        return _downloading(key, (progress or {}).get(key))
     runtime: Obj | None = None
     for container in status.get("containerStatuses") or []:
         found = _container_trouble(key, container, init=False)
@@ -971,10 +1042,12 @@ def order_trouble(
     events: Iterable[Obj],
     nodes: Mapping[str, Obj] | None,
     grace: NodeGrace | None = None,
+    progress: Mapping[str, FetchProgress] | None = None,
 ) -> ReplicaTrouble | None:
     """The trouble an order's replicas have, the worst first (``TROUBLE_SEVERITY``; of equals, the
-    lowest pod name), or None. A replica that is ready has none."""
-    found = [t for t in (pod_trouble(p, nodes, grace) for p in sorted(pods, key=object_key)) if t is not None]
+    lowest pod name), or None. A replica that is ready has none. ``progress``: the downloads' progress
+    by pod key (from their fetchers' logs)."""
+    found = [t for t in (pod_trouble(p, nodes, grace, progress) for p in sorted(pods, key=object_key)) if t is not None]
     refused = statefulset_trouble(statefulset, events)
     if refused is not None:
         found.append(refused)

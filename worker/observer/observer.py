@@ -43,7 +43,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 from temporalio.client import Client
 
-from activities.builders.common import ObjectNames
+from activities.builders.common import FETCHER_CONTAINER, ObjectNames
 from activities.health import probe_target, token_from_secret
 from activities.order import order_event_body
 from activities.release import release_fingerprint
@@ -208,6 +208,12 @@ class Observer:
         self.orders_on_node: dict[str, set[str]] = {}
         self.pod_node: dict[str, str] = {}
         self.events_of: dict[str, set[str]] = {}
+        # Downloads under way, by order uid, then pod uid: what the model-fetcher's log said last (None:
+        # no progress line yet, or the log could not be read) and when it was read; the reads in flight;
+        # the look again at each order while its downloads run (a log's growth sends no event).
+        self.progress: dict[str, dict[str, tuple[d.FetchProgress | None, float]]] = {}
+        self._progress_reads: set[str] = set()
+        self._progress_looks: dict[str, asyncio.TimerHandle] = {}
         self.orders_synced = asyncio.Event()
         self._watches: list[ListWatch] = []
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -406,6 +412,10 @@ class Observer:
         recheck = self._rechecks.pop(uid, None)
         if recheck is not None:
             recheck[1].cancel()
+        self.progress.pop(uid, None)
+        look = self._progress_looks.pop(uid, None)
+        if look is not None:
+            look.cancel()
 
     def on_class(self, change: Change) -> None:
         name = str(d.meta(change.obj).get("name"))
@@ -635,13 +645,78 @@ class Observer:
         }
         for stale in d.pods_with_stale_claims(order, statefulset, templates, pods):
             self._release(uid, stale)
-        found = d.order_trouble(pods, statefulset, events, nodes, grace)
+        progress = self._download_progress(uid, d.fetching_pods(pods))
+        found = d.order_trouble(pods, statefulset, events, nodes, grace, progress)
         memory = self.releases.get(uid)
         if memory is None:
             return found
         if found is None:
             memory.notes.clear()
         return d.with_release_notes(found, memory.notes)
+
+    def _download_progress(self, order_uid: str, fetching: list[d.Obj]) -> dict[str, d.FetchProgress]:
+        """What the fetchers of the order's downloading pods said last, by pod key. Their logs are read
+        again (``pods/log``, the last lines) every ``observer.downloadProgressSeconds`` while they run;
+        the order is told when a download passes a step (decisions.PROGRESS_STEP_PERCENT)."""
+        interval = self.config.downloadProgressSeconds
+        if interval <= 0:
+            return {}  # not read: the order says it downloads, without numbers
+        seen = self.progress.setdefault(order_uid, {})
+        now = time.monotonic()
+        known: dict[str, d.FetchProgress] = {}
+        live: set[str] = set()
+        for pod in fetching:
+            pod_uid = str(d.meta(pod).get("uid"))
+            live.add(pod_uid)
+            last = seen.get(pod_uid)
+            if last is not None and last[0] is not None:
+                known[d.object_key(pod)] = last[0]
+            if pod_uid not in self._progress_reads and (last is None or now - last[1] >= interval):
+                self._progress_reads.add(pod_uid)
+                namespace, name = str(d.meta(pod).get("namespace")), str(d.meta(pod).get("name"))
+                self._spawn(self._read_progress(order_uid, pod_uid, namespace, name), f"progress-{namespace}/{name}")
+        for gone in set(seen) - live:
+            del seen[gone]
+        if not seen:
+            self.progress.pop(order_uid, None)
+        elif order_uid not in self._progress_looks:
+            loop = asyncio.get_running_loop()
+            self._progress_looks[order_uid] = loop.call_later(interval, self._progress_look, order_uid)
+        return known
+
+    def _progress_look(self, order_uid: str) -> None:
+        self._progress_looks.pop(order_uid, None)
+        order = self.order_by_uid(order_uid)
+        if order is not None and order_uid in self.progress:
+            self.mark_trouble(order)
+
+    async def _read_progress(self, order_uid: str, pod_uid: str, namespace: str, name: str) -> None:
+        found: d.FetchProgress | None = None
+        try:
+            found = d.fetch_progress(await asyncio.to_thread(self._fetcher_log, namespace, name))
+        except ApiException as err:
+            # No pods/log (RBAC), a kubelet out of reach: the order says it downloads, without numbers.
+            log.debug("model-fetcher log not read", pod=f"{namespace}/{name}", status=err.status)
+        except Exception as err:
+            log.debug("model-fetcher log not read", pod=f"{namespace}/{name}", error=type(err).__name__)
+        finally:
+            self._progress_reads.discard(pod_uid)
+        seen = self.progress.get(order_uid)
+        if seen is None:
+            return  # the order (or its downloads) went meanwhile
+        before = seen.get(pod_uid, (None, 0.0))[0]
+        seen[pod_uid] = (found or before, time.monotonic())
+        if found is not None and (before is None or before.step() != found.step()):
+            order = self.order_by_uid(order_uid)
+            if order is not None:
+                self.mark_trouble(order)
+
+    def _fetcher_log(self, namespace: str, name: str) -> str:
+        """The last lines of the pod's model-fetcher log (its progress lines come every few seconds)."""
+        text = CoreV1Api(self.api).read_namespaced_pod_log(
+            name, namespace, container=FETCHER_CONTAINER, tail_lines=20, _request_timeout=10
+        )
+        return str(text or "")
 
     def _release(self, order_uid: str, lost: d.LostPod) -> None:
         """Force-delete one of the order's pods from a lost node, once at a time, in a thread; bounded:
