@@ -246,8 +246,9 @@ def decide_template_hold(
     """Whether to apply with ``OnDelete`` because the pod template changes for the module's reasons.
 
     * nothing stands, the placement moves, the model's pinned commit changes, the order or its class
-      was edited, or its token was rotated → no hold: those move every replica (an edit as the class asks; a rotated token must reach every
-      replica). A set that recorded no class generation (an earlier release) is taken as unedited;
+      was edited, or its token was rotated → no hold: those move every replica (an edit as the class
+      asks; a rotated token must reach every replica). A set that recorded no class generation (an
+      earlier release) is taken as unedited;
     * no replica runs → no hold (nothing to keep);
     * already holding → hold until every replica runs the set's current revision;
     * otherwise hold exactly when the template differs from the one the set was applied with (a set

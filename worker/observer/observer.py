@@ -673,6 +673,7 @@ class Observer:
                 known[d.object_key(pod)] = last[0]
             if pod_uid not in self._progress_reads and (last is None or now - last[1] >= interval):
                 self._progress_reads.add(pod_uid)
+                seen[pod_uid] = (last[0] if last is not None else None, now)  # a read under way keeps it
                 namespace, name = str(d.meta(pod).get("namespace")), str(d.meta(pod).get("name"))
                 self._spawn(self._read_progress(order_uid, pod_uid, namespace, name), f"progress-{namespace}/{name}")
         for gone in set(seen) - live:
