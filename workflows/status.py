@@ -186,8 +186,7 @@ _ADVICE: dict[str, str] = {
     Reason.NODE_NOT_READY.value: "a node that stops reporting often comes back (a kubelet that missed its "
     "heartbeats, a network blip): the order keeps its placement until the time above, then plans it again away "
     "from the node (NodeLost); nothing to do meanwhile, your administrator looks after the node",
-    Reason.MODEL_DOWNLOADING.value: "the replica's model-fetcher downloads the model into its volume; the engine "
-    "loads it next (ModelLoading), and the order serves once it answers",
+    Reason.MODEL_DOWNLOADING.value: "the engine loads it next (ModelLoading); the order serves once it answers",
     Reason.MODEL_LOADING.value: "the engine loads the model; the order serves once it answers",
 }
 

@@ -59,6 +59,14 @@ HPA_SYNC_PERIOD = "5s"
 CLUSTER_NAME = "ai-inference-local"
 # Order matters: started in this order, stopped in reverse.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+# The port of every node's "kubelet" API (pods/log), served by the stand-in fleet on loopback
+# (devstack.standins.kubelet_api): kwok publishes it as each node's daemonEndpoints port, next to an
+# InternalDNS address `localhost` that kube-apiserver prefers (the node's InternalIP, its pods'
+# hostIP, is made up and unreachable). Not a component's port: nothing listens on it until a fleet runs.
+KUBELETS_PORT = "kubelets"
+KUBELET_ADDRESS_TYPES = "InternalDNS,InternalIP,Hostname,ExternalDNS,ExternalIP"
+# The placeholder of the kubelet port in deploy/controlplane/kwok-stages.yaml (0 there: no endpoint).
+_KUBELET_PORT_TEMPLATE = "{{ $kubeletPort := 0 }}"
 
 Progress = Callable[[str], None]
 
@@ -207,6 +215,13 @@ class LocalCluster:
         if state is None:
             raise ClusterError(f"no cluster in {self.state_dir}; run `ai-inference cluster up`")
         return state.server
+
+    @property
+    def kubelet_port(self) -> int | None:
+        """The loopback port kube-apiserver reaches every node's kubelet API at (pods/log): where the
+        stand-in fleet serves it. None for a cluster a launcher without it started (or none up)."""
+        state = self.state()
+        return state.ports.get(KUBELETS_PORT) if state is not None else None
 
     def kubeconfig(self, user: str = "admin") -> Path:
         """Path of the kubeconfig of ``user`` (admin | module-admin | ns-user)."""
@@ -370,7 +385,7 @@ class LocalCluster:
         pki = create_pki(self.state_dir / "pki")
         front_proxy_ca = create_ca(pki.dir / "front-proxy", "front-proxy-ca")
         front_proxy = issue_certificate(front_proxy_ca, pki.dir / "front-proxy", FRONT_PROXY_CLIENT, usage="clientAuth")
-        names = ("etcd_client", "etcd_peer", "apiserver", "controller_manager", "scheduler")
+        names = ("etcd_client", "etcd_peer", "apiserver", "controller_manager", "scheduler", KUBELETS_PORT)
         ports = dict(zip(names, _free_ports(len(names)), strict=True))
         server = f"https://127.0.0.1:{ports['apiserver']}"
         self._write_kubeconfigs(pki, server)
@@ -419,6 +434,10 @@ class LocalCluster:
             "--requestheader-extra-headers-prefix=X-Remote-Extra-",
             f"--proxy-client-cert-file={front_proxy.cert}",
             f"--proxy-client-key-file={front_proxy.key}",
+            # The nodes' kubelet API (pods/log, the stand-in fleet): at the InternalDNS address kwok
+            # gives them (localhost), on their daemonEndpoints port. Its serving certificate is not
+            # verified (no --kubelet-certificate-authority), as the fleet's is self-signed.
+            f"--kubelet-preferred-address-types={KUBELET_ADDRESS_TYPES}",
             # One client per test: API priority & fairness only adds startup work here.
             "--enable-priority-and-fairness=false",
             "--profiling=false",
@@ -453,7 +472,7 @@ class LocalCluster:
         ], {"secure": ports["scheduler"]})  # fmt: skip
         self._spawn(state, "kwok", b.kwok, [
             f"--kubeconfig={self.kubeconfig('kwok')}",
-            f"--config={KWOK_STAGES}",
+            f"--config={self._kwok_stages(ports[KUBELETS_PORT])}",
             "--manage-all-nodes=false",
             f"--manage-nodes-with-annotation-selector={inv.KWOK_ANNOTATION}=fake",
             f"--cidr={POD_CIDR}",
@@ -487,6 +506,17 @@ class LocalCluster:
         state.ready_seconds = round(time.monotonic() - started, 1)
         state.save(self._state_file)
         step(f"cluster ready in {state.ready_seconds}s")
+
+    def _kwok_stages(self, kubelet_port: int) -> Path:
+        """This cluster's copy of kwok's Stages, with the nodes' kubelet port rendered in (the ``run``
+        folder lives as long as the cluster: ``restart`` of kwok reads it again)."""
+        text = KWOK_STAGES.read_text()
+        if text.count(_KUBELET_PORT_TEMPLATE) != 1:
+            raise ClusterError(f"{KWOK_STAGES} must set {_KUBELET_PORT_TEMPLATE} exactly once (node-initialize)")
+        path = self.state_dir / "run" / "kwok-stages.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text.replace(_KUBELET_PORT_TEMPLATE, f"{{{{ $kubeletPort := {kubelet_port} }}}}"))
+        return path
 
     def _spawn(self, state: ClusterState, name: str, binary: Path, args: list[str], ports: dict[str, int]) -> None:
         log = self.logs_dir / f"{name}.log"

@@ -19,6 +19,12 @@
   so the scheduler can place pods that carry a model volume.
 * A pod of an order the scheduler last refused for an unbound volume that is bound by now is
   made again (see ``_reschedule_stale_pods``).
+* The kubelet's log API (``kubectl logs``, ``CoreV1Api.read_namespaced_pod_log``): kube-apiserver relays
+  pods/log to the nodes' kubelet endpoint, one loopback port per local cluster that the fleet serves
+  (``kubelet_api``): a pod's ``model-fetcher``, ``runtime`` (the engine) and ``endpoint-front``
+  output, from the files the fleet keeps them in (``engine_root/<pod uid>/``). The port is the one
+  the cluster's nodes publish (``status.daemonEndpoints.kubeletEndpoint.Port``, found at ``start``)
+  unless ``kubelet_port`` names it; a fleet that cannot listen there logs why and goes on without.
 * An image whose registry host is under ``.invalid`` (RFC 2606: a name that never resolves) cannot
   be pulled, as a kubelet would find: the order's pods report their containers
   ``waiting: ImagePullBackOff`` with the kubelet's message, are not ready, and no runtime serves
@@ -57,10 +63,13 @@ from activities.builders.common import (
     RUNTIME_PORT,
     selector_labels,
 )
+from activities.builders.endpoint_front import FRONT_CONTAINER
+from devstack.cluster.inventory import KWOK_ANNOTATION
 from devstack.cluster.launcher import POD_CIDR
 from devstack.standins import engine as eng
 from devstack.standins import model_fetcher
 from devstack.standins.hub import HubServer, standard_hub
+from devstack.standins.kubelet_api import ContainerLog, KubeletLogServer, LogUnavailableError
 from devstack.standins.pod_network import PodAddresses
 from devstack.standins.runtime import MultiplexedRuntime, OrderRuntime
 from worker.observer.informer import (
@@ -81,6 +90,12 @@ PROBE_URL_ANNOTATION = "ai.deckhouse.io/stand-in-url"
 UNBOUND_VOLUME_VERDICT = "unbound immediate PersistentVolumeClaims"
 CLAIM = "PersistentVolumeClaim"
 Obj = Mapping[str, Any]
+# The file under ``engine_root/<pod uid>/`` each container's output goes to, as a kubelet serves it.
+CONTAINER_LOG_FILES = {
+    FETCHER_CONTAINER: "model-fetcher.log",
+    RUNTIME_CONTAINER: "engine.log",
+    FRONT_CONTAINER: "front.log",
+}
 
 
 def _get(obj: Obj, *path: str) -> Any:
@@ -224,6 +239,10 @@ class StandInFleet:
     # dev up); else the fronts keep loopback ports, as every other test has them.
     real_pod_addresses: bool = False
     pod_addresses: PodAddresses = field(default_factory=lambda: PodAddresses(POD_CIDR))
+    # The port of the nodes' kubelet API (pods/log) the fleet serves; None: the one the cluster's kwok
+    # nodes publish (daemonEndpoints), looked up at start. ``kubelet`` is its server once listening.
+    kubelet_port: int | None = None
+    kubelet: KubeletLogServer | None = None
 
     def __post_init__(self) -> None:
         self.core = CoreV1Api(self.api)
@@ -239,6 +258,7 @@ class StandInFleet:
 
     def start(self) -> StandInFleet:
         self.server.start()
+        self._start_kubelet_api()
         self._watches = [ListWatch(resource, self._deliver) for resource in self._resources]
         for watch in self._watches:
             watch.start()
@@ -274,6 +294,68 @@ class StandInFleet:
             self._hub = None
         self.pod_addresses.release_all()
         self.server.stop()
+        if self.kubelet is not None:
+            self.kubelet.stop()
+            self.kubelet = None
+
+    # ------------------------------------------------------------- the kubelet's log API
+
+    def _start_kubelet_api(self) -> None:
+        """Serve pods' logs where kube-apiserver looks for the nodes' kubelets; without, only log why."""
+        port = self.kubelet_port if self.kubelet_port is not None else self._published_kubelet_port()
+        if port is None:
+            log.warning(
+                "pod logs unavailable: the cluster's nodes publish no kubelet port "
+                "(a cluster started before the launcher allocated one? `cluster down` and up)"
+            )
+            return
+        try:
+            self.kubelet = KubeletLogServer(self.container_log, port).start()
+        except OSError as err:
+            log.warning("pod logs unavailable: cannot listen on the nodes' kubelet port", port=port, error=str(err))
+            return
+        log.info("kubelet log API serving", url=self.kubelet.url)
+
+    def _published_kubelet_port(self) -> int | None:
+        """The kubelet port the cluster's kwok nodes publish (one kwok: one port for all)."""
+        try:
+            nodes = self.core.list_node().items
+        except ApiException as err:
+            log.warning("nodes not listed for their kubelet port", status=err.status)
+            return None
+        for node in nodes:
+            if (node.metadata.annotations or {}).get(KWOK_ANNOTATION) != "fake":
+                continue
+            endpoints = node.status.daemon_endpoints if node.status else None
+            kubelet = endpoints.kubelet_endpoint if endpoints else None
+            if kubelet is not None and kubelet.port:
+                return int(kubelet.port)
+        return None
+
+    def container_log(self, namespace: str, pod: str, container: str) -> ContainerLog:
+        """Where the current pod ``namespace/pod``'s ``container`` output is (whether written yet or not),
+        and whether it runs; ``LogUnavailableError`` (404) for a pod or container the fleet does not know."""
+        try:
+            current = self.core.read_namespaced_pod(pod, namespace)
+        except ApiException as err:
+            if err.status == 404:
+                raise LogUnavailableError(404, f'pod "{namespace}/{pod}" not found') from None
+            raise
+        spec = current.spec
+        names = {c.name for c in [*(spec.init_containers or []), *(spec.containers or [])]} if spec else set()
+        file = CONTAINER_LOG_FILES.get(container)
+        if container not in names or file is None:
+            raise LogUnavailableError(404, f'container "{container}" not found in pod "{namespace}/{pod}"')
+        uid = str(current.metadata.uid)
+
+        def running() -> bool:
+            with self._lock:
+                if container == FETCHER_CONTAINER:
+                    attempts = self._fetches.get(uid)
+                    return attempts is not None and attempts.process is not None
+                return uid in self.engines
+
+        return ContainerLog(self.engine_root / uid / file, running)
 
     def _stop_replica(self, replica: eng.EngineReplica) -> None:
         replica.stop()
