@@ -59,16 +59,26 @@ class GoProgram:
         return self.root / "built.json"
 
     def is_built(self) -> bool:
-        if not (os.access(self.path, os.X_OK) and self.marker.is_file()):
-            return False
-        with contextlib.suppress(ValueError, OSError):
-            return bool(json.loads(self.marker.read_text()).get("version") == self.version)
-        return False
+        return built(self.marker, self.version, self.path)
 
     def build_record(self) -> dict[str, Any]:
         """What ``built.json`` says: the version, the Go toolchain, the build's wall time."""
-        record: dict[str, Any] = json.loads(self.marker.read_text())
-        return record
+        return build_record(self.marker)
+
+
+def built(marker: Path, version: str, *binaries: Path) -> bool:
+    """Whether every binary is there and executable and ``marker`` (``built.json``) records ``version``."""
+    if not (all(os.access(b, os.X_OK) for b in binaries) and marker.is_file()):
+        return False
+    with contextlib.suppress(ValueError, OSError):
+        return bool(json.loads(marker.read_text()).get("version") == version)
+    return False
+
+
+def build_record(marker: Path) -> dict[str, Any]:
+    """What a ``built.json`` says: the version, the Go toolchain, the build's wall time."""
+    record: dict[str, Any] = json.loads(marker.read_text())
+    return record
 
 
 def go_command(why: str) -> str:

@@ -43,6 +43,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from devstack import go_build
 from devstack.cluster.paths import REPO_ROOT, build_logs_dir, cache_root
 from devstack.postgres import ROLE, PostgresServer
 from devstack.process_group import stop_group
@@ -98,16 +99,11 @@ class ServerBinaries:
         return self.root / "built.json"
 
     def is_built(self) -> bool:
-        if not (os.access(self.server, os.X_OK) and os.access(self.sql_tool, os.X_OK) and self.marker.is_file()):
-            return False
-        with contextlib.suppress(ValueError, OSError):
-            return bool(json.loads(self.marker.read_text()).get("version") == self.version)
-        return False
+        return go_build.built(self.marker, self.version, self.server, self.sql_tool)
 
     def build_record(self) -> dict[str, Any]:
         """What ``built.json`` says: the version, the Go toolchain, the build's wall time."""
-        record: dict[str, Any] = json.loads(self.marker.read_text())
-        return record
+        return go_build.build_record(self.marker)
 
 
 def server_root(version: str = VERSION) -> Path:

@@ -36,7 +36,7 @@ from devstack.cluster.launcher import LocalCluster
 from devstack.standins.fleet import PROBE_URL_ANNOTATION, StandInFleet
 from inference_api.payloads import order_workflow_id
 from inference_api.settings import ModuleSettings
-from inference_api.types import GROUP, VERSION
+from inference_api.types import CLASSES, GROUP, VERSION
 from tests.polling import until
 from worker.processes import order_worker, run_watcher
 from workflows.order import ReplanOutcome
@@ -289,6 +289,24 @@ async def open_stand(
         fleet.stop()
         with contextlib.suppress(ApiException):
             CoreV1Api(api).delete_namespace(namespace)
+
+
+@contextlib.asynccontextmanager
+async def bare_stand(local_cluster: LocalCluster, api: ApiClient, client: Client) -> AsyncIterator[Stand]:
+    """A namespace, the default class and the stand-in fleet, with no worker or observer: the test
+    runs those itself with ``processes`` (and restarts them with other settings)."""
+    task_queue = f"e2e-{uuid.uuid4().hex[:6]}"
+    namespace = local_cluster.create_namespace(f"e2e-{uuid.uuid4().hex[:6]}", users=())
+    with contextlib.suppress(ApiException):  # 409: another test made it
+        CustomObjectsApi(api).create_cluster_custom_object(GROUP, VERSION, CLASSES, DEFAULT_LLM)
+    fleet = StandInFleet(api).start()
+    stand = Stand(api, client, fleet, namespace, e2e_settings(task_queue))
+    try:
+        yield stand
+    finally:
+        fleet.stop()
+        with contextlib.suppress(ApiException):
+            stand.core.delete_namespace(namespace)
 
 
 @contextlib.asynccontextmanager

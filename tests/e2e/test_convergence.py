@@ -13,13 +13,13 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from kubernetes.client import ApiClient, AutoscalingV2Api, CustomObjectsApi, NetworkingV1Api
+from kubernetes.client import ApiClient, AutoscalingV2Api, NetworkingV1Api
 from kubernetes.client.exceptions import ApiException
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import WorkflowIDReusePolicy
@@ -28,14 +28,13 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.builders.common import ANNOTATION_RUNTIME_VERSION
 from devstack.cluster.launcher import LocalCluster
-from devstack.standins.fleet import StandInFleet
 from inference_api.catalog_types import ModelFacts
 from inference_api.observation import ORDER_WORKFLOW_TYPE, OrderSignal
 from inference_api.payloads import OrderRef, order_workflow_id
 from inference_api.types import CLASSES, GROUP, VERSION, EndpointType
 from planner.recipes import COMPILED_FILE, FAMILIES_FILE, TAXONOMY_FILE, shipped_recipes
 from tests.e2e.catalog_models import ClusterModels
-from tests.e2e.stand import DEFAULT_LLM, MakeStand, Stand, e2e_settings, worker_and_observer
+from tests.e2e.stand import DEFAULT_LLM, MakeStand, Stand, bare_stand, worker_and_observer
 from tests.tcp_proxy import Proxy
 from workflows.order import OrderState
 
@@ -185,24 +184,6 @@ async def test_the_workflow_of_a_vanished_order_ends(make_stand: MakeStand) -> N
     while not await ended():
         assert time.monotonic() < deadline, "the workflow of a vanished order still runs"
         await asyncio.sleep(0.5)
-
-
-@contextlib.asynccontextmanager
-async def bare_stand(local_cluster: LocalCluster, api: ApiClient, client: Client) -> AsyncIterator[Stand]:
-    """A namespace, the default class and the stand-in fleet, with no worker or observer: the test
-    runs those itself with ``processes`` (and restarts them with other settings)."""
-    task_queue = f"e2e-{uuid.uuid4().hex[:6]}"
-    namespace = local_cluster.create_namespace(f"e2e-{uuid.uuid4().hex[:6]}", users=())
-    with contextlib.suppress(ApiException):  # 409: another test made it
-        CustomObjectsApi(api).create_cluster_custom_object(GROUP, VERSION, CLASSES, DEFAULT_LLM)
-    fleet = StandInFleet(api).start()
-    stand = Stand(api, client, fleet, namespace, e2e_settings(task_queue))
-    try:
-        yield stand
-    finally:
-        fleet.stop()
-        with contextlib.suppress(ApiException):
-            stand.core.delete_namespace(namespace)
 
 
 async def test_turning_the_catalog_on_clears_catalog_disabled_without_an_edit(

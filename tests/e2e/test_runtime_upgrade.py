@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import time
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import yaml
-from kubernetes.client import ApiClient, CustomObjectsApi
-from kubernetes.client.exceptions import ApiException
+from kubernetes.client import ApiClient
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
@@ -36,10 +34,8 @@ from activities.builders.common import (
     RUNTIME_CONTAINER,
 )
 from devstack.cluster.launcher import LocalCluster
-from devstack.standins.fleet import StandInFleet
-from inference_api.types import CLASSES, GROUP, VERSION
 from planner.recipes import COMPILED_FILE, FAMILIES_FILE, TAXONOMY_FILE, load_recipe_book, shipped_recipes
-from tests.e2e.stand import DEFAULT_LLM, Stand, e2e_settings, worker_and_observer
+from tests.e2e.stand import Stand, bare_stand, worker_and_observer
 
 pytestmark = [pytest.mark.cluster, pytest.mark.temporal]
 
@@ -54,18 +50,8 @@ async def upgrade_stand(
     local_cluster: LocalCluster, api: ApiClient, client: Client
 ) -> AsyncIterator[tuple[Stand, str, str]]:
     """A namespace of its own, the default class and the stand-in fleet: (stand, task queue, namespace)."""
-    task_queue = f"e2e-{uuid.uuid4().hex[:6]}"
-    namespace = local_cluster.create_namespace(f"e2e-{uuid.uuid4().hex[:6]}", users=())
-    with contextlib.suppress(ApiException):  # 409: another test made it
-        CustomObjectsApi(api).create_cluster_custom_object(GROUP, VERSION, CLASSES, DEFAULT_LLM)
-    fleet = StandInFleet(api).start()
-    stand = Stand(api, client, fleet, namespace, e2e_settings(task_queue))
-    try:
-        yield stand, task_queue, namespace
-    finally:
-        fleet.stop()
-        with contextlib.suppress(ApiException):
-            stand.core.delete_namespace(namespace)
+    async with bare_stand(local_cluster, api, client) as stand:
+        yield stand, stand.settings.temporal.taskQueue, stand.namespace
 
 
 def previous_tables(directory: Path) -> Path:
