@@ -17,10 +17,17 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import DynamicApiError, ResourceNotFoundError
 from kubernetes.watch.watch import iter_resp_lines
 from opentelemetry import trace
+from prometheus_client import Counter
 from temporalio.exceptions import ApplicationError
 
 from activities.builders.common import FIELD_MANAGER
 from inference_api.reasons import Reason
+
+KUBERNETES_REQUESTS = Counter(
+    "ai_inference_kubernetes_requests",
+    "Requests this process sent the Kubernetes API server, by verb (apply: a server-side apply) and resource.",
+    ["verb", "resource"],
+)
 
 # Every request is bounded (connect, read; seconds): an API server, or a proxy in front of it, that never
 # answers fails the call, instead of holding an activity's thread (the worker has 16) or the observer's
@@ -104,9 +111,12 @@ def bounded(api: ApiClient, timeout: tuple[float, float] = REQUEST_TIMEOUT) -> A
                 _request_timeout=_request_timeout or timeout,
             )
 
+        name, attributes = request_span_name(method, url, headers)
+        # What each module process asks of the API server (controller-runtime's rest_client_requests_total):
+        # the requests an order costs, by verb and resource, on the process's /metrics.
+        KUBERNETES_REQUESTS.labels(name.split(" ", 2)[1], attributes["k8s.resource"]).inc()
         if not trace.get_current_span().is_recording():
             return send()
-        name, attributes = request_span_name(method, url, headers)
         with tracer.start_as_current_span(name, kind=trace.SpanKind.CLIENT, attributes=attributes) as span:
             try:
                 response = send()

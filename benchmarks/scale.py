@@ -851,6 +851,26 @@ def request_counts(page: str) -> Counter[str]:
     return kinds
 
 
+def module_requests(ports: dict[str, int]) -> dict[str, Counter[str]]:
+    """Each module process's own API requests so far (``ai_inference_kubernetes_requests_total`` of its
+    /metrics), by kind ``verb resource``; a process that does not answer counts nothing."""
+    counts: dict[str, Counter[str]] = {}
+    for key, port in ports.items():
+        if not key.endswith("-health"):
+            continue
+        kinds: Counter[str] = Counter()
+        with contextlib.suppress(httpx.HTTPError):
+            page = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+            for line in page.splitlines():
+                if line.startswith("ai_inference_kubernetes_requests_total{"):
+                    labels = dict(re.findall(r'(\w+)="([^"]*)"', line[: line.rindex("}")]))
+                    kinds[f"{labels.get('verb', '?')} {labels.get('resource', '?')}"] += int(
+                        float(line.rsplit(" ", 1)[1])
+                    )
+        counts[key.removesuffix("-health")] = kinds
+    return counts
+
+
 def request_kinds(before: Counter[str], after: Counter[str], orders: int, top: int = 8) -> str:
     """The largest kinds of API request between two readings, per order."""
     grown = after - before
@@ -875,6 +895,9 @@ def lean_stack_up(stack: Any, fleet: Any, say: Callable[[str], None], workers: i
     cluster.up(progress=say, timeout=600)
     kubeconfig = str(cluster.kubeconfig("admin"))
     ports = {"temporal": free_port(), "temporal-upstream": free_port(), "catalog": free_port(), "planner": free_port()}
+    # The module processes' /metrics (their own API requests, ai_inference_kubernetes_requests_total).
+    module_processes = ("worker", *(f"worker-{i}" for i in range(1, workers)), "watcher")
+    ports.update({f"{name}-health": free_port() for name in module_processes})
     stack.state.mkdir(parents=True, exist_ok=True)
     stack.ports_file.write_text(json.dumps(ports))
     # As `dev up`: the dev server on loopback behind the mTLS terminator, every client with a certificate.
@@ -904,6 +927,8 @@ def lean_stack_up(stack: Any, fleet: Any, say: Callable[[str], None], workers: i
         base = name.split("-", 1)[0]
         client_tls = stack.temporal_credentials().module_env(base) if name != "fleet" else {}
         argv = [sys.executable, "-m", "worker.cli", *command.split(), "--kubeconfig", kubeconfig]
+        if f"{name}-health" in ports:
+            argv += ["--health-port", str(ports[f"{name}-health"])]
         stack.spawn(name, argv, {**env, **client_tls, "POD_NAME": name})
 
 
@@ -1009,6 +1034,7 @@ async def e2e_tier(
             await time_one("warmup")
             alone, alone_id = median_run([await time_one(f"alone-{i}") for i in range(repeats)])
             requests_before = await asyncio.to_thread(apiserver_requests, api)
+            own_before = await asyncio.to_thread(module_requests, stack.ports())
             names = [f"order-{i}" for i in range(orders)]
             started = time.perf_counter()
             cpu_before = _cpu_ticks()
@@ -1037,6 +1063,7 @@ async def e2e_tier(
                 if name.split("-", 1)[0] == "worker"
             }
             requests_after = await asyncio.to_thread(apiserver_requests, api)
+            own_after = await asyncio.to_thread(module_requests, stack.ports())
             serving_cpu = await cpu_by_process(cpu_window)
             late, late_id = median_run([await time_one(f"late-{i}") for i in range(repeats)])
             alone_steps = await step_times(temporal.get_workflow_handle(alone_id))
@@ -1074,6 +1101,12 @@ async def e2e_tier(
     requests = sum((requests_after - requests_before).values())
     report.add("API requests per order (all clients)", f"{requests / orders:.0f} ({requests} in all)")
     report.add("  the most frequent, per order", request_kinds(requests_before, requests_after, orders))
+    own = {name: own_after.get(name, Counter()) - own_before.get(name, Counter()) for name in own_after}
+    own_total = sum(sum(kinds.values()) for kinds in own.values())
+    by_process = ", ".join(f"{name} {sum(kinds.values()) / orders:.1f}" for name, kinds in sorted(own.items()))
+    report.add("  the module's own, per order (worker, watcher)", f"{own_total / orders:.1f} ({by_process})")
+    every_kind: Counter[str] = sum(own.values(), Counter())
+    report.add("    its most frequent, per order", request_kinds(Counter(), every_kind, orders))
     report.add(f"history events per order (sample of {len(picked)})", f"{statistics.mean(histories):.1f}")
     report.add(f"activity slots held by serving orders (sample of {len(picked)})", str(held), "target 0")
     return report

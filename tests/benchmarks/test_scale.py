@@ -165,6 +165,12 @@ def test_the_end_to_end_tier_runs_at_a_tiny_size_with_two_workers(tmp_path: Path
     got = figures(report.lines)
     assert got["activity slots held by serving orders"] == "0"
     assert float(got["API requests per order"].split()[0]) > 0
+    # The module's own requests, from each process's ai_inference_kubernetes_requests_total: every
+    # order was read and its status written by a worker.
+    own = got["  the module's own, per order"]
+    assert float(own.split()[0]) > 0, own
+    assert set(re.findall(r"(worker-1|worker|watcher) [0-9.]+", own)) == {"worker", "worker-1", "watcher"}, own
+    assert "patch inferenceservices/status" in got["    its most frequent, per order"]
     for name in ("worker", "worker-1", "watcher", "planner"):
         assert float(got[f"{name} RSS"].split()[0]) > 0
     by_worker = dict(part.rsplit(" ", 1) for part in got["  the burst by worker"].split(", "))
