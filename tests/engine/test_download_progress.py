@@ -82,7 +82,7 @@ async def test_the_order_says_how_much_of_the_model_arrived_then_that_it_loads(p
         assert replica is not None
         ((fetch_began, fetch_ended, code),) = stand.fleet.fetches(replica.pod_uid)
         assert code == 0
-        assert fetch_ended - fetch_began > 20
+        assert fetch_ended - fetch_began > 10  # the hub's pace: about 20 s, the shards in parallel
     finally:
         hub.rate = None
         await asyncio.to_thread(
