@@ -913,10 +913,8 @@ def fetch_progress(log_tail: str) -> FetchProgress | None:
 
 
 def _mib(count: float) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20)):
-        if count >= size:
-            return f"{count / size:.1f} {unit}"
-    return f"{count / (1 << 20):.1f} MiB"
+    """A size in GiB from 1 GiB on, else in MiB."""
+    return f"{count / (1 << 30):.1f} GiB" if count >= 1 << 30 else f"{count / (1 << 20):.1f} MiB"
 
 
 def fetching_pods(pods: Iterable[Obj]) -> list[Obj]:

@@ -70,10 +70,12 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
+
+from devstack.standins.tracked_http import TrackedHTTPServer
 
 # What the hub stores in LFS (the .gitattributes of a model repository), and any file this large.
 LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".onnx", ".msgpack", ".npz")
@@ -848,41 +850,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(400, f"bad control request: {e}")
 
 
-class _Listener(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
+class _Listener(TrackedHTTPServer):
     def __init__(self, address: tuple[str, int], hub_server: HubServer, role: str) -> None:
         self.hub_server = hub_server
         self.role = role
-        self.connections: set[socket.socket] = set()
-        self._connections_lock = threading.Lock()
-        super().__init__(address, _Handler)
-        if hub_server.tls is not None:
-            # The handshake on the first read, in the request's own thread: a client that refuses the
-            # certificate never holds up the listener.
-            self.socket = hub_server.tls.wrap_socket(self.socket, server_side=True, do_handshake_on_connect=False)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        with self._connections_lock:
-            self.connections.add(request)
-        super().process_request(request, client_address)
-
-    def shutdown_request(self, request: Any) -> None:
-        with self._connections_lock:
-            self.connections.discard(request)
-        super().shutdown_request(request)
-
-    def drop_connections(self) -> None:
-        """Close every open connection: a client's kept-alive connection must not outlive the hub."""
-        with self._connections_lock:
-            open_now = list(self.connections)
-        for connection in open_now:
-            with contextlib.suppress(OSError):
-                connection.shutdown(socket.SHUT_RDWR)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that goes away mid-response is part of the game here, not an error to print."""
+        super().__init__(address, _Handler, hub_server.tls)
 
 
 class HubServer:

@@ -19,16 +19,14 @@ certificates without ``--kubelet-certificate-authority``; the server does not au
 
 from __future__ import annotations
 
-import contextlib
 import shutil
-import socket
 import ssl
 import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -36,6 +34,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import structlog
 
 from devstack.cluster.pki import create_ca, issue_certificate
+from devstack.standins.tracked_http import TrackedHTTPServer
 
 log = structlog.get_logger(__name__)
 
@@ -192,40 +191,11 @@ class _Handler(BaseHTTPRequestHandler):
             return b""
 
 
-class _Listener(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
+class _Listener(TrackedHTTPServer):
     def __init__(self, address: tuple[str, int], lookup: LogLookup, tls: ssl.SSLContext) -> None:
         self.lookup = lookup
         self.stopping = threading.Event()
-        self.connections: set[socket.socket] = set()
-        self._connections_lock = threading.Lock()
-        super().__init__(address, _Handler)
-        # The handshake on the first read, in the request's own thread.
-        self.socket = tls.wrap_socket(self.socket, server_side=True, do_handshake_on_connect=False)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        with self._connections_lock:
-            self.connections.add(request)
-        super().process_request(request, client_address)
-
-    def shutdown_request(self, request: Any) -> None:
-        with self._connections_lock:
-            self.connections.discard(request)
-        super().shutdown_request(request)
-
-    def drop_connections(self) -> None:
-        """Close every open connection: kube-apiserver keeps its connections to a kubelet alive, and one
-        a stopped fleet accepted must not go on answering from that fleet (the next fleet's port)."""
-        with self._connections_lock:
-            open_now = list(self.connections)
-        for connection in open_now:
-            with contextlib.suppress(OSError):
-                connection.shutdown(socket.SHUT_RDWR)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that goes away (or refuses the handshake) is not an error to print."""
+        super().__init__(address, _Handler, tls)
 
 
 class KubeletLogServer:
