@@ -93,6 +93,7 @@ from activities.trusted_apply import (
 )
 from activities.trusted_status import being_deleted, trusted_event, trusted_status
 from inference_api.payloads import (
+    STATUS_UPDATE_NOT_WRITTEN,
     ApplyInput,
     ApplyResult,
     ModelResolution,
@@ -862,10 +863,10 @@ class OrderActivities:
         span = trace.get_current_span()
         span.set_attribute("ai_inference.order", update.ref.key)
         span.set_attribute("ai_inference.phase", str(update.phase.value))
-        status = update.model_dump(mode="json", exclude_none=True, exclude={"ref", "endpointType"})
+        status = update.model_dump(mode="json", exclude_none=True, exclude=set(STATUS_UPDATE_NOT_WRITTEN))
         status["model"] = {"endpointType": update.endpointType.value} if update.endpointType else None
         # A merge patch keeps keys it does not name: a field that became empty is sent as null.
-        for key in StatusUpdate.model_fields.keys() - {"ref", "endpointType"}:
+        for key in StatusUpdate.model_fields.keys() - STATUS_UPDATE_NOT_WRITTEN:
             status.setdefault(key, None)
         self.custom.patch_namespaced_custom_object_status(
             GROUP, VERSION, update.ref.namespace, ORDERS, update.ref.name, {"status": status}

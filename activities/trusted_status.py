@@ -31,6 +31,11 @@ def says_deleting(update: StatusUpdate) -> bool:
     return update.reason == Reason.DELETING or any(c.reason == Reason.DELETING for c in update.conditions)
 
 
+def says_module_disabled(order: dict[str, Any] | None) -> bool:
+    """Whether the order's stored status is the one the disable wrote (worker/disable.py)."""
+    return ((order or {}).get("status") or {}).get("reason") == Reason.MODULE_DISABLED
+
+
 def order_endpoint_urls(order: InferenceService, settings: ModuleSettings) -> set[str]:
     """Every URL the order's endpoint can have: its External host, its in-cluster Service."""
     urls = {cluster_local_url(order)}
@@ -50,6 +55,10 @@ def trusted_status(
     """
     if says_deleting(update) and not being_deleted(order_obj):
         return None, ["a Deleting status of an order that is not being deleted"]
+    if says_module_disabled(order_obj) and not update.seenModuleDisabled:
+        # Its workload was stopped while nothing ran: only a run that read that (its reconcile after
+        # the enable, which applies the workload again) may say otherwise.
+        return None, ["a status decided before the module was disabled (the next reconcile writes it)"]
     dropped: list[str] = []
     changes: dict[str, Any] = {}
     order = InferenceService.model_validate(order_obj)

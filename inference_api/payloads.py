@@ -161,6 +161,14 @@ class StatusUpdate(_Payload):
     endpointType: EndpointType | None = None
     constraints: ConstraintsStatus | None = None
     resolved: ResolvedStatus | None = None
+    # Not written: whether the run read the order saying ModuleDisabled since its last read before. A
+    # disabled order's status is replaced only by a run that has seen it (worker/disable.py): a write the
+    # run decided before the disable (an activity scheduled then, run after the enable) is stale.
+    seenModuleDisabled: bool = False
+
+
+# StatusUpdate's fields that are the run's, never written on the order.
+STATUS_UPDATE_NOT_WRITTEN = frozenset({"ref", "endpointType", "seenModuleDisabled"})
 
 
 class OrderEvent(_Payload):

@@ -483,6 +483,8 @@ class OrderWorkflow(PreemptionMembership):
             state.timings = snapshot.timings
         if snapshot.release is not None:
             state.release = snapshot.release
+        if snapshot.order is not None:
+            state.seenModuleDisabled = snapshot.order.status.reason == Reason.MODULE_DISABLED
         return snapshot
 
     async def _confirm_deletion(self) -> None:
@@ -1229,6 +1231,7 @@ class OrderWorkflow(PreemptionMembership):
                 endpointType=state.endpointType,
                 constraints=applied.constraints if applied else None,
                 resolved=resolved,
+                seenModuleDisabled=state.seenModuleDisabled,
             ),
             start_to_close_timeout=SHORT,
             retry_policy=K8S_RETRY,

@@ -132,6 +132,8 @@ class OrderState(BaseModel):
     lastReport: MemberReport | None = None
     reapplyPending: bool = False
     publishPending: bool = False
+    # The order read last said ModuleDisabled (worker/disable.py): the run's status writes may replace it.
+    seenModuleDisabled: bool = False
     # The observer saw a replica of the applied workload get ready (replica_ready) since the last apply:
     # the first load's wait (no activity, a timer) ends and the API is probed.
     replicaReady: bool = False

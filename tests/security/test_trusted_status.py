@@ -133,3 +133,30 @@ def test_a_long_event_message_is_cut_to_what_the_api_server_keeps() -> None:
     assert kept is not None
     assert len(kept.message) == EVENT_MESSAGE_MAX
     assert kept.message.endswith("…")
+
+
+def disabled_order_obj() -> dict[str, Any]:
+    """An order as the module's disable left it (worker/disable.py)."""
+    obj = order_obj()
+    obj["status"] = {"phase": "Pending", "reason": Reason.MODULE_DISABLED.value, "conditions": []}
+    return obj
+
+
+def test_a_status_decided_before_the_disable_does_not_replace_module_disabled() -> None:
+    """An activity scheduled before the disable and run after the enable says Ready of a workload
+    that is gone: the order keeps ModuleDisabled until its reconcile (which read it) writes."""
+    trusted, dropped = trusted_status(update(), disabled_order_obj(), SETTINGS)
+    assert trusted is None
+    assert dropped == ["a status decided before the module was disabled (the next reconcile writes it)"]
+
+
+def test_a_run_that_read_module_disabled_replaces_it() -> None:
+    asked = update(seenModuleDisabled=True)
+    assert trusted_status(asked, disabled_order_obj(), SETTINGS) == (asked, [])
+
+
+def test_the_disable_guard_leaves_other_statuses_alone() -> None:
+    obj = order_obj()
+    obj["status"] = {"phase": "Pending", "reason": Reason.NO_CAPACITY.value}
+    asked = update()
+    assert trusted_status(asked, obj, SETTINGS) == (asked, [])
