@@ -27,6 +27,7 @@ from activities.builders.autoscaling import constraints_status
 from activities.builders.claim import claim_template_spec_differs
 from activities.builders.common import (
     ANNOTATION_PLACEMENT,
+    ANNOTATION_PRUNED_FOR,
     ANNOTATION_TEMPLATE_DIGEST,
     FIELD_MANAGER,
     LABEL_ENDPOINT_HOST,
@@ -49,10 +50,14 @@ from activities.builders.objects import (
     OWNED_KINDS,
     DesiredObject,
     desired_objects,
+    possible_names,
+    pruned_set_digest,
     settled_region_kept_message,
     storage_class_kept,
     unwanted_objects,
     wanted_names,
+    wanted_set_digest,
+    with_annotation,
 )
 from activities.builders.runtime import (
     RuntimeVerdict,
@@ -473,6 +478,7 @@ class OrderActivities:
         replicas = order_pods(listed, request.ref.uid, standing)
         versions = replica_runtime_versions(replicas)
         ours = standing if standing_is_ours else None
+        first_seen = ours  # before a volume rebuild deletes it: its record of the last prune
         kept = storage_class_kept(ours, cls)
         inputs = WorkloadInputs(
             order=order,
@@ -495,6 +501,9 @@ class OrderActivities:
             self.applier.delete("apps/v1", "StatefulSet", name, ns, uid=ours["metadata"]["uid"])
             ours = None
             inputs = dataclasses.replace(inputs, standing_statefulset=None)
+        # Before the first object this apply creates: the order still stands with this uid. Once per apply
+        # (an object made for an order deleted meanwhile names its uid, and the collector removes it).
+        confirm = _once(lambda: self._still_the_order(request.ref))
         if requires_token(cls):
             # The token Secret first: the pods name its uid, so a rotated token (the Secret deleted and
             # made anew) rolls the replicas onto the new key.
@@ -502,10 +511,11 @@ class OrderActivities:
             if secret is None:
                 auth = build_auth_secret(inputs, new_token())
                 if auth is not None:
-                    self._still_the_order(request.ref)
+                    confirm()
                     with refusals_are_final():
-                        self._create_once(auth)
-                secret = self.applier.get("v1", "Secret", inputs.names.auth_secret, ns)
+                        secret = self._create_once(auth)
+                if secret is None:  # none to make (no token asked), or made meanwhile by another apply
+                    secret = self.applier.get("v1", "Secret", inputs.names.auth_secret, ns)
             if secret is not None and ownership(secret, name, request.ref.uid) != Ownership.OURS:
                 raise _refused(foreign_message("Secret", ns, inputs.names.auth_secret, secret))
             inputs = dataclasses.replace(inputs, auth_secret_uid=((secret or {}).get("metadata") or {}).get("uid"))
@@ -533,23 +543,40 @@ class OrderActivities:
         ingress = next((w for w in desired if w.kind == "Ingress"), None)
         if ingress is not None:
             self._claim_host(request.ref, ingress.body)
+        applied_statefulset: dict[str, Any] | None = None
+        wanted_set = wanted_names(desired, cls, inputs.names)
+        pruned_for = wanted_set_digest(wanted_set, release_fingerprint(self.settings))
         with refusals_are_final():
             for wanted in desired:
                 if wanted.create_only:
                     self._create_once(wanted.body)
                     continue
+                known: dict[str, Any] | None = None
+                body = wanted.body
                 if wanted.kind == "ResourceClaimTemplate":
-                    current = self.applier.get(wanted.api_version, wanted.kind, wanted.name, ns)
+                    known = self.applier.get(wanted.api_version, wanted.kind, wanted.name, ns)
                     if (
-                        ownership(current, name, request.ref.uid) == Ownership.OURS
-                        and current is not None
-                        and claim_template_spec_differs(current, wanted.body)
+                        ownership(known, name, request.ref.uid) == Ownership.OURS
+                        and known is not None
+                        and claim_template_spec_differs(known, wanted.body)
                     ):
                         # Its spec is immutable: a new share or device class replaces the template.
-                        uid = current["metadata"]["uid"]
+                        uid = known["metadata"]["uid"]
                         self.applier.delete(wanted.api_version, wanted.kind, wanted.name, ns, uid=uid)
-                self._apply_owned(request.ref, wanted)
-            self._prune(request, wanted_names(desired, cls, inputs.names))
+                        known = None
+                elif wanted.kind == "StatefulSet":
+                    known = ours  # read at the start of this apply (its resourceVersion goes with the write)
+                    if pruned_set_digest(first_seen) != pruned_for:
+                        # The prune lists every kind an order can own: only when what the order should own
+                        # (or the release) changed since the last one finished. Before the set's write, which
+                        # records it: a prune cut short is done again by the next apply.
+                        self._prune(request, wanted_set, by_name=standing is None)
+                    body = with_annotation(wanted.body, ANNOTATION_PRUNED_FOR, pruned_for)
+                result = self._apply_owned(request.ref, dataclasses.replace(wanted, body=body), known, confirm)
+                if wanted.kind == "StatefulSet":
+                    applied_statefulset = result
+            if applied_statefulset is None:
+                self._prune(request, wanted_set)  # no set to record it on: every apply prunes
         verdict = runtime_current(plan.recipe.runtimeVersion, versions, moved)
         if grown:
             verdict = RuntimeVerdict(
@@ -559,7 +586,7 @@ class OrderActivities:
                 "cannot grow in place (claim templates are immutable): the workload is rebuilt and the model "
                 f"loaded again, on runtime release {plan.recipe.runtimeVersion}.",
             )
-        statefulset = self.applier.get("apps/v1", "StatefulSet", name, ns) or {}
+        statefulset = applied_statefulset or self.applier.get("apps/v1", "StatefulSet", name, ns) or {}
         st_status = statefulset.get("status") or {}
         log.info("workload applied", order=request.ref.key, device_class=plan.deviceClass, share=plan.sharePercent)
         return ApplyResult(
@@ -647,13 +674,23 @@ class OrderActivities:
         if problem is not None:
             raise _refused(problem)
 
-    def _apply_owned(self, ref: OrderRef, wanted: DesiredObject) -> None:
+    def _apply_owned(
+        self,
+        ref: OrderRef,
+        wanted: DesiredObject,
+        known: dict[str, Any] | None = None,
+        confirm: Callable[[], None] | None = None,
+    ) -> dict[str, Any]:
         """Server-side apply of one object bound to the order's uid: an object standing under the name is
         patched only when its controller ownerReference is the order (and still the very object read:
         its resourceVersion goes with the apply); a deleted order's object is removed first; anything else
-        is refused, never adopted."""
-        for _ in range(3):
-            current = self.applier.get(wanted.api_version, wanted.kind, wanted.name, wanted.namespace)
+        is refused, never adopted. ``known``: the object as this apply already read it (no second read;
+        a stale one is a conflict, then read again); ``confirm``: the apply's check that the order stands
+        (once per apply). The object as applied is returned."""
+        for attempt in range(3):
+            current = known if known is not None and attempt == 0 else None
+            if current is None:
+                current = self.applier.get(wanted.api_version, wanted.kind, wanted.name, wanted.namespace)
             verdict = ownership(current, ref.name, ref.uid)
             if verdict == Ownership.FOREIGN:
                 assert current is not None
@@ -670,22 +707,29 @@ class OrderActivities:
                 current = None
             body = wanted.body
             if current is None:
-                self._still_the_order(ref)
+                (confirm or (lambda: self._still_the_order(ref)))()
             else:
                 meta = {**body["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}
                 body = {**body, "metadata": meta}
             try:
-                self.applier.apply(body)
-                return
+                applied: dict[str, Any] = self.applier.apply(body).to_dict()
+                return applied
             except DynamicConflictError:
                 continue  # changed (or made) between the read and the write: read it again
         raise RuntimeError(f"{wanted.kind} {wanted.namespace}/{wanted.name} kept changing during the apply")
 
-    def _prune(self, request: ApplyInput, wanted: set[tuple[str, str]]) -> None:
-        """Delete what the order owns and no longer wants (an Ingress after External → ClusterLocal)."""
+    def _prune(self, request: ApplyInput, wanted: set[tuple[str, str]], by_name: bool = False) -> None:
+        """Delete what the order owns and no longer wants (an Ingress after External → ClusterLocal).
+        ``by_name``: no StatefulSet of the order stood, so anything it owns was made by this release's
+        applies, under this release's names: those it does not want are read by name, nothing is listed."""
         ns, name = request.ref.namespace, request.ref.name
+        candidates = possible_names(ObjectNames(name)) - wanted
         for api_version, kind in OWNED_KINDS:
-            standing = self._standing(api_version, kind, ns, name)
+            if by_name:
+                found = (self.applier.get(api_version, kind, n, ns) for k, n in sorted(candidates) if k == kind)
+                standing = [{"apiVersion": api_version, "kind": kind, **o} for o in found if o is not None]
+            else:
+                standing = self._standing(api_version, kind, ns, name)
             for decoy_kind, decoy_name in decoys(standing, name, request.ref.uid):
                 log.warning(
                     "object with the module's labels is not the order's: ignored",
@@ -718,9 +762,10 @@ class OrderActivities:
             item.setdefault("kind", kind)
         return standing
 
-    def _create_once(self, body: dict[str, Any]) -> None:
+    def _create_once(self, body: dict[str, Any]) -> dict[str, Any] | None:
         """Create-only objects (the auth Secret: never rotated silently, never overwritten; the
-        namespace's model cache claim: shared, made by the first order that needs it)."""
+        namespace's model cache claim: shared, made by the first order that needs it). The Secret as
+        made (its metadata only: never its data), or None when it was there already."""
         if body["kind"] == "PersistentVolumeClaim":
             try:
                 self.core.create_namespaced_persistent_volume_claim(
@@ -729,15 +774,18 @@ class OrderActivities:
             except ApiException as err:
                 if err.status != 409:  # 409: it is there (this order's earlier apply, or another order's)
                     raise
-            return
+            return None
         if body["kind"] != "Secret":
             raise ValueError(f"create-only is for Secrets and the model cache claim, not {body['kind']}")
         try:
-            self.core.create_namespaced_secret(body["metadata"]["namespace"], body, field_manager=FIELD_MANAGER)
+            made = self.core.create_namespaced_secret(body["metadata"]["namespace"], body, field_manager=FIELD_MANAGER)
         except ApiException as err:
             if err.status != 409:
                 # The status line only: the body of the request held the token.
                 raise RuntimeError(f"creating Secret {body['metadata']['name']} failed: HTTP {err.status}") from None
+            return None
+        metadata: dict[str, Any] = self.api.sanitize_for_serialization(made.metadata)
+        return {"apiVersion": "v1", "kind": "Secret", "metadata": metadata}
 
     # ----------------------------------------------------------------- probe
 
@@ -887,6 +935,19 @@ class OrderActivities:
             log.warning("event refused: not one of the module's", order=event.ref.key, run=_run_id())
             return
         self.core.create_namespaced_event(event.ref.namespace, order_event_body(trusted))
+
+
+def _once(check: Callable[[], None]) -> Callable[[], None]:
+    """``check`` run the first time the result is called, and never again once it passed."""
+    passed = False
+
+    def run() -> None:
+        nonlocal passed
+        if not passed:
+            check()
+            passed = True
+
+    return run
 
 
 def order_event_body(event: OrderEvent, component: str = "ai-inference") -> Any:

@@ -1106,7 +1106,8 @@ async def e2e_tier(
     by_process = ", ".join(f"{name} {sum(kinds.values()) / orders:.1f}" for name, kinds in sorted(own.items()))
     report.add("  the module's own, per order (worker, watcher)", f"{own_total / orders:.1f} ({by_process})")
     every_kind: Counter[str] = sum(own.values(), Counter())
-    report.add("    its most frequent, per order", request_kinds(Counter(), every_kind, orders))
+    # Every kind (not only the largest): where a change of the module's requests went shows here.
+    report.add("    all of them, per order", request_kinds(Counter(), every_kind, orders, top=len(every_kind)))
     report.add(f"history events per order (sample of {len(picked)})", f"{statistics.mean(histories):.1f}")
     report.add(f"activity slots held by serving orders (sample of {len(picked)})", str(held), "target 0")
     return report

@@ -14,6 +14,8 @@ Apply order, and why:
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +24,7 @@ from activities.builders.auth import build_auth_secret, requires_token
 from activities.builders.autoscaling import build_autoscaler
 from activities.builders.claim import RESOURCE_API_VERSION, build_claim_template
 from activities.builders.common import (
+    ANNOTATION_PRUNED_FOR,
     LABEL_MANAGED_BY,
     LABEL_ORDER,
     MANAGED_BY,
@@ -119,6 +122,40 @@ def wanted_names(
     if requires_token(service_class):
         wanted.add(("Secret", names.auth_secret))
     return wanted
+
+
+def wanted_set_digest(wanted: set[tuple[str, str]], release: str) -> str:
+    """What a prune leaves standing, as one value: the (kind, name) set and the release (an upgrade may
+    name objects otherwise, so its first apply prunes)."""
+    text = json.dumps([release, sorted(wanted)])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def possible_names(names: ObjectNames) -> set[tuple[str, str]]:
+    """(kind, name) of everything this release's builders can make for an order, wanted or not."""
+    return {
+        ("Secret", names.auth_secret),
+        ("Secret", names.tls_secret),
+        ("ResourceClaimTemplate", names.claim_template),
+        ("Service", names.service),
+        ("StatefulSet", names.statefulset),
+        ("HorizontalPodAutoscaler", names.autoscaler),
+        ("Ingress", names.ingress),
+        ("NetworkPolicy", names.network_policy),
+    }
+
+
+def with_annotation(body: Mapping[str, Any], key: str, value: str) -> dict[str, Any]:
+    """``body`` with one more annotation on its metadata (a copy: the built object is left as built)."""
+    meta = dict(body.get("metadata") or {})
+    meta["annotations"] = {**(meta.get("annotations") or {}), key: value}
+    return {**body, "metadata": meta}
+
+
+def pruned_set_digest(statefulset: Mapping[str, Any] | None) -> str | None:
+    """The digest the last finished prune recorded on the order's StatefulSet (None: none recorded)."""
+    value = (((statefulset or {}).get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_PRUNED_FOR)
+    return str(value) if value else None
 
 
 def unwanted_objects(

@@ -5,8 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from activities.builders import desired_objects
-from activities.builders.common import LABEL_MANAGED_BY, LABEL_ORDER, MANAGED_BY
-from activities.builders.objects import unwanted_objects, wanted_names
+from activities.builders.common import ANNOTATION_PRUNED_FOR, LABEL_MANAGED_BY, LABEL_ORDER, MANAGED_BY, ObjectNames
+from activities.builders.objects import (
+    OWNED_KINDS,
+    possible_names,
+    pruned_set_digest,
+    unwanted_objects,
+    wanted_names,
+    wanted_set_digest,
+    with_annotation,
+)
 from tests import factories as f
 
 
@@ -79,3 +87,41 @@ def test_every_kind_an_order_can_own_is_listed_for_pruning() -> None:
     }
     assert ("networking.k8s.io/v1", "NetworkPolicy") in built
     assert built == set(OWNED_KINDS)
+
+
+def test_the_wanted_set_digest_is_the_set_and_the_release() -> None:
+    wanted = {("Service", "support-llm"), ("Ingress", "support-llm"), ("Secret", "support-llm-auth")}
+    digest = wanted_set_digest(wanted, "release-a")
+    assert digest == wanted_set_digest(set(sorted(wanted, reverse=True)), "release-a")  # a set: order is no matter
+    assert digest != wanted_set_digest(wanted - {("Ingress", "support-llm")}, "release-a")  # a kind gone
+    assert digest != wanted_set_digest({("Service", "support-llm-2"), *wanted}, "release-a")  # a name more
+    assert digest != wanted_set_digest(wanted, "release-b")  # an upgrade prunes once
+    # Kind and name are kept apart: a name that ends like another kind does not collide.
+    assert wanted_set_digest({("Service", "a/b")}, "r") != wanted_set_digest({("Service/a", "b")}, "r")
+
+
+def test_the_recorded_digest_is_read_from_the_statefulset() -> None:
+    statefulset = {"metadata": {"annotations": {ANNOTATION_PRUNED_FOR: "abc123"}}}
+    assert pruned_set_digest(statefulset) == "abc123"
+    assert pruned_set_digest({"metadata": {"annotations": {}}}) is None
+    assert pruned_set_digest({"metadata": {}}) is None
+    assert pruned_set_digest(None) is None
+
+
+def test_every_name_an_order_can_own_is_a_possible_name() -> None:
+    """The first apply's prune reads these names only: every kind listed for pruning has its names, and
+    every object the builders make for an order, under any class, is among them."""
+    possible = possible_names(ObjectNames("support-llm"))
+    assert {kind for kind, _ in possible} == {kind for _, kind in OWNED_KINDS}
+    for cls in (f.external_token_certmanager(), f.cluster_local_none()):
+        for wanted in desired_objects(f.inputs(the_class=cls), auth_token=f.TOKEN):
+            owned = (wanted.api_version, wanted.kind) in OWNED_KINDS
+            assert (wanted.kind, wanted.name) in possible or not owned, (wanted.kind, wanted.name)
+
+
+def test_an_annotation_is_added_to_a_copy() -> None:
+    body = {"kind": "StatefulSet", "metadata": {"name": "x", "annotations": {"a": "1"}}, "spec": {}}
+    out = with_annotation(body, "b", "2")
+    assert out["metadata"]["annotations"] == {"a": "1", "b": "2"}
+    assert body["metadata"]["annotations"] == {"a": "1"}  # the built object is left as built
+    assert with_annotation({"metadata": {}}, "b", "2")["metadata"] == {"annotations": {"b": "2"}}

@@ -19,10 +19,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
+from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi, NetworkingV1Api
+from prometheus_client import REGISTRY
 
-from activities.builders.objects import settled_region_kept_message
+from activities.builders.common import ANNOTATION_PRUNED_FOR, LABEL_MANAGED_BY, LABEL_ORDER, MANAGED_BY
+from activities.builders.objects import pruned_set_digest, settled_region_kept_message
 from activities.builders.statefulset import API_KEY_ENV
+from activities.kube import bounded
 from activities.order import OrderActivities
 from inference_api.payloads import ApplyInput, ApplyResult, ModelResolution, OrderEvent, OrderRef
 from inference_api.plan import LaunchPlan
@@ -284,3 +287,69 @@ def test_cluster_local_without_authentication_has_no_secret_and_no_ingress(bench
 
 def _order_label(name: str) -> str:
     return f"ai.deckhouse.io/inference-service={name}"
+
+
+def _requests(verb: str, resource: str) -> float:
+    return (
+        REGISTRY.get_sample_value("ai_inference_kubernetes_requests_total", {"verb": verb, "resource": resource}) or 0
+    )
+
+
+def test_an_apply_that_changes_no_name_lists_nothing_and_reads_the_statefulset_once(
+    kube_admin: ApiClient, make_namespace: Callable[..., str]
+) -> None:
+    """The prune lists every kind an order can own; it runs when what the order should own (or the
+    release) changed since the last one finished, as recorded on the StatefulSet — not at every apply."""
+    bench = Bench(bounded(kube_admin), make_namespace("apply"))
+    order = bench.create_order("quiet", "apply-external")
+    request = bench.apply_input(order, external_class(), f.plan(share=50, device_class=DEVICE_CLASS))
+    bench.apply(request)
+    sts = bench.get("apps/v1", "StatefulSet", "quiet")
+    assert sts is not None
+    assert pruned_set_digest(sts), "the first apply's prune is recorded"
+    # An object the order owns that nothing wants (an upgrade renamed it, say), made after that prune.
+    stray = bench.get("v1", "Service", "quiet")
+    assert stray is not None
+    meta = stray["metadata"]
+    bench.core.create_namespaced_service(
+        bench.namespace,
+        {
+            "metadata": {"name": "quiet-old", "labels": meta["labels"], "ownerReferences": meta["ownerReferences"]},
+            "spec": {"ports": [{"port": 80}]},
+        },
+    )
+    bench.settle("quiet")  # the controllers' status writes done: the set read is the one written to
+    owned_lists = ["statefulsets", "services", "ingresses", "horizontalpodautoscalers", "networkpolicies"]
+    before = {r: _requests("list", r) for r in owned_lists}
+    sts_reads = _requests("get", "statefulsets")
+
+    bench.apply(request)
+    assert {r: _requests("list", r) - before[r] for r in owned_lists} == dict.fromkeys(owned_lists, 0)
+    assert _requests("get", "statefulsets") - sts_reads == 1  # the standing set, read once
+    assert bench.get("v1", "Service", "quiet-old") is not None  # no prune: nothing changed since the last
+
+    # Without the record (a release before this one, or a prune that did not finish) the apply prunes.
+    bench.activities.apps.patch_namespaced_stateful_set(
+        "quiet", bench.namespace, {"metadata": {"annotations": {ANNOTATION_PRUNED_FOR: None}}}
+    )
+    bench.apply(request)
+    assert bench.get("v1", "Service", "quiet-old") is None
+    assert bench.get("v1", "Service", "quiet") is not None
+    assert pruned_set_digest(bench.get("apps/v1", "StatefulSet", "quiet"))
+
+
+def test_a_first_apply_prunes_by_name_what_an_earlier_attempt_left(bench: Bench) -> None:
+    """No StatefulSet of the order stands: anything it owns was made by an earlier attempt of this
+    release's apply (cut short before the set), under this release's names — read by name, not listed."""
+    order = bench.create_order("firstrun", "apply-internal")
+    assert order.metadata.uid
+    owner = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService", "name": "firstrun"}
+    owner |= {"uid": order.metadata.uid, "controller": True}
+    labels = {LABEL_ORDER: "firstrun", LABEL_MANAGED_BY: MANAGED_BY}
+    left = {"metadata": {"name": "firstrun", "labels": labels, "ownerReferences": [owner]}}
+    left["spec"] = {"defaultBackend": {"service": {"name": "firstrun", "port": {"number": 80}}}}
+    NetworkingV1Api(bench.api).create_namespaced_ingress(bench.namespace, left)
+
+    bench.apply(bench.apply_input(order, cluster_local_class(), f.plan(share=50, device_class=DEVICE_CLASS)))
+    assert bench.get("networking.k8s.io/v1", "Ingress", "firstrun") is None  # a ClusterLocal order has none
+    assert bench.get("apps/v1", "StatefulSet", "firstrun") is not None
