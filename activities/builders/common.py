@@ -52,8 +52,8 @@ ANNOTATION_TEMPLATE_DIGEST = "ai.deckhouse.io/pod-template-digest"
 # Beside it, the generation of the class the set was applied under: a class edit moves the replicas the
 # way the class asks, as an order edit does; only the module's own changes are held.
 ANNOTATION_CLASS_GENERATION = "ai.deckhouse.io/class-generation"
-# On the StatefulSet too, written apart from the apply and only after a prune finished: a digest of what
-# the order should own (names and kinds) and of the release, so an apply that changes neither lists nothing.
+# On the StatefulSet too, written with it and after the apply's prune finished: a digest of what the order
+# should own (kinds and names) and of the release, so an apply that changes neither lists nothing.
 ANNOTATION_PRUNED_FOR = "ai.deckhouse.io/pruned-for"
 
 
