@@ -501,9 +501,6 @@ class OrderActivities:
             self.applier.delete("apps/v1", "StatefulSet", name, ns, uid=ours["metadata"]["uid"])
             ours = None
             inputs = dataclasses.replace(inputs, standing_statefulset=None)
-        # Before the first object this apply creates: the order still stands with this uid. Once per apply
-        # (an object made for an order deleted meanwhile names its uid, and the collector removes it).
-        confirm = _once(lambda: self._still_the_order(request.ref))
         if requires_token(cls):
             # The token Secret first: the pods name its uid, so a rotated token (the Secret deleted and
             # made anew) rolls the replicas onto the new key.
@@ -511,7 +508,7 @@ class OrderActivities:
             if secret is None:
                 auth = build_auth_secret(inputs, new_token())
                 if auth is not None:
-                    confirm()
+                    self._still_the_order(request.ref)
                     with refusals_are_final():
                         secret = self._create_once(auth)
                 if secret is None:  # none to make (no token asked), or made meanwhile by another apply
@@ -544,6 +541,10 @@ class OrderActivities:
         if ingress is not None:
             self._claim_host(request.ref, ingress.body)
         applied_statefulset: dict[str, Any] | None = None
+        # Before the first object the loop creates: the order still stands with this uid. Once for the
+        # loop's straight run of writes, not before each (an object made for an order deleted within it
+        # names the old uid, and the garbage collector removes it).
+        confirm = _once(lambda: self._still_the_order(request.ref))
         wanted_set = wanted_names(desired, cls, inputs.names)
         pruned_for = wanted_set_digest(wanted_set, release_fingerprint(self.settings))
         with refusals_are_final():
