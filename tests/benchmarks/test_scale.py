@@ -170,7 +170,7 @@ def test_the_end_to_end_tier_runs_at_a_tiny_size_with_two_workers(tmp_path: Path
     own = got["  the module's own, per order"]
     assert float(own.split()[0]) > 0, own
     assert set(re.findall(r"(worker-1|worker|watcher) [0-9.]+", own)) == {"worker", "worker-1", "watcher"}, own
-    assert "patch inferenceservices/status" in got["    its most frequent, per order"]
+    assert "patch inferenceservices/status" in got["    all of them, per order"]
     for name in ("worker", "worker-1", "watcher", "planner"):
         assert float(got[f"{name} RSS"].split()[0]) > 0
     by_worker = dict(part.rsplit(" ", 1) for part in got["  the burst by worker"].split(", "))
