@@ -120,7 +120,7 @@ def test_every_name_an_order_can_own_is_a_possible_name() -> None:
 
 
 def test_an_annotation_is_added_to_a_copy() -> None:
-    body = {"kind": "StatefulSet", "metadata": {"name": "x", "annotations": {"a": "1"}}, "spec": {}}
+    body: dict[str, Any] = {"kind": "StatefulSet", "metadata": {"name": "x", "annotations": {"a": "1"}}, "spec": {}}
     out = with_annotation(body, "b", "2")
     assert out["metadata"]["annotations"] == {"a": "1", "b": "2"}
     assert body["metadata"]["annotations"] == {"a": "1"}  # the built object is left as built

@@ -343,10 +343,10 @@ def test_a_first_apply_prunes_by_name_what_an_earlier_attempt_left(bench: Bench)
     release's apply (cut short before the set), under this release's names — read by name, not listed."""
     order = bench.create_order("firstrun", "apply-internal")
     assert order.metadata.uid
-    owner = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService", "name": "firstrun"}
+    owner: dict[str, Any] = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService", "name": "firstrun"}
     owner |= {"uid": order.metadata.uid, "controller": True}
     labels = {LABEL_ORDER: "firstrun", LABEL_MANAGED_BY: MANAGED_BY}
-    left = {"metadata": {"name": "firstrun", "labels": labels, "ownerReferences": [owner]}}
+    left: dict[str, Any] = {"metadata": {"name": "firstrun", "labels": labels, "ownerReferences": [owner]}}
     left["spec"] = {"defaultBackend": {"service": {"name": "firstrun", "port": {"number": 80}}}}
     NetworkingV1Api(bench.api).create_namespaced_ingress(bench.namespace, left)
 
