@@ -687,7 +687,7 @@ class OrderActivities:
         its resourceVersion goes with the apply); a deleted order's object is removed first; anything else
         is refused, never adopted. ``known``: the object as this apply already read it (no second read;
         a stale one is a conflict, then read again); ``confirm``: the apply's check that the order stands
-        (once per apply). The object as applied is returned."""
+        (once for the loop of writes). The object as applied is returned."""
         for attempt in range(3):
             current = known if known is not None and attempt == 0 else None
             if current is None:
