@@ -323,7 +323,9 @@ async def test_the_engines_own_queue_makes_the_orders_hpa_ask_for_another_replic
     )
     assert "HPA desiredReplicas 2" in marks, f"the HPA never asked for a second replica: {report}"
     assert value is not None, f"the HPA's status shows no queue metric: {report}"
-    assert value > float(QUEUE_TARGET_AVERAGE), f"the HPA's metric is not the queue: {report}"
+    # Its peak, not its last reading: the engine's queue comes and goes with its batches, and the HPA
+    # (held at two by its scale-down window) read 0 at the moment the loop stopped in a run alone.
+    assert peaks["hpa"] > float(QUEUE_TARGET_AVERAGE), f"the HPA's metric is not the queue: {report}"
     # Every request is answered, and every answer is a completion: no 4xx/5xx from the front or the
     # engine under the queue, no connection dropped without an answer.
     assert set(load.answers) <= {200}, f"requests refused or lost under load: {load.report()}"

@@ -170,7 +170,6 @@ async def monitored(
         adapter_port=0,  # no adapter: this stack reads Prometheus only
         module_targets=(f"127.0.0.1:{registry_port}", f"127.0.0.1:{sdk_port}"),
         scrape_interval=f"{SCRAPE_SECONDS}s",
-        runtime_scrape_interval=f"{SCRAPE_SECONDS}s",
         evaluation_interval=f"{SCRAPE_SECONDS}s",
         binaries=ensure_binaries(("prometheus",), progress=None),
     )

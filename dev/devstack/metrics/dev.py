@@ -38,7 +38,6 @@ def start_metrics(stack: Any, cluster: Any, ports: dict[str, int], running: dict
         module_targets=tuple(f"127.0.0.1:{ports[name]}" for name in ("worker-health", "watcher-health")),
         # The chart's alert windows are minutes long: scraping every few seconds is plenty.
         scrape_interval="5s",
-        runtime_scrape_interval="5s",
         evaluation_interval="5s",
         relist_interval="15s",
     )

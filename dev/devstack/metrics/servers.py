@@ -64,9 +64,6 @@ class MetricsServers:
     module_targets: Sequence[str] = ()
     scrape_interval: str = "2s"
     evaluation_interval: str = "2s"
-    # The engines' own job: a CPU engine busy generating answers /metrics late (over 2 s under a loaded
-    # machine), and a scrape that times out leaves its queue unseen; the timeout cannot pass the interval.
-    runtime_scrape_interval: str = "4s"
     # How often the adapter lists the series it can serve: a new order's series appear after it.
     relist_interval: str = "5s"
     binaries: Binaries | None = field(default=None, repr=False)
@@ -111,8 +108,6 @@ class MetricsServers:
         scrape_configs: list[dict[str, Any]] = [
             {
                 "job_name": RUNTIME_JOB,
-                "scrape_interval": self.runtime_scrape_interval,
-                "scrape_timeout": self.runtime_scrape_interval,
                 "file_sd_configs": [{"files": [str(self.targets_file)], "refresh_interval": "2s"}],
             }
         ]
