@@ -1237,6 +1237,8 @@ class OrderWorkflow(PreemptionMembership):
             retry_policy=K8S_RETRY,
             summary=f"status {phase}" + (f" ({reason})" if reason else ""),
         )
+        # Written over the disable's status: a later disable's must again be read before it is replaced.
+        state.seenModuleDisabled = False
 
     def _show(self, run_generation: int | None = None) -> None:
         """Search attributes and the Markdown details panel: the Temporal UI is the progress view."""
