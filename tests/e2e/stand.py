@@ -449,6 +449,26 @@ async def chained_runs(client: Client, workflow_id: str) -> list[WorkflowHistory
         run_id = previous
 
 
+async def activities_completed(client: Client, workflow_id: str, activity: str) -> int:
+    """How many ``activity`` activities completed in the workflow's runs (a serving run continues as
+    new, so every run of the chain counts)."""
+    completed = 0
+    for history in await chained_runs(client, workflow_id):
+        scheduled = {
+            e.event_id
+            for e in history.events
+            if e.HasField("activity_task_scheduled_event_attributes")
+            and e.activity_task_scheduled_event_attributes.activity_type.name == activity
+        }
+        completed += sum(
+            1
+            for e in history.events
+            if e.HasField("activity_task_completed_event_attributes")
+            and e.activity_task_completed_event_attributes.scheduled_event_id in scheduled
+        )
+    return completed
+
+
 async def replan_once_settled(handle: WorkflowHandle[Any, Any]) -> ReplanOutcome:
     """Ask for a manual replan as a user would: the validator refuses while a reconcile is pending
     (a pod's status change after the apply makes one), so ask again once it has run."""

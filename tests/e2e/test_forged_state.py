@@ -25,7 +25,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 
 from inference_api.observation import HealthReport
 from inference_api.types import GROUP, VERSION, SecretKeyRef
-from tests.e2e.stand import Stand, chained_runs
+from tests.e2e.stand import Stand, activities_completed, chained_runs
 from tests.polling import until
 from workflows import activity_names as act
 from workflows.order import OrderWorkflow
@@ -189,21 +189,7 @@ async def test_a_replica_ceiling_signalled_by_hand_changes_no_bound(stand: Stand
 
 async def probes_completed(handle: WorkflowHandle[Any, Any]) -> int:
     """probe_serving activities that completed in this run's history (and the runs it continued into)."""
-    completed = 0
-    for history in await chained_runs(handle._client, handle.id):
-        scheduled = {
-            e.event_id
-            for e in history.events
-            if e.HasField("activity_task_scheduled_event_attributes")
-            and e.activity_task_scheduled_event_attributes.activity_type.name == act.PROBE_SERVING
-        }
-        completed += sum(
-            1
-            for e in history.events
-            if e.HasField("activity_task_completed_event_attributes")
-            and e.activity_task_completed_event_attributes.scheduled_event_id in scheduled
-        )
-    return completed
+    return await activities_completed(handle._client, handle.id, act.PROBE_SERVING)
 
 
 async def test_a_health_report_signalled_by_hand_does_not_flip_ready(stand: Stand) -> None:

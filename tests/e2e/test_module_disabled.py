@@ -12,19 +12,16 @@ The disable and the re-enable are timed (printed: ``-s`` shows them).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
-from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from activities.kube import Applier
@@ -35,7 +32,16 @@ from inference_api.observation import OrderSignal
 from inference_api.preemption import ScalingObservation
 from inference_api.types import GROUP, VERSION
 from tests.chart.helm import NAMESPACE, Helm, find
-from tests.e2e.stand import DEFAULT_LLM, ORDERS, Stand, auth_token, chained_runs, e2e_settings, worker_and_observer
+from tests.e2e.stand import (
+    DEFAULT_LLM,
+    ORDERS,
+    Stand,
+    activities_completed,
+    auth_token,
+    e2e_settings,
+    worker_and_observer,
+)
+from tests.polling import until
 from worker.disable import MODULE_DISABLED
 from worker.processes import order_worker
 from workflows import activity_names as act
@@ -91,32 +97,6 @@ def _reconciler_stand_ins(api: ApiClient) -> None:
                 if err.status != 409:
                     raise
                 time.sleep(0.2)
-
-
-async def _publishes(client: Client, workflow_id: str) -> int:
-    """How many status writes the order's runs have finished (completed publish_status activities;
-    a serving run continues as new, so every run of the chain counts)."""
-    count = 0
-    for history in await chained_runs(client, workflow_id):
-        scheduled = {
-            e.event_id
-            for e in history.events
-            if e.activity_task_scheduled_event_attributes.activity_type.name == act.PUBLISH_STATUS
-        }
-        count += sum(
-            1
-            for e in history.events
-            if e.HasField("activity_task_completed_event_attributes")
-            and e.activity_task_completed_event_attributes.scheduled_event_id in scheduled
-        )
-    return count
-
-
-async def until(count: Callable[[], Awaitable[int]], at_least: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while (got := await count()) < at_least:
-        assert time.monotonic() < deadline, f"{got} status writes after {timeout}s, waited for {at_least}"
-        await asyncio.sleep(0.3)
 
 
 def _ready(stand: Stand, name: str) -> bool:
@@ -228,10 +208,14 @@ async def test_disable_stops_the_workloads_keeps_the_orders_and_enable_brings_th
         # starts before the observer answers it from what the run knew before the disable. That status
         # write must not say Ready of the stopped workload (it once did, and the Ingress was not there).
         handle = stand.workflow("chat")
-        published = await _publishes(client, handle.id)
+        published = await activities_completed(client, handle.id, act.PUBLISH_STATUS)
+
+        async def answered() -> bool:  # its status write finished (or was dropped)
+            return await activities_completed(client, handle.id, act.PUBLISH_STATUS) > published
+
         async with order_worker(client, api, e2e_settings(task_queue), max_cached_workflows=100):
             await handle.signal(OrderSignal.SCALING_CHANGED, ScalingObservation(autoscalerFound=False))
-            await until(lambda: _publishes(client, handle.id), published + 1, timeout=60)
+            await until(answered, timeout=60, interval=0.3, what="the signal answered by a status write")
         assert stand.phase("chat") == ("Pending", MODULE_DISABLED)
 
         # -- enable: the worker and the observer start again; every order comes back on its own.
