@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -263,11 +264,16 @@ def test_disable_stops_the_workload_and_install_brings_the_order_back(
 ) -> None:
     core, custom, apps = CoreV1Api(kube_admin), CustomObjectsApi(kube_admin), AppsV1Api(kube_admin)
     # The chart's pre-delete hook runs as a pod of its own (its Job's), the disable command in it.
+    began = time.monotonic()
     helm_run(helm, local_cluster, "uninstall", RELEASE, "--wait")
+    disabled = time.monotonic() - began
     assert phase(custom) == ("Pending", MODULE_DISABLED)
     assert not _exists(lambda: apps.read_namespaced_stateful_set(ORDER, ORDER_NAMESPACE))
     assert not _exists(lambda: core.read_namespaced_service(ORDER, ORDER_NAMESPACE))
     # Enabled again: the module comes back and so does the order, on its own.
+    began = time.monotonic()
     install(helm, local_cluster)
     wait_until(lambda: phase(custom) == ("Ready", None), timeout=180, what="the order is Ready again")
+    enabled = time.monotonic() - began
+    print(f"\ndisable (helm uninstall, its hook's pod included) {disabled:.0f} s; enable to Ready {enabled:.0f} s")
     assert chat(core) == 200

@@ -250,7 +250,7 @@ def node_shape(name: str) -> str:
     return match.group("shape") if match else name
 
 
-def _renamed(node: SimNode, name: str) -> SimNode:
+def renamed(node: SimNode, name: str) -> SimNode:
     """The node under another name: its devices and PhysicalGPUs follow (``<node>-gpu-<index>``)."""
     gpus = tuple(replace(g, name=f"{name}-gpu-{g.index}", node=name) for g in node.gpus)
     devices = tuple(replace(d, node=name, physical_gpu=f"{name}-gpu-{d.index}") for d in node.devices)
@@ -273,7 +273,7 @@ def sized_inventory(size: FleetSize | None = None, base: Inventory | None = None
             count = 1  # a shape FleetSize does not know: as in the file
         if size.node_cpu or size.node_memory:
             template = replace(template, cpu=size.node_cpu or template.cpu, memory=size.node_memory or template.memory)
-        nodes += [_renamed(template, f"{shape}-{i}") for i in range(count)]
+        nodes += [renamed(template, f"{shape}-{i}") for i in range(count)]
     return Inventory(tuple(nodes), base.device_classes, base.source)
 
 

@@ -19,8 +19,9 @@ stand-in runs the pods of one namespace that carry the annotation ``ai.deckhouse
   mount path in the container's own mount namespace (read-only where the mount says), refreshed every
   ``refresh_seconds``.
 * **Containers from their image**: the image's repository's last segment names a local stand-in
-  (``IMAGES``: the module's own image is this checkout's ``ai-inference``, the Temporal image the
-  ``temporal`` CLI of the venv, the nginx image this machine's nginx), run with the container's
+  (``IMAGES``: the module's own image is this checkout's ``ai-inference`` — or, for an image named in
+  ``image_trees``, another build's source tree mounted at ``IMAGE_TREE`` and first on ``PYTHONPATH`` —,
+  the Temporal image the ``temporal`` CLI of the venv, the nginx image this machine's nginx), run with the container's
   command, arguments and environment (values, the downward API, Secret and ConfigMap keys, the
   Services' links unless ``enableServiceLinks: false``, ``KUBERNETES_SERVICE_HOST``). An image with
   no stand-in waits ``ErrImagePull``. A container that exits is started again per the pod's
@@ -78,6 +79,8 @@ GATEWAY = "169.254.20.1"
 KUBERNETES_SERVICE_PORT = 443
 # Where a container's mount namespace reaches the kubelet's folder before binding its volumes.
 STAGING = Path("/mnt/ai-inference-kubelet")
+# Where an image of another build of the module (``PodKubelet.image_trees``) has its code.
+IMAGE_TREE = "/opt/ai-inference-image"
 Obj = Mapping[str, Any]
 
 
@@ -116,7 +119,7 @@ def _ip(*args: str, netns: str | None = None) -> subprocess.CompletedProcess[str
 
 
 def _must(result: subprocess.CompletedProcess[str], what: str) -> None:
-    if result.returncode != 0 and "File exists" not in result.stderr:
+    if result.returncode != 0 and "File exists" not in result.stderr and "already assigned" not in result.stderr:
         raise RuntimeError(f"{what}: {result.stderr.strip()}")
 
 
@@ -181,6 +184,7 @@ class Relay:
     def __init__(self, listen: tuple[str, int], target: tuple[str, int]) -> None:
         self.listen, self.target = listen, target
         self._sock: socket.socket | None = None
+        self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
     def start(self) -> None:
@@ -189,13 +193,19 @@ class Relay:
         sock.bind(self.listen)
         sock.listen(128)
         self._sock = sock
-        threading.Thread(target=self._accept, name=f"relay-{self.listen[1]}", daemon=True).start()
+        self._thread = threading.Thread(target=self._accept, name=f"relay-{self.listen[1]}", daemon=True)
+        self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
         if self._sock is not None:
+            # shutdown wakes the accept() blocked in the relay's thread; close alone would not free the port.
+            with contextlib.suppress(OSError):
+                self._sock.shutdown(socket.SHUT_RDWR)
             with contextlib.suppress(OSError):
                 self._sock.close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
 
     def _accept(self) -> None:
         assert self._sock is not None
@@ -500,6 +510,9 @@ class PodRun:
             "KUBERNETES_SERVICE_PORT_HTTPS": str(KUBERNETES_SERVICE_PORT),
             "KUBERNETES_PORT": f"tcp://{KUBERNETES_SERVICE_IP}:{KUBERNETES_SERVICE_PORT}",
         }
+        if self.image_tree(container) is not None:
+            # That build's packages first (the editable install of this checkout comes after the path).
+            env["PYTHONPATH"] = IMAGE_TREE
         if self.pod["spec"].get("enableServiceLinks", True):
             env.update(service_link_env(self.kubelet.services))
         core = self.kubelet.core
@@ -529,6 +542,10 @@ class PodRun:
                     env[entry["name"]] = data[ref["key"]]
         return env
 
+    def image_tree(self, container: Obj) -> Path | None:
+        """The source tree standing for the container's image when it is another build of the module."""
+        return self.kubelet.image_trees.get(str(container.get("image", "")).split("@", 1)[0])
+
     def argv(self, container: Obj) -> list[str] | None:
         """The container's command on this machine, None when its image has no stand-in."""
         resolve = IMAGES.get(image_segment(str(container.get("image", ""))))
@@ -549,6 +566,9 @@ class PodRun:
         root = self.kubelet.root.resolve()
         stage = STAGING / self.netns
         script: list[str] = ["set -e", f"mkdir -p {stage}", f"mount --bind {shlex.quote(str(root))} {stage}"]
+        tree = self.image_tree(container)
+        if tree is not None:
+            script += [f"mkdir -p {IMAGE_TREE}", f"mount --bind -o ro {shlex.quote(str(tree))} {IMAGE_TREE}"]
         for mount in mounts:
             volume = self.volume_dir(mount["name"])
             volume = volume.resolve() if volume.is_symlink() else volume
@@ -575,12 +595,14 @@ class PodRun:
         if working:
             script.append(f"cd {shlex.quote(working)}")
         user = self.user(container)
-        if user is None:
-            script.append('exec "$@"')
-        else:
+        as_user = ""
+        if user is not None:
             # As the kubelet runs it: the securityContext's user and group, fsGroup a supplementary group.
             groups = ",".join(str(g) for g in {user[1], *([self.fs_group] if self.fs_group is not None else [])})
-            script.append(f'exec setpriv --reuid {user[0]} --regid {user[1]} --groups {groups} --inh-caps=-all "$@"')
+            as_user = f"setpriv --reuid {user[0]} --regid {user[1]} --groups {groups} --inh-caps=-all"
+        # The pod's own UTS namespace, its hostname the pod's name (what the Temporal SDK names a worker by).
+        uts = 'hostname "$1"; shift; exec "$@"'
+        script.append(f'exec unshare --uts -- sh -c {shlex.quote(uts)} uts {shlex.quote(self.name)} {as_user} "$@"')
         return ["ip", "netns", "exec", self.netns, "sh", "-c", "\n".join(script), "pod", *argv]
 
     def _log(self, run: ContainerRun) -> Path:
@@ -884,6 +906,9 @@ class PodKubelet:
     repo_root: Path = Path(__file__).resolve().parents[3]
     interval_seconds: float = 1.0
     refresh_seconds: float = 30.0
+    # image reference (without digest) → the source tree of the module's build it stands for (an older
+    # release: tests/upgrade/releases.py), mounted in its containers and first on their PYTHONPATH.
+    image_trees: dict[str, Path] = field(default_factory=dict)
     pods: list[Obj] = field(default_factory=list)
     services: list[Obj] = field(default_factory=list)
     running: dict[str, PodRun] = field(default_factory=dict)
@@ -892,6 +917,7 @@ class PodKubelet:
     _relay: Relay | None = None
     _forwarding: str | None = None
     _added: list[str] = field(default_factory=list)
+    _endings: list[threading.Thread] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.core = CoreV1Api(self.api)
@@ -900,6 +926,13 @@ class PodKubelet:
         return self.root / "claims" / namespace / claim
 
     def start(self) -> PodKubelet:
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()  # nothing of a start cut short stays on the machine (addresses, forwarding)
+            raise
+
+    def _start(self) -> PodKubelet:
         self.root.mkdir(parents=True, exist_ok=True)
         for address in (GATEWAY, KUBERNETES_SERVICE_IP):
             added = _ip("address", "add", f"{address}/32", "dev", "lo")
@@ -919,6 +952,8 @@ class PodKubelet:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        for ending in self._endings:
+            ending.join(timeout=60)
         runs = list(self.running.values())
         threads = [threading.Thread(target=run.stop, args=(5,)) for run in runs]
         for t in threads:
@@ -963,7 +998,7 @@ class PodKubelet:
                 if run is not None:
                     self.running.pop(uid)
                     grace = float(_get(pod, "metadata", "deletionGracePeriodSeconds") or 30)
-                    threading.Thread(target=self._end, args=(run, pod, grace), daemon=True).start()
+                    self._ending(self._end, run, pod, grace)
                 elif uid not in self.running:
                     self._remove(pod)
                 continue
@@ -974,9 +1009,15 @@ class PodKubelet:
             elif run is not None:
                 run.pod = {**pod, "status": run.pod.get("status") or pod.get("status")}
         for uid in set(self.running) - seen:
-            threading.Thread(target=self.running.pop(uid).stop, args=(0,), daemon=True).start()
+            self._ending(self.running.pop(uid).stop, 0)
         for run in self.running.values():
             run.write_hosts()
+
+    def _ending(self, target: Callable[..., None], *args: Any) -> None:
+        """A pod's end in a thread of its own (its grace period), joined by ``stop``."""
+        thread = threading.Thread(target=target, args=args, daemon=True)
+        self._endings.append(thread)
+        thread.start()
 
     def _end(self, run: PodRun, pod: Obj, grace: float) -> None:
         run.stop(grace)
