@@ -10,8 +10,9 @@ so both releases' workers share the orders' workflows, as an upgrade in place do
 nodes the test adds for them; then ``helm upgrade`` to this release, then ``helm rollback`` to the
 previous one. After each the module's pods are replaced and Ready, the new worker polls the orders' task
 queue, an order made then is made Ready by that release, every order is Ready again, and the orders'
-replicas are compared with before (their phases polled every second meanwhile): this release restarts none (the admin guide: serving replicas
-keep serving unless the runtime release or the placement changes); the rollback's count is printed.
+replicas are compared with before (their phases polled every second meanwhile): this release restarts
+none and no order leaves Ready (the admin guide: serving replicas keep serving unless the runtime release
+or the placement changes); the rollback's counts are printed.
 """
 
 from __future__ import annotations

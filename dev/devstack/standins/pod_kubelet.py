@@ -59,7 +59,7 @@ import sysconfig
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -123,7 +123,7 @@ def _must(result: subprocess.CompletedProcess[str], what: str) -> None:
         raise RuntimeError(f"{what}: {result.stderr.strip()}")
 
 
-def service_link_env(services: list[Obj]) -> dict[str, str]:
+def service_link_env(services: Sequence[Obj]) -> dict[str, str]:
     """The variables a kubelet gives a pod for each Service of its namespace (``enableServiceLinks``)."""
     env: dict[str, str] = {}
     for service in services:
@@ -154,7 +154,7 @@ def pod_ready(pod: Obj) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in _get(pod, "status", "conditions") or [])
 
 
-def hosts_file(namespace: str, services: list[Obj], pods: list[Obj], pod: Obj) -> str:
+def hosts_file(namespace: str, services: Sequence[Obj], pods: Sequence[Obj], pod: Obj) -> str:
     """``/etc/hosts`` of ``pod``: itself, the API server, each Service at a ready pod it selects."""
     lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
     own_ip = _get(pod, "status", "podIP")
