@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from devstack.cluster.pki import KUBERNETES_SERVICE_IP
-from devstack.standins.pod_kubelet import backoff, expand, hosts_file, image_segment, service_link_env
+from devstack.standins.pod_kubelet import PodAddresses, backoff, expand, hosts_file, image_segment, service_link_env
 
 
 @pytest.mark.parametrize(
@@ -91,3 +91,14 @@ def test_variables_expand_as_the_kubelet_does(value: str, expanded: str) -> None
 def test_restarts_back_off_doubling_up_to_five_minutes() -> None:
     assert [backoff(n) for n in (1, 2, 3, 4)] == [1.0, 2.0, 4.0, 8.0]
     assert backoff(30) == 300.0
+
+
+def test_each_running_pod_has_an_address_of_its_own_and_a_finished_ones_is_given_again() -> None:
+    addresses = PodAddresses(network="10.245.0.0/29")  # six hosts
+    given = [addresses.allocate(f"uid-{i}") for i in range(6)]
+    assert len(set(given)) == 6
+    assert addresses.allocate("uid-2") == given[2]  # the same pod asks again: the same address
+    with pytest.raises(RuntimeError, match="no address left"):
+        addresses.allocate("uid-6")
+    addresses.release("uid-2")
+    assert addresses.allocate("uid-6") == given[2]

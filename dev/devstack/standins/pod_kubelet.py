@@ -4,8 +4,9 @@ kwok runs no container, so a chart installed on the local control plane is objec
 stand-in runs the pods of one namespace that carry the annotation ``ai.deckhouse.io/stand-in-kubelet``
 (the chart's ``podAnnotations`` puts it on every pod it makes) as a kubelet would:
 
-* **A network namespace per pod** with the pod's own address (kwok's, from the node's pod CIDR) on
-  ``eth0`` (a veth pair; the host routes the address to it, and forwards between pods), so two
+* **A network namespace per pod** with the pod's own address (given here, ``PodAddresses``, and
+  reported in the pod's status) on ``eth0`` (a veth pair; the host routes the address to it, and
+  forwards between pods), so two
   replicas listen on the same ports and a pod's containers share its loopback (the embedded
   Temporal's TLS proxy reaches the server on ``127.0.0.1``). The pod's ``/etc/hosts`` names every
   Service of the namespace (``<service>.<namespace>.svc`` and ``.svc.cluster.local``) at the address
@@ -238,6 +239,43 @@ class Relay:
                     s.close()
 
 
+# ------------------------------------------------------------------------------------ addresses
+
+
+POD_NETWORK = "10.245.0.0/16"
+
+
+@dataclass
+class PodAddresses:
+    """The pods' addresses, as a CNI plugin gives them: one per running pod, never two pods the same.
+
+    Not kwok's: kwok's pool is its process's memory, shared with every other pod of the cluster, and
+    nothing here checks that it never hands out an address one of these pods still uses; two of them on
+    one address would route one's replies to the other (the suspect of a CI run in which every connection
+    of the planner's pod timed out while its neighbours' did not). A range of their own (``POD_NETWORK``)
+    also keeps them apart from the pod addresses the fleet puts on the loopback interface.
+    """
+
+    network: str = POD_NETWORK
+    held: dict[str, str] = field(default_factory=dict)  # pod uid → address
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def allocate(self, uid: str) -> str:
+        with self._lock:
+            if uid in self.held:
+                return self.held[uid]
+            taken = set(self.held.values())
+            for host in ipaddress.ip_network(self.network).hosts():
+                if str(host) not in taken:
+                    self.held[uid] = str(host)
+                    return str(host)
+        raise RuntimeError(f"no address left in {self.network}")
+
+    def release(self, uid: str) -> None:
+        with self._lock:
+            self.held.pop(uid, None)
+
+
 # ---------------------------------------------------------------------------------- containers
 
 
@@ -276,14 +314,15 @@ def backoff(restarts: int) -> float:
 class PodRun:
     """One pod: its network namespace, volumes, containers, probes and status."""
 
-    def __init__(self, kubelet: PodKubelet, pod: Obj) -> None:
+    def __init__(self, kubelet: PodKubelet, pod: Obj, ip: str) -> None:
         self.kubelet = kubelet
-        self.pod = pod
         meta = pod["metadata"]
         self.uid: str = meta["uid"]
         self.name: str = meta["name"]
         self.namespace: str = meta["namespace"]
-        self.ip: str = pod["status"]["podIP"]
+        self.ip = ip
+        # The address is the kubelet's to give (a CNI plugin's), reported with the pod's status.
+        self.pod: Obj = {**pod, "status": {**(pod.get("status") or {}), "podIP": ip, "podIPs": [{"ip": ip}]}}
         digest = hashlib.sha256(self.uid.encode()).hexdigest()[:8]
         self.netns = f"aip-{digest}"
         self.host_veth = f"aiph{digest}"
@@ -835,6 +874,8 @@ class PodRun:
             ]
             + [c for kind, c in old.items() if kind not in conditions],
             "containerStatuses": containers,
+            "podIP": self.ip,
+            "podIPs": [{"ip": self.ip}],
         }
         if self.inits:
             status["initContainerStatuses"] = [self._container_status(r) for r in self.inits]
@@ -869,6 +910,7 @@ class PodRun:
         _ip("route", "del", f"{self.ip}/32", "dev", self.host_veth)
         _ip("link", "del", self.host_veth)
         _ip("netns", "del", self.netns)
+        self.kubelet.addresses.release(self.uid)
         shutil.rmtree(Path("/etc/netns") / self.netns, ignore_errors=True)
         with contextlib.suppress(OSError):
             (STAGING / self.netns).rmdir()
@@ -909,6 +951,7 @@ class PodKubelet:
     # image reference (without digest) → the source tree of the module's build it stands for (an older
     # release: tests/upgrade/releases.py), mounted in its containers and first on their PYTHONPATH.
     image_trees: dict[str, Path] = field(default_factory=dict)
+    addresses: PodAddresses = field(default_factory=PodAddresses)
     pods: list[Obj] = field(default_factory=list)
     services: list[Obj] = field(default_factory=list)
     running: dict[str, PodRun] = field(default_factory=dict)
@@ -1002,8 +1045,9 @@ class PodKubelet:
                 elif uid not in self.running:
                     self._remove(pod)
                 continue
-            if run is None and _get(pod, "status", "podIP") and _get(pod, "status", "phase") == "Running":
-                run = PodRun(self, pod)
+            if run is None and _get(pod, "status", "phase") == "Running":
+                run = PodRun(self, pod, self.addresses.allocate(uid))
+                log.info("pod starting", pod=run.name, address=run.ip, node=_get(pod, "spec", "nodeName"))
                 self.running[uid] = run
                 run.start()
             elif run is not None:
