@@ -9,6 +9,7 @@ helm carries no version stamps, so ``template``/``lint`` default to Kubernetes v
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import tempfile
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes.client import CoreV1Api
+from kubernetes.client import ApiClient, CoordinationV1Api, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
 from devstack.cluster.build import Binaries, missing_binaries
@@ -183,3 +184,17 @@ def marks_guard_gone(cluster: LocalCluster, timeout: float = 30) -> None:
                 if err.status != 403 or time.monotonic() > deadline:
                     raise
             time.sleep(0.2)
+
+
+def forget_chart_pods_leases(api: ApiClient) -> None:
+    """Delete the Leases the chart's own pods hold in the module's namespace (the stand-in kubelet ran them).
+
+    The uninstall removes the chart's RBAC beside its Deployments, so a watcher stopping then cannot
+    release its Lease (Forbidden) and leaves it to expire — harmless on a cluster, where the next observer
+    takes it 15 s later, but the local stack's observers in a later test would stand by behind a holder
+    that no longer exists."""
+    coordination = CoordinationV1Api(api)
+    for lease in coordination.list_namespaced_lease(NAMESPACE).items:
+        if (lease.spec.holder_identity or "").startswith(f"{RELEASE}-"):
+            with contextlib.suppress(ApiException):
+                coordination.delete_namespaced_lease(lease.metadata.name, NAMESPACE)

@@ -36,7 +36,7 @@ from devstack.cluster.launcher import LocalCluster
 from devstack.standins.fleet import PROBE_URL_ANNOTATION, StandInFleet
 from devstack.standins.pod_kubelet import GATEWAY, RUN_ANNOTATION, PodKubelet, apiserver_address
 from devstack.standins.runtime import MultiplexedRuntime
-from tests.chart.helm import CHART_DIR, NAMESPACE, RELEASE, Helm, set_args
+from tests.chart.helm import CHART_DIR, NAMESPACE, RELEASE, Helm, forget_chart_pods_leases, set_args
 from tests.polling import wait_until
 from worker.disable import MODULE_DISABLED
 
@@ -160,6 +160,7 @@ def _tear_down(cluster: LocalCluster, api: ApiClient, helm: Helm) -> None:
         capture_output=True, check=False, timeout=180,
     )  # fmt: skip
     wait_until(lambda: not module_pods(core), timeout=60, what="the module's pods are gone", ignore=())
+    forget_chart_pods_leases(api)
     if _exists(lambda: core.read_namespace(ORDER_NAMESPACE)):
         core.delete_namespace(ORDER_NAMESPACE)
 

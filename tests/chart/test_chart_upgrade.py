@@ -42,7 +42,7 @@ from devstack.standins.fleet import PROBE_URL_ANNOTATION, StandInFleet
 from devstack.standins.pod_kubelet import GATEWAY, RUN_ANNOTATION, PodKubelet, Relay, apiserver_address
 from devstack.standins.runtime import MultiplexedRuntime
 from devstack.temporal_dev import temporal_binary
-from tests.chart.helm import CHART_DIR, NAMESPACE, RELEASE, Helm, set_args
+from tests.chart.helm import CHART_DIR, NAMESPACE, RELEASE, Helm, forget_chart_pods_leases, set_args
 from tests.polling import wait_until
 from tests.upgrade.releases import Release, previous_release
 
@@ -275,6 +275,7 @@ def _tear_down(cluster: LocalCluster, api: ApiClient, extra: inv.Inventory) -> N
         capture_output=True, check=False, timeout=180,
     )  # fmt: skip
     wait_until(lambda: not module_pod_uids(core), timeout=60, what="the module's pods are gone", ignore=())
+    forget_chart_pods_leases(api)
     core.delete_namespace(ORDER_NAMESPACE)
     dynamic = DynamicClient(api)
     for obj in inv.inventory_objects(extra):
