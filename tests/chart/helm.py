@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes.client import ApiClient, CoordinationV1Api, CoreV1Api
+from kubernetes.client import ApiClient, CoordinationV1Api, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
 from devstack.cluster.build import Binaries, missing_binaries
@@ -198,3 +198,19 @@ def forget_chart_pods_leases(api: ApiClient) -> None:
         if (lease.spec.holder_identity or "").startswith(f"{RELEASE}-"):
             with contextlib.suppress(ApiException):
                 coordination.delete_namespaced_lease(lease.metadata.name, NAMESPACE)
+
+
+def create_default_llm_order(api: ApiClient, namespace: str, name: str) -> None:
+    """An order of the small chat model under the chart's bundled class, as a namespace user writes it."""
+    body = {
+        "apiVersion": "ai.deckhouse.io/v1alpha1",
+        "kind": "InferenceService",
+        "metadata": {"name": name},
+        "spec": {
+            "inferenceServiceClassName": "default-llm",
+            "model": {"src": "HuggingFace", "ref": {"name": "Qwen/Qwen2.5-0.5B-Instruct"}},
+        },
+    }
+    CustomObjectsApi(api).create_namespaced_custom_object(
+        "ai.deckhouse.io", "v1alpha1", namespace, "inferenceservices", body
+    )

@@ -36,7 +36,15 @@ from devstack.cluster.launcher import LocalCluster
 from devstack.standins.fleet import PROBE_URL_ANNOTATION, StandInFleet
 from devstack.standins.pod_kubelet import GATEWAY, RUN_ANNOTATION, PodKubelet, apiserver_address
 from devstack.standins.runtime import MultiplexedRuntime
-from tests.chart.helm import CHART_DIR, NAMESPACE, RELEASE, Helm, forget_chart_pods_leases, set_args
+from tests.chart.helm import (
+    CHART_DIR,
+    NAMESPACE,
+    RELEASE,
+    Helm,
+    create_default_llm_order,
+    forget_chart_pods_leases,
+    set_args,
+)
 from tests.polling import wait_until
 from worker.disable import MODULE_DISABLED
 
@@ -221,16 +229,7 @@ def test_the_processes_run_as_the_charts_user(running: PodKubelet) -> None:
 
 def test_an_order_is_served_end_to_end_by_the_installation(running: PodKubelet, kube_admin: ApiClient) -> None:
     core, custom = CoreV1Api(kube_admin), CustomObjectsApi(kube_admin)
-    body = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "InferenceService",
-        "metadata": {"name": ORDER},
-        "spec": {
-            "inferenceServiceClassName": "default-llm",
-            "model": {"src": "HuggingFace", "ref": {"name": "Qwen/Qwen2.5-0.5B-Instruct"}},
-        },
-    }
-    custom.create_namespaced_custom_object(GROUP, VERSION, ORDER_NAMESPACE, ORDERS, body)
+    create_default_llm_order(kube_admin, ORDER_NAMESPACE, ORDER)
     wait_until(lambda: phase(custom) == ("Ready", None), timeout=120, what="the order is Ready")
     status = order(custom)["status"]
     # Planned by the planner pod: with planner.baseURL set (the chart does) the worker has no other planner.

@@ -42,7 +42,15 @@ from devstack.standins.fleet import PROBE_URL_ANNOTATION, StandInFleet
 from devstack.standins.pod_kubelet import GATEWAY, RUN_ANNOTATION, PodKubelet, Relay, apiserver_address
 from devstack.standins.runtime import MultiplexedRuntime
 from devstack.temporal_dev import temporal_binary
-from tests.chart.helm import CHART_DIR, NAMESPACE, RELEASE, Helm, forget_chart_pods_leases, set_args
+from tests.chart.helm import (
+    CHART_DIR,
+    NAMESPACE,
+    RELEASE,
+    Helm,
+    create_default_llm_order,
+    forget_chart_pods_leases,
+    set_args,
+)
 from tests.polling import wait_until
 from tests.upgrade.releases import Release, previous_release
 
@@ -113,16 +121,7 @@ def polled_by(address: str, host: str) -> bool:
 
 
 def create_order(custom: CustomObjectsApi, name: str) -> None:
-    body = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "InferenceService",
-        "metadata": {"name": name},
-        "spec": {
-            "inferenceServiceClassName": "default-llm",
-            "model": {"src": "HuggingFace", "ref": {"name": "Qwen/Qwen2.5-0.5B-Instruct"}},
-        },
-    }
-    custom.create_namespaced_custom_object(GROUP, VERSION, ORDER_NAMESPACE, ORDERS_PLURAL, body)
+    create_default_llm_order(custom.api_client, ORDER_NAMESPACE, name)
 
 
 def ready_modules(cluster_api: ApiClient) -> bool:
