@@ -22,13 +22,22 @@ def pod_is_placed(pod: Mapping[str, Any]) -> bool:
     return bool((pod.get("spec") or {}).get("nodeName")) and not meta.get("deletionTimestamp")
 
 
+# The condition the observer's replica placer writes on a gated replica no device has room for
+# (``worker.observer.replica_placer``): pods/status, which a namespace user cannot write.
+REPLICA_PLACED = "ai.deckhouse.io/ReplicaPlaced"
+NO_PLACE = "NoPlace"
+
+
 def pod_is_unschedulable(pod: Mapping[str, Any]) -> bool:
-    """Pending because the scheduler found no node for it (PodScheduled=False, Unschedulable)."""
+    """Pending because no node can take it: the scheduler found none (PodScheduled=False, Unschedulable),
+    or the replica placer found no device with room (``ai.deckhouse.io/ReplicaPlaced=False``, NoPlace,
+    while the pod waits behind its scheduling gate) — either way preemption may make room."""
     status = pod.get("status") or {}
     if status.get("phase") != "Pending" or (pod.get("spec") or {}).get("nodeName"):
         return False
     return any(
-        c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
+        (c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable")
+        or (c.get("type") == REPLICA_PLACED and c.get("status") == "False" and c.get("reason") == NO_PLACE)
         for c in status.get("conditions") or []
     )
 

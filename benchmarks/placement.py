@@ -44,8 +44,13 @@ from typing import Any
 
 import httpx
 
-from activities.builders.claim import ANNOTATION_PLANNED_PLACEMENTS, chosen_subrequest
+from activities.builders.claim import ANNOTATION_PLANNED_PLACEMENTS, REPLICA_PLACEMENT_GATE, chosen_subrequest
 from activities.builders.common import LABEL_ORDER
+from activities.scaling import REPLICA_PLACED
+
+# The replica placer's record on a placed pod (worker.observer.replica_placer.ANNOTATION_REPLICA_PLACEMENT;
+# the benchmark reads it as any client would, without importing the worker).
+ANNOTATION_REPLICA_PLACEMENT = "ai.deckhouse.io/replica-placement"
 
 CLASSES = ("one", "pair", "default-llm")
 SERVING = ("Ready", "Degraded")
@@ -121,6 +126,56 @@ def chosen_subrequests(claims: Iterable[Mapping[str, Any]]) -> Counter[str]:
             if sub is not None:
                 out[sub] += 1
     return out
+
+
+@dataclass
+class Placed:
+    """Every replica of the autoscaled orders against where the replica placer put it."""
+
+    replicas: int = 0
+    recorded: int = 0  # placed by the replica placer (its record on the pod)
+    allocated_as_recorded: int = 0  # the claim's allocation is the recorded node and devices
+    bound_as_recorded: int = 0  # the pod is bound to the recorded node
+    waiting: int = 0  # gated, no room (ReplicaPlaced=False)
+    misses: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        return (
+            f"{self.replicas} replicas running or waiting: {self.recorded} placed by the replica placer, "
+            f"{self.allocated_as_recorded} allocated exactly where placed, {self.bound_as_recorded} bound to the "
+            f"node placed on; {self.waiting} waiting for room"
+        )
+
+
+def placed_agreement(pods: Iterable[Mapping[str, Any]], claims: Mapping[str, Mapping[str, Any]], into: Placed) -> None:
+    """Count the replicas (``pods``, as the API server returns them) of autoscaled orders: each pod's
+    record (``ai.deckhouse.io/replica-placement``) against its claim's allocation (``claims`` by name)
+    and the node it is bound to."""
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        spec = pod.get("spec") or {}
+        status = pod.get("status") or {}
+        into.replicas += 1
+        if any(
+            c.get("type") == REPLICA_PLACED and c.get("status") == "False" for c in status.get("conditions") or []
+        ) and any(g.get("name") == REPLICA_PLACEMENT_GATE for g in spec.get("schedulingGates") or []):
+            into.waiting += 1
+            continue
+        raw = (meta.get("annotations") or {}).get(ANNOTATION_REPLICA_PLACEMENT)
+        if raw is None:
+            into.misses.append(f"{meta.get('name')}: no placement recorded")
+            continue
+        record = json.loads(raw)
+        into.recorded += 1
+        given = status.get("resourceClaimStatuses") or []
+        claim = claims.get(given[0].get("resourceClaimName", "")) if given else None
+        allocated = allocated_places([claim]) if claim is not None else []
+        if allocated == [(record["node"], d) for d in record["devices"]]:
+            into.allocated_as_recorded += 1
+        else:
+            into.misses.append(f"{meta.get('name')}: placed {record}, allocated {allocated}")
+        if spec.get("nodeName") == record["node"]:
+            into.bound_as_recorded += 1
 
 
 def agree(planned: Sequence[Place] | None, allocated: Sequence[Place], into: Agreement, name: str) -> None:
@@ -223,9 +278,15 @@ def classes_from(default_llm: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 async def run(
-    orders: int, h100_nodes: int | None, state_dir: Path | None, keep: bool, timeout: float, settle: float = 60
+    orders: int,
+    h100_nodes: int | None,
+    state_dir: Path | None,
+    keep: bool,
+    timeout: float,
+    settle: float = 60,
+    scale_to: int = 2,
 ) -> int:
-    from kubernetes.client import CustomObjectsApi
+    from kubernetes.client import AppsV1Api, CoreV1Api, CustomObjectsApi
 
     from benchmarks.scale import SMALL_MODEL, fleet_for, lean_stack_up, stack_down
     from devstack.stack import DevStack
@@ -235,7 +296,8 @@ async def run(
     root = Path(tempfile.mkdtemp(prefix="placement-")) if state_dir is None else state_dir
     stack = DevStack(root)
     # The pairs take two replicas each: a fleet for the replicas, not the orders.
-    replicas = sum(PLANNED_REPLICAS[CLASSES[i % 3]] for i in range(orders))
+    # The autoscaled orders are scaled to ``scale_to`` once serving (what their HPA does under load).
+    replicas = sum(PLANNED_REPLICAS[CLASSES[i % 3]] if i % 3 != 2 else max(1, scale_to) for i in range(orders))
     fleet = fleet_for(replicas, h100_nodes)
     say = lambda line: print(f"   {line}", file=sys.stderr, flush=True)  # noqa: E731
     print(f"placement agreement: {orders} orders ({replicas} replicas) on the local control plane")
@@ -293,6 +355,37 @@ async def run(
                     break
                 await asyncio.sleep(2)
             settle_took = time.perf_counter() - settled
+            # What each autoscaled order's HPA does under load: its StatefulSet's scale to ``scale_to``;
+            # the replica placer places each replica added (then the pods bind and run).
+            apps, core = AppsV1Api(api), CoreV1Api(api)
+            autoscaled = [n for n, cls in names.items() if cls == "default-llm"]
+            scaled_at = time.perf_counter()
+            if scale_to > 1:
+                for name in autoscaled:
+                    for sts in apps.list_namespaced_stateful_set(
+                        namespace, label_selector=f"{LABEL_ORDER}={name}"
+                    ).items:
+                        await asyncio.to_thread(
+                            apps.patch_namespaced_stateful_set_scale,
+                            sts.metadata.name,
+                            namespace,
+                            {"spec": {"replicas": scale_to}},
+                        )
+            placed = Placed()
+            while True:
+                pods = [
+                    api.sanitize_for_serialization(p)
+                    for p in core.list_namespaced_pod(namespace, label_selector=LABEL_ORDER).items
+                ]
+                auto_pods = [p for p in pods if p["metadata"]["labels"].get(LABEL_ORDER) in set(autoscaled)]
+                running = [p for p in auto_pods if (p.get("status") or {}).get("phase") == "Running"]
+                if len(running) >= len(autoscaled) * max(1, scale_to) or time.perf_counter() - scaled_at > settle:
+                    break
+                await asyncio.sleep(2)
+            scale_took = time.perf_counter() - scaled_at
+            templates, claims = _read_claims(custom, namespace)
+            by_claim = {c["metadata"]["name"]: c for cs in claims.values() for c in cs}
+            placed_agreement(auto_pods, by_claim, placed)
     finally:
         if not keep:
             stack_down(stack)
@@ -323,6 +416,12 @@ async def run(
     for cls in CLASSES:
         everything.add(figures[cls])
     print(f"  every order: {everything.line()}")
+    print(
+        f"  autoscaled orders scaled to {scale_to} ({scale_took:.0f} s to run): {placed.line()}   (target: every "
+        "replica placed, allocated and bound where placed)"
+    )
+    for miss in placed.misses[:5]:
+        print(f"    {miss}")
     buckets, seconds, count = difference(
         histogram(after_page, "ai_inference_planner_plan_seconds"),
         histogram(before_page, "ai_inference_planner_plan_seconds"),
@@ -356,12 +455,17 @@ def main(argv: list[str] | None = None) -> int:
         default=60,
         help="once every order serves, seconds more for the planned replicas' claims to be allocated",
     )
+    parser.add_argument(
+        "--scale-to", type=int, default=2, help="replicas each autoscaled order is scaled to once serving (1: none)"
+    )
     args = parser.parse_args(argv)
     from benchmarks.scale import quiet_logs
 
     quiet_logs()
     with contextlib.suppress(KeyboardInterrupt):
-        return asyncio.run(run(args.orders, args.h100_nodes, args.state_dir, args.keep, args.timeout, args.settle))
+        return asyncio.run(
+            run(args.orders, args.h100_nodes, args.state_dir, args.keep, args.timeout, args.settle, args.scale_to)
+        )
     return 130
 
 

@@ -82,6 +82,18 @@ def steered(inputs: WorkloadInputs) -> bool:
     return bool(plan.nodeName) and not pinned(inputs)
 
 
+# The scheduling gate on a steered order's pods: the observer's replica placer writes each replica's claim
+# allocation on the device it chooses (``activities.replica_placement``), then removes the gate, so the
+# replicas the autoscaler adds are placed by the module, not wherever the allocator finds room.
+REPLICA_PLACEMENT_GATE = "ai.deckhouse.io/replica-placement"
+
+
+def placement_gated(inputs: WorkloadInputs) -> bool:
+    """Are the order's pods made behind ``REPLICA_PLACEMENT_GATE``: a steered order's (a pinned one's
+    claims can only be allocated on its planned devices; an order with no plan node is not placed)."""
+    return steered(inputs)
+
+
 # The subrequests of a steered order's device request, in the allocator's order of preference: the
 # allocation result names the one chosen as ``<request>/<subrequest>``.
 SUBREQUEST_PLANNED = "planned"

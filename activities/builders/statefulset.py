@@ -50,7 +50,7 @@ from typing import Any
 
 from activities.builders.auth import TOKEN_KEY, requires_token
 from activities.builders.autoscaling import priority_class_name, replica_bounds
-from activities.builders.claim import node_affinity
+from activities.builders.claim import REPLICA_PLACEMENT_GATE, node_affinity, placement_gated
 from activities.builders.common import (
     ANNOTATION_AUTH_SECRET_UID,
     ANNOTATION_CLASS_GENERATION,
@@ -462,6 +462,9 @@ def build_statefulset(inputs: WorkloadInputs) -> dict[str, Any]:
     affinity = node_affinity(inputs)  # the plan's nodes: required when pinned, preferred when steered
     if affinity is not None:
         pod_spec["affinity"] = affinity
+    if placement_gated(inputs):
+        # Each replica waits for the observer's replica placer to allocate its claim on a chosen device.
+        pod_spec["schedulingGates"] = [{"name": REPLICA_PLACEMENT_GATE}]
     spec: dict[str, Any] = {"serviceName": inputs.names.service}
     if not bounds.autoscaled:
         # With an HPA the field is left out: the HPA writes replicas through the scale

@@ -8,11 +8,13 @@ from typing import Any
 
 from benchmarks.placement import (
     Agreement,
+    Placed,
     agree,
     allocated_places,
     chosen_subrequests,
     difference,
     histogram,
+    placed_agreement,
     planned_places,
     quantile,
     unallocated,
@@ -98,3 +100,42 @@ def test_orders_short_of_their_planned_replicas_are_named() -> None:
     }
     claims = {"full": [claim("g0"), claim("g1")], "short": [claim("g0"), claim(None)], "plain": []}
     assert unallocated(["full", "short", "plain", "absent"], templates, claims) == ["short"]
+
+
+def _replica(name: str, node: str | None, record: dict[str, Any] | None, claim: str, **extra: Any) -> dict[str, Any]:
+    annotations = {"ai.deckhouse.io/replica-placement": json.dumps(record)} if record else {}
+    return {
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {"nodeName": node, **extra.pop("spec", {})},
+        "status": {"resourceClaimStatuses": [{"name": "accelerator", "resourceClaimName": claim}], **extra},
+    }
+
+
+def _claim(pool: str, device: str) -> dict[str, Any]:
+    return {"status": {"allocation": {"devices": {"results": [{"pool": pool, "device": device}]}}}}
+
+
+def test_each_autoscaled_replica_is_compared_with_where_the_placer_put_it() -> None:
+    placed = Placed()
+    pods = [
+        _replica("a-0", "n1", {"node": "n1", "devices": ["gpu-0"], "request": "gpu/planned"}, "c0"),
+        _replica("a-1", "n1", {"node": "n1", "devices": ["gpu-1"], "request": "gpu/any"}, "c1"),
+        _replica("a-2", "n2", None, "c2"),  # allocated by the scheduler alone: no record
+        _replica(
+            "a-3",
+            None,
+            None,
+            "c3",
+            spec={"schedulingGates": [{"name": "ai.deckhouse.io/replica-placement"}]},
+            conditions=[{"type": "ai.deckhouse.io/ReplicaPlaced", "status": "False", "reason": "NoPlace"}],
+        ),
+    ]
+    claims = {"c0": _claim("n1", "gpu-0"), "c1": _claim("n1", "gpu-2"), "c2": _claim("n2", "gpu-0")}
+    placed_agreement(pods, claims, placed)
+    assert (placed.replicas, placed.recorded, placed.allocated_as_recorded, placed.bound_as_recorded) == (4, 2, 1, 2)
+    assert placed.waiting == 1
+    assert placed.misses == [
+        "a-1: placed {'node': 'n1', 'devices': ['gpu-1'], 'request': 'gpu/any'}, allocated [('n1', 'gpu-2')]",
+        "a-2: no placement recorded",
+    ]
+    assert "2 placed by the replica placer, 1 allocated exactly where placed" in placed.line()

@@ -165,3 +165,83 @@ def test_shared_device_by_consumable_capacity(
     allocation = _allocation(dyn, "share-c", namespace)
     assert allocation is not None
     assert allocation["devices"]["results"][0]["device"] == "gpu-0"
+
+
+def test_a_claim_allocated_before_its_pod_is_ungated_is_honoured(
+    local_cluster: LocalCluster, kube_admin: ApiClient, namespace: str
+) -> None:
+    """The mechanism that pins an autoscaled order's replicas: a pod made with a scheduling gate gets its
+    claim from the template at once; a claim whose allocation is written by someone else (the module's
+    replica placer) before the gate goes is bound as allocated — the scheduler puts the pod on the node
+    the allocation names and reserves the claim for it, and allocates nothing else."""
+    import uuid
+
+    template = {
+        "apiVersion": RESOURCE,
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "gated", "namespace": namespace},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "gpu",
+                            "exactly": {
+                                "deviceClassName": "nvidia-hopper-s3-shared",
+                                "capacity": {"requests": {MEMORY_CAPACITY: "20Gi", SHARE_CAPACITY: "25"}},
+                            },
+                        }
+                    ]
+                }
+            }
+        },
+    }
+    gate = "ai.deckhouse.io/replica-placement"
+    pod = kwok_pod(
+        "gated", namespace, resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "gated"}], container_claims=["gpu"]
+    )
+    pod["spec"]["schedulingGates"] = [{"name": gate}]
+    local_cluster.apply([template, pod])
+    dyn = dynamic(kube_admin)
+
+    def claim_given() -> str | None:
+        statuses = get(dyn, "v1", "Pod", "gated", namespace).get("status", {}).get("resourceClaimStatuses") or []
+        return statuses[0].get("resourceClaimName") if statuses else None
+
+    claim_name = wait_until(claim_given, what="the gated pod's claim made from the template")
+    claim = get(dyn, RESOURCE, "ResourceClaim", claim_name, namespace)
+    assert not claim.get("status", {}).get("allocation")
+    node, device = "gpu-h100-0", "gpu-3"
+    claim["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {
+                        "request": "gpu",
+                        "driver": "gpu.deckhouse.io",
+                        "pool": node,
+                        "device": device,
+                        "shareID": str(uuid.uuid4()),
+                        "consumedCapacity": {MEMORY_CAPACITY: "20Gi", SHARE_CAPACITY: "25"},
+                    }
+                ]
+            },
+            "nodeSelector": {
+                "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
+            },
+        }
+    }
+    resource = dyn.resources.get(api_version=RESOURCE, kind="ResourceClaim")
+    resource.status.replace(body=claim, namespace=namespace)
+    dyn.resources.get(api_version="v1", kind="Pod").patch(
+        name="gated",
+        namespace=namespace,
+        body=[{"op": "replace", "path": "/spec/schedulingGates", "value": []}],
+        content_type="application/json-patch+json",
+    )
+    running = wait_until(partial(pod_running, dyn, "gated", namespace), what="the ungated pod Running")
+    assert running["spec"]["nodeName"] == node
+    after = get(dyn, RESOURCE, "ResourceClaim", claim_name, namespace)
+    (result,) = after["status"]["allocation"]["devices"]["results"]
+    assert (result["pool"], result["device"]) == (node, device)
+    assert [r["name"] for r in after["status"].get("reservedFor") or []] == ["gated"]

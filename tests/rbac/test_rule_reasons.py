@@ -101,6 +101,18 @@ WATCHER: dict[Rule, str] = {
     **_informer("networking.k8s.io", "networkpolicies", what="the orders' NetworkPolicies (made again when deleted)"),
     **_informer("autoscaling", "horizontalpodautoscalers", what="the orders' HPAs (scaling, preemption)"),
     **_informer("resource.k8s.io", "resourceclaimtemplates", what="the orders' claim templates"),
+    **_informer(
+        "resource.k8s.io",
+        "resourceslices",
+        "resourceclaims",
+        what="the GPU inventory the replica placer places an autoscaled order's replicas on",
+    ),
+    **_informer("gpu.deckhouse.io", "physicalgpus", what="the GPU inventory (the replica placer)"),
+    ("resource.k8s.io", "resourceclaims/status", "update"): (
+        "worker/observer/replica_placer.py: a gated replica's claim allocated on the device it chose"
+    ),
+    ("", "pods", "patch"): "worker/observer/replica_placer.py: the replica-placement scheduling gate removed",
+    ("", "pods/status", "patch"): "worker/observer/replica_placer.py: ReplicaPlaced=False/NoPlace on a replica",
     **_informer("scheduling.k8s.io", "priorityclasses", what="an autoscaled order's priority; a class's Ready"),
     **_informer("resource.k8s.io", "deviceclasses", what="the DeviceClasses a class names (its Ready), metadata only"),
     **_informer("storage.k8s.io", "storageclasses", what="the StorageClass a class names (its Ready), metadata only"),

@@ -35,7 +35,12 @@ import structlog
 from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
-from activities.builders.claim import ANNOTATION_PLANNED_PLACEMENTS, MEMORY_CAPACITY, request_alternatives
+from activities.builders.claim import (
+    ANNOTATION_PLANNED_PLACEMENTS,
+    MEMORY_CAPACITY,
+    REPLICA_PLACEMENT_GATE,
+    request_alternatives,
+)
 from activities.builders.common import LABEL_ORDER
 from activities.inventory import (
     RESOURCE_GROUP,
@@ -216,6 +221,13 @@ def with_reservations(claims: list[OrderClaim], templates: Iterable[Obj], memo: 
 _KEPT_POD_SPEC = ("nodeName", "overhead")
 
 
+_GATED_POD_SPEC = ("schedulingGates", "tolerations", "nodeSelector")
+
+
+def _placement_gated(spec: Mapping[str, Any]) -> bool:
+    return any(g.get("name") == REPLICA_PLACEMENT_GATE for g in spec.get("schedulingGates") or [])
+
+
 def _requests_only(containers: Iterable[Obj] | None) -> list[Obj]:
     return [{"resources": {"requests": ((c.get("resources") or {}).get("requests")) or {}}} for c in containers or []]
 
@@ -237,6 +249,9 @@ def slim_pod(pod: Obj) -> Obj:
             **{k: spec[k] for k in _KEPT_POD_SPEC if spec.get(k)},
             "containers": _requests_only(spec.get("containers")),
             "initContainers": _requests_only(spec.get("initContainers")),
+            # A replica waiting for the replica placer (worker.observer.replica_placer): its gates and
+            # what the placer judges its node by.
+            **({k: spec[k] for k in _GATED_POD_SPEC if spec.get(k)} if _placement_gated(spec) else {}),
         },
         "status": {
             "phase": status.get("phase"),

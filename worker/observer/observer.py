@@ -59,10 +59,12 @@ from worker.disable import wakes_after_disable
 from worker.observer import decisions as d
 from worker.observer import informer as inf
 from worker.observer.informer import Change, Informer, InformerItem, Listed, ListWatch, Resource, slim_metadata
+from worker.observer.inventory import InventoryInformers
 from worker.observer.metrics import EVENTS_HANDLED, ORDER_STATUS, ORDERS_KNOWN
 from worker.observer.outbox import Outbox, signal_to
 from worker.observer.prober import Prober, ProbeSpec
 from worker.observer.repair import Repair
+from worker.observer.replica_placer import ReplicaPlacer
 from worker.observer.resync import Resync
 from workflows.class_status import NOT_SERVED, ClassReferences, Names, class_readiness_change, class_status_patch
 from workflows.order_state import REPLICA_TROUBLE
@@ -125,8 +127,16 @@ class Observer:
         read_secret: SecretReader | None = None,
         secret_check_seconds: float = SECRET_CHECK_SECONDS,
         fence: Callable[[], bool] | None = None,
+        place_replicas: bool | None = None,
     ) -> None:
         self.api = api
+        self.fence = fence
+        # The replica placer (worker.observer.replica_placer): shard 0's, on the cluster's informers; a
+        # test's observer with its own resources runs none unless asked.
+        self.place_replicas = (resources is None if place_replicas is None else place_replicas) and (
+            settings.observer.shard == 0
+        )
+        self.placer: ReplicaPlacer | None = None
         self.read_secret = read_secret or secret_reader(api)
         # The Secrets the observer's orders own, by namespace/name, as last read by name (no informer:
         # the watcher may not list or watch Secrets). Read again once older than secret_check_seconds.
@@ -1027,8 +1037,18 @@ class Observer:
             watch.start()
         return queue
 
+    async def start_placer(self) -> ReplicaPlacer:
+        """The replica placer on informers of its own (the planner's kinds: devices, claims, nodes, pods)."""
+        informers = await asyncio.to_thread(lambda: InventoryInformers.for_cluster(self.api).start())
+        self.placer = ReplicaPlacer(self.api, informers, fence=self.fence)
+        self._watches += informers.watches
+        return self.placer
+
     async def run(self) -> None:
         queue = self.start_informers()
+        if self.place_replicas:
+            placer = await self.start_placer()
+            self._spawn(placer.run(), "replica-placer")
         self._spawn(self.outbox.run(), "outbox")
         self._spawn(self.prober.run(), "prober")
         self._spawn(self.resync_loop(), "resync")
