@@ -231,6 +231,10 @@ def test_the_watcher_may_force_delete_only_the_modules_pods(
             "spec": {"nodeSelector": {"watcher-guard": "nowhere"}, "containers": [{"name": "c", "image": "x"}]},
         }
 
+    def gated(body: dict[str, Any]) -> dict[str, Any]:
+        body["spec"]["schedulingGates"] = [{"name": "ai.deckhouse.io/replica-placement"}]
+        return body
+
     def force_delete(name: str, where: str) -> tuple[int, str]:
         return api_status(lambda: watcher.delete_namespaced_pod(name, where, grace_period_seconds=0, dry_run=DRY))
 
@@ -238,9 +242,11 @@ def test_the_watcher_may_force_delete_only_the_modules_pods(
     # anyone else, the admin included): the labelled pods are made as it.
     with impersonating(local_cluster, STATEFULSET_CONTROLLER) as controller:
         CoreV1Api(controller).create_namespaced_pod(namespace, pod("replica-0", True))
+        CoreV1Api(controller).create_namespaced_pod(namespace, gated(pod("gated-0", True)))
         guarded = f"guarded-{uuid.uuid4().hex[:6]}"
         CoreV1Api(controller).create_namespaced_pod("kube-system", pod(guarded, True))
     admin.create_namespaced_pod(namespace, pod("users-own", False))
+    admin.create_namespaced_pod(namespace, gated(pod("users-gated", False)))
     try:
         status, body = wait_until(
             lambda: r if (r := force_delete("users-own", namespace))[0] == 403 else None,
@@ -248,6 +254,35 @@ def test_the_watcher_may_force_delete_only_the_modules_pods(
             what="the watcher guard to refuse a delete of a pod the module did not make",
         )
         assert "deletes only pods labelled app.kubernetes.io/managed-by=ai-inference" in body
+        # The replica placer's patch (worker/observer/replica_placer.py): the gate removed and the placement
+        # recorded, on the module's gated pod; on a user's pod, refused; any other change, refused.
+        ungate = [
+            {"op": "replace", "path": "/spec/schedulingGates", "value": []},
+            {"op": "add", "path": "/metadata/annotations", "value": {"ai.deckhouse.io/replica-placement": "{}"}},
+        ]
+
+        def placer_patch(name: str, body: Any) -> tuple[int, str]:
+            return api_status(lambda: watcher.patch_namespaced_pod(name, namespace, body, dry_run=DRY))
+
+        assert placer_patch("gated-0", ungate) == (200, placer_patch("gated-0", ungate)[1])
+        status, body = placer_patch("users-gated", ungate)
+        assert status == 403, body
+        assert "writes only pods labelled app.kubernetes.io/managed-by=ai-inference" in body
+        relabel = [{"op": "add", "path": "/metadata/labels/x", "value": "y"}]
+        status, body = placer_patch("gated-0", relabel)
+        assert status == 403, body
+        assert "only removes the replica-placement gate" in body
+        add_gate = [{"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": "another"}}]
+        assert placer_patch("gated-0", add_gate)[0] == 422  # the API server adds no gate after creation
+        condition = {"status": {"conditions": [{"type": "ai.deckhouse.io/ReplicaPlaced", "status": "False"}]}}
+        assert (
+            api_status(lambda: watcher.patch_namespaced_pod_status("gated-0", namespace, condition, dry_run=DRY))[0]
+            == 200
+        )
+        assert (
+            api_status(lambda: watcher.patch_namespaced_pod_status("users-gated", namespace, condition, dry_run=DRY))[0]
+            == 403
+        )
         status, body = force_delete(guarded, "kube-system")
         assert status == 403, body
         assert "may not delete pods in namespace kube-system" in body
@@ -255,6 +290,8 @@ def test_the_watcher_may_force_delete_only_the_modules_pods(
         # Its other writes are still none: no pod created or changed.
         assert api_status(lambda: watcher.create_namespaced_pod(namespace, pod("x", True), dry_run=DRY))[0] == 403
         patch = {"metadata": {"labels": {"x": "y"}}}
+        assert api_status(lambda: watcher.patch_namespaced_pod("replica-0", namespace, patch, dry_run=DRY))[0] == 403
+        patch = {"spec": {"containers": [{"name": "c", "image": "y"}]}}
         assert api_status(lambda: watcher.patch_namespaced_pod("replica-0", namespace, patch, dry_run=DRY))[0] == 403
         event = {
             "metadata": {"generateName": "replica-0."},
