@@ -625,13 +625,22 @@ def test_the_watcher_guard_holds_its_pod_deletes_to_the_modules_pods(docs: list[
     assert condition["expression"] == (
         f'request.userInfo.username == "system:serviceaccount:{NAMESPACE}:ai-inference-watcher"'
     )
+    # The force delete, and the replica placer's writes: a pod's gate, its condition, a claim's allocation.
     assert spec["matchConstraints"]["resourceRules"] == [
-        {"apiGroups": [""], "apiVersions": ["*"], "resources": ["pods"], "operations": ["DELETE"]}
+        {"apiGroups": [""], "apiVersions": ["*"], "resources": ["pods"], "operations": ["DELETE", "UPDATE"]},
+        {"apiGroups": [""], "apiVersions": ["*"], "resources": ["pods/status"], "operations": ["UPDATE"]},
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "apiVersions": ["*"],
+            "resources": ["resourceclaims/status"],
+            "operations": ["UPDATE"],
+        },
     ]
-    namespaces, ownership = (v["expression"] for v in spec["validations"])
+    namespaces, ownership, gate_only = (v["expression"] for v in spec["validations"])
     assert '["kube-","d8-"]' in namespaces
     assert f"'{LABEL_MANAGED_BY}'" in ownership
     assert f"== '{MANAGED_BY}'" in ownership
+    assert "object.metadata.labels == oldObject.metadata.labels" in gate_only
 
 
 # -- roles for people -------------------------------------------------------------------------
@@ -805,10 +814,18 @@ def test_process_roles_are_least_privilege(docs: list[Doc]) -> None:
         for r in rule["resources"]
         if set(rule["verbs"]) - {"get", "list", "watch"}
     }
-    assert watcher_writes == {("ai.deckhouse.io", "inferenceserviceclasses/status"), ("", "pods"), ("", "events")}
+    assert watcher_writes == {
+        ("ai.deckhouse.io", "inferenceserviceclasses/status"),
+        ("", "pods"),
+        ("", "events"),
+        # The replica placer (worker/observer/replica_placer.py), held to the module's pods and claims.
+        ("", "pods/status"),
+        ("resource.k8s.io", "resourceclaims/status"),
+    }
     for rule in _rules(watcher):
         if "pods" in rule["resources"] and set(rule["verbs"]) - {"get", "list", "watch"}:
-            assert rule["verbs"] == ["delete"], rule
+            # delete: the force delete on a lost node; patch: the replica placer's gate and condition.
+            assert rule["verbs"] in (["delete"], ["patch"]), rule
         if "events" in rule["resources"] and set(rule["verbs"]) - {"get", "list", "watch"}:
             assert rule["verbs"] == ["create"], rule
 
