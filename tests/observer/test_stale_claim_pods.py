@@ -106,3 +106,16 @@ def test_nothing_without_the_orders_own_statefulset_and_template_or_while_it_is_
 def test_a_lost_nodes_note_is_unchanged() -> None:
     lost = d.LostPod(namespace="team", name="chat-0", uid="p-1", node="gpu-1", why="node gpu-1 is deleted")
     assert lost.note() == "pod team/chat-0 force-deleted from node gpu-1, node gpu-1 is deleted"
+
+
+def test_a_replica_gated_for_placement_with_a_claim_of_a_replaced_template_is_deleted() -> None:
+    """A steered order's replica waits behind the replica-placement gate; the placer does not place a claim
+    of a template replaced since (worker/observer/replica_placer.py), so the observer deletes the pod."""
+    pod = waiting_pod()
+    pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}]
+    assert stale([pod]) == []  # gated for another reason: left alone
+    pod["spec"]["schedulingGates"] = [{"name": "ai.deckhouse.io/replica-placement"}]
+    (found,) = stale([pod])
+    assert (found.name, found.uid) == ("chat-0", "p-1")
+    # Made after the template: the placer places it.
+    assert stale([{**pod, "metadata": {**pod["metadata"], "creationTimestamp": "2026-12-01T10:00:30Z"}}]) == []

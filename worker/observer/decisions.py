@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from activities.builders.claim import REPLICA_PLACEMENT_GATE
 from activities.builders.common import (
     ANNOTATION_RUNTIME_IMAGE,
     FETCHER_CONTAINER,
@@ -1210,6 +1211,13 @@ def _claim_refused(pod: Obj) -> bool:
     return False
 
 
+def _placement_gated(pod: Obj) -> bool:
+    """The pod waits behind the replica-placement gate (worker/observer/replica_placer.py), which does not
+    place a claim made from a template its order has replaced since: it runs nothing either."""
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    return any(g.get("name") == REPLICA_PLACEMENT_GATE for g in gates)
+
+
 def pods_with_stale_claims(
     order: Obj | None, statefulset: Obj | None, claim_templates: Mapping[str, Obj], pods: Iterable[Obj]
 ) -> list[LostPod]:
@@ -1222,7 +1230,8 @@ def pods_with_stale_claims(
     immutable) but not the pod template, so the StatefulSet controller leaves the waiting pod alone:
     its claim still names the device the scheduler could not allocate (``ClaimNotAllocatable``), and
     every replan would replace the template again to no effect. Only pods that run nothing: not on a
-    node, refused by the scheduler for their claim, made (``creationTimestamp``) before the template
+    node, refused by the scheduler for their claim or waiting behind the replica-placement gate, made
+    (``creationTimestamp``) before the template
     they name (``claim_templates``: by name, the order's own). Derived from the cluster only, like
     ``pods_on_lost_nodes``."""
     if order is None or statefulset is None or deleting(order):
@@ -1244,7 +1253,7 @@ def pods_with_stale_claims(
             or not created
             or m.get("namespace") != namespace
             or _controller_uid(pod, "StatefulSet") != sts_uid
-            or not _claim_refused(pod)
+            or not (_claim_refused(pod) or _placement_gated(pod))
         ):
             continue
         for claim in spec.get("resourceClaims") or []:

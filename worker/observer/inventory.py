@@ -241,7 +241,11 @@ def slim_pod(pod: Obj) -> Obj:
     labels = meta.get("labels") or {}
     return {
         "metadata": {
-            **{k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp") if k in meta},
+            **{
+                k: meta[k]
+                for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp")
+                if k in meta
+            },
             "labels": {LABEL_ORDER: labels[LABEL_ORDER]} if LABEL_ORDER in labels else {},
             **_controller_only(meta),
         },

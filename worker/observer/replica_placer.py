@@ -162,10 +162,16 @@ class ReplicaPlacer:
                 if self._ungate(pod):
                     report.ungated.append(where)
                 continue
+            template = templates.get((namespace, f"{order}-claim"))
+            if _made_before(pod, template):
+                # A new plan replaced the template since the claim was made from it: the observer deletes
+                # the pod (decisions.pods_with_stale_claims) and the StatefulSet makes it again.
+                report.waiting[where] = "its claim was made from a claim template replaced since"
+                continue
             if snapshot is None:
                 snapshot = self._with_written(self.informers.snapshot())
             holder = f"{namespace}/{order}"
-            preferred = planned_places(templates.get((namespace, f"{order}-claim")))
+            preferred = planned_places(template)
             allocated = sum(
                 1
                 for (ns, _), c in claims.items()
@@ -292,6 +298,14 @@ class ReplicaPlacer:
     def _with_written(self, snapshot: InventorySnapshot) -> InventorySnapshot:
         entries = [entry for _, written in self.written.values() for entry in written]
         return _with_allocations(snapshot, entries) if entries else snapshot
+
+
+def _made_before(pod: Obj, template: Obj | None) -> bool:
+    """Was the pod (so its claim) made before the order's current claim template?"""
+    made = str((pod.get("metadata") or {}).get("creationTimestamp") or "")
+    replaced = str(((template or {}).get("metadata") or {}).get("creationTimestamp") or "")
+    # RFC 3339 UTC timestamps of one API server compare as strings.
+    return bool(made and replaced and made < replaced)
 
 
 def _with_allocations(
