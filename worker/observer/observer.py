@@ -1040,8 +1040,8 @@ class Observer:
     async def start_placer(self) -> ReplicaPlacer:
         """The replica placer on informers of its own (the planner's kinds: devices, claims, nodes, pods)."""
         informers = await asyncio.to_thread(lambda: InventoryInformers.for_cluster(self.api).start())
+        # Its watches are its own (not the observer's readiness: a placer not synced yet only places later).
         self.placer = ReplicaPlacer(self.api, informers, fence=self.fence)
-        self._watches += informers.watches
         return self.placer
 
     async def run(self) -> None:
@@ -1073,6 +1073,8 @@ class Observer:
     async def stop(self) -> None:
         for watch in self._watches:
             watch.stop()
+        if self.placer is not None:
+            self.placer.informers.stop()
         for handle in self._flushes.values():
             handle.cancel()
         self._flushes.clear()
