@@ -50,6 +50,13 @@ REPAIRS = Counter(
     "completed a workflow task). docs/operations.md, a workflow stuck on a nondeterminism error.",
     ["workflow_type", "outcome"],
 )
+REPLICAS_PLACED = Counter(
+    "ai_inference_watcher_replica_placements",
+    "Replicas of autoscaled orders the replica placer handled (outcome: placed — the claim allocated on the "
+    "device it chose; no_place — no device had room, the replica waits; conflict — the claim changed, "
+    "looked at again).",
+    ["outcome"],
+)
 ORDERS_KNOWN = Gauge("ai_inference_watcher_orders", "Orders of this observer's shard in its cache.")
 PENDING_SIGNALS = Gauge("ai_inference_watcher_pending_signals", "Signals queued or waiting for a retry.")
 START_WINDOW_ADMITTED = Gauge(

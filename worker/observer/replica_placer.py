@@ -52,6 +52,7 @@ from activities.replica_placement import (
 from activities.scaling import NO_PLACE, REPLICA_PLACED
 from planner.inventory import DeviceAllocation, InventorySnapshot
 from worker.observer.inventory import CLAIM_TEMPLATE, ORDER_POD, RESOURCE_CLAIM, STATEFULSET, InventoryInformers
+from worker.observer.metrics import REPLICAS_PLACED
 
 log = structlog.get_logger(__name__)
 
@@ -185,11 +186,14 @@ class ReplicaPlacer:
             placement = place_replica(snapshot, request)
             if isinstance(placement, NoPlace):
                 report.waiting[where] = placement.message
-                self._say_no_place(pod, placement.message)
+                if self._say_no_place(pod, placement.message):
+                    REPLICAS_PLACED.labels("no_place").inc()
                 continue
             if not self._allocate(claim, placement, memory_of(placement, request)):
                 report.waiting[where] = "the claim changed; looked at again next pass"
+                REPLICAS_PLACED.labels("conflict").inc()
                 continue
+            REPLICAS_PLACED.labels("placed").inc()
             entries = [(p.device.key, p.allocation) for p in placement.picks]
             self.written[key] = (self.clock(), entries)
             snapshot = _with_allocations(snapshot, entries)
@@ -274,13 +278,15 @@ class ReplicaPlacer:
         except ApiException as err:
             log.info("replica condition not written", pod=meta["name"], namespace=meta["namespace"], status=err.status)
 
-    def _say_no_place(self, pod: Obj, message: str) -> None:
+    def _say_no_place(self, pod: Obj, message: str) -> bool:
+        """Say it on the pod once per message; whether it was said now."""
         uid = str(pod["metadata"].get("uid"))
         if self.no_place.get(uid) == message:
-            return
+            return False
         self._condition(pod, "False", NO_PLACE, message)
         self.no_place[uid] = message
         log.info("replica waits for room", pod=pod["metadata"].get("name"), namespace=pod["metadata"].get("namespace"))
+        return True
 
     def _say_placed(self, pod: Obj) -> None:
         self._condition(pod, "True", "Placed", "the replica placer allocated its claim")
