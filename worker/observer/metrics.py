@@ -53,7 +53,8 @@ REPAIRS = Counter(
 REPLICAS_PLACED = Counter(
     "ai_inference_watcher_replica_placements",
     "Replicas of autoscaled orders the replica placer handled (outcome: placed — the claim allocated on the "
-    "device it chose; no_place — no device had room, the replica waits; conflict — the claim changed, "
+    "device it chose; no_place — no device had room, the replica waits; deferred — no room for the replica "
+    "its order's plan placed: left to the allocator; conflict — the claim changed, "
     "looked at again).",
     ["outcome"],
 )

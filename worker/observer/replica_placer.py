@@ -16,7 +16,10 @@ nodes and their pods), and for each replica of an order (the pod's controller ch
 3. removes the gate (a JSON patch tested against the pod's uid); the scheduler binds the pod to the
    node the allocation names and reserves the claim for it.
 
-No device with room: the pod keeps its gate and says so in its status (``ai.deckhouse.io/ReplicaPlaced``
+No device with room for the replica its order's plan placed (a planned place of the order is not allocated
+yet: the planner saw room there): the gate goes and the allocator decides, as before the gate (its
+`ClaimNotAllocatable` makes the order plan again). No device with room for a replica the autoscaler
+added: the pod keeps its gate and says so in its status (``ai.deckhouse.io/ReplicaPlaced``
 False, ``NoPlace``, with the reason), which the scaling watch counts as unschedulable
 (``activities.scaling.pod_is_unschedulable``), so preemption can make room as for a pod the scheduler
 refused; the next pass places it once room is there. Level-triggered: a pass reads what the
@@ -185,6 +188,16 @@ class ReplicaPlacer:
                 continue
             placement = place_replica(snapshot, request)
             if isinstance(placement, NoPlace):
+                if request.lend > 0:
+                    # The replica its order's plan placed (a planned place of the order not allocated yet):
+                    # the planner saw room there. Left to the allocator (the template's `planned`, then
+                    # `any`), as before the gate: if it cannot allocate it either, the replica says
+                    # ClaimNotAllocatable and the order plans again (the stale-claim repair remakes it).
+                    log.info("replica left to the scheduler", pod=name, namespace=namespace, why=placement.message)
+                    REPLICAS_PLACED.labels("deferred").inc()
+                    if self._ungate(pod):
+                        report.ungated.append(where)
+                    continue
                 report.waiting[where] = placement.message
                 if self._say_no_place(pod, placement.message):
                     REPLICAS_PLACED.labels("no_place").inc()
@@ -285,7 +298,12 @@ class ReplicaPlacer:
             return False
         self._condition(pod, "False", NO_PLACE, message)
         self.no_place[uid] = message
-        log.info("replica waits for room", pod=pod["metadata"].get("name"), namespace=pod["metadata"].get("namespace"))
+        log.info(
+            "replica waits for room",
+            pod=pod["metadata"].get("name"),
+            namespace=pod["metadata"].get("namespace"),
+            why=message,
+        )
         return True
 
     def _say_placed(self, pod: Obj) -> None:
