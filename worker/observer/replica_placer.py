@@ -122,7 +122,14 @@ class ReplicaPlacer:
         while True:
             try:
                 if self.informers.ready() and (self.fence is None or self.fence()):
-                    await asyncio.to_thread(self.pass_once)
+                    report = await asyncio.to_thread(self.pass_once)
+                    if report.placed or report.ungated:
+                        log.debug(
+                            "replica placer pass",
+                            placed=len(report.placed),
+                            ungated=len(report.ungated),
+                            waiting=len(report.waiting),
+                        )
             except Exception as err:  # a pass that failed is done again by the next
                 log.warning("replica placer pass failed", error=type(err).__name__, detail=str(err)[:200])
             await asyncio.sleep(self.interval)
