@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from functools import partial
 from typing import Any
 
@@ -174,7 +175,6 @@ def test_a_claim_allocated_before_its_pod_is_ungated_is_honoured(
     claim from the template at once; a claim whose allocation is written by someone else (the module's
     replica placer) before the gate goes is bound as allocated — the scheduler puts the pod on the node
     the allocation names and reserves the claim for it, and allocates nothing else."""
-    import uuid
 
     template = {
         "apiVersion": RESOURCE,
@@ -198,7 +198,10 @@ def test_a_claim_allocated_before_its_pod_is_ungated_is_honoured(
     }
     gate = "ai.deckhouse.io/replica-placement"
     pod = kwok_pod(
-        "gated", namespace, resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "gated"}], container_claims=["gpu"]
+        "gated",
+        namespace,
+        resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "gated"}],
+        container_claims=["gpu"],
     )
     pod["spec"]["schedulingGates"] = [{"name": gate}]
     local_cluster.apply([template, pod])

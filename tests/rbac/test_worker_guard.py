@@ -291,8 +291,8 @@ def test_the_watcher_may_force_delete_only_the_modules_pods(
         assert api_status(lambda: watcher.create_namespaced_pod(namespace, pod("x", True), dry_run=DRY))[0] == 403
         patch = {"metadata": {"labels": {"x": "y"}}}
         assert api_status(lambda: watcher.patch_namespaced_pod("replica-0", namespace, patch, dry_run=DRY))[0] == 403
-        patch = {"spec": {"containers": [{"name": "c", "image": "y"}]}}
-        assert api_status(lambda: watcher.patch_namespaced_pod("replica-0", namespace, patch, dry_run=DRY))[0] == 403
+        image = {"spec": {"containers": [{"name": "c", "image": "y"}]}}
+        assert api_status(lambda: watcher.patch_namespaced_pod("replica-0", namespace, image, dry_run=DRY))[0] == 403
         event = {
             "metadata": {"generateName": "replica-0."},
             "involvedObject": {"kind": "Pod", "name": "replica-0", "namespace": namespace},
