@@ -26,6 +26,7 @@ which the inventory reserves until a claim of the order is allocated. The alloca
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from activities.builders.autoscaling import replica_bounds
@@ -86,6 +87,11 @@ def steered(inputs: WorkloadInputs) -> bool:
 # allocation on the device it chooses (``activities.replica_placement``), then removes the gate, so the
 # replicas the autoscaler adds are placed by the module, not wherever the allocator finds room.
 REPLICA_PLACEMENT_GATE = "ai.deckhouse.io/replica-placement"
+
+
+def waits_for_placement(pod_spec: Mapping[str, Any]) -> bool:
+    """Does a pod (its spec) wait behind ``REPLICA_PLACEMENT_GATE``?"""
+    return any(g.get("name") == REPLICA_PLACEMENT_GATE for g in pod_spec.get("schedulingGates") or [])
 
 
 def placement_gated(inputs: WorkloadInputs) -> bool:

@@ -19,7 +19,8 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from activities.builders.claim import REPLICA_PLACEMENT_GATE
+# The replica placer does not place a gated pod's claim made from a replaced template: it runs nothing either.
+from activities.builders.claim import waits_for_placement
 from activities.builders.common import (
     ANNOTATION_RUNTIME_IMAGE,
     FETCHER_CONTAINER,
@@ -1211,13 +1212,6 @@ def _claim_refused(pod: Obj) -> bool:
     return False
 
 
-def _placement_gated(pod: Obj) -> bool:
-    """The pod waits behind the replica-placement gate (worker/observer/replica_placer.py), which does not
-    place a claim made from a template its order has replaced since: it runs nothing either."""
-    gates = (pod.get("spec") or {}).get("schedulingGates") or []
-    return any(g.get("name") == REPLICA_PLACEMENT_GATE for g in gates)
-
-
 def pods_with_stale_claims(
     order: Obj | None, statefulset: Obj | None, claim_templates: Mapping[str, Obj], pods: Iterable[Obj]
 ) -> list[LostPod]:
@@ -1253,7 +1247,7 @@ def pods_with_stale_claims(
             or not created
             or m.get("namespace") != namespace
             or _controller_uid(pod, "StatefulSet") != sts_uid
-            or not (_claim_refused(pod) or _placement_gated(pod))
+            or not (_claim_refused(pod) or waits_for_placement(spec))
         ):
             continue
         for claim in spec.get("resourceClaims") or []:

@@ -38,8 +38,8 @@ from kubernetes.client.exceptions import ApiException
 from activities.builders.claim import (
     ANNOTATION_PLANNED_PLACEMENTS,
     MEMORY_CAPACITY,
-    REPLICA_PLACEMENT_GATE,
     request_alternatives,
+    waits_for_placement,
 )
 from activities.builders.common import LABEL_ORDER
 from activities.inventory import (
@@ -224,10 +224,6 @@ _KEPT_POD_SPEC = ("nodeName", "overhead")
 _GATED_POD_SPEC = ("schedulingGates", "tolerations", "nodeSelector")
 
 
-def _placement_gated(spec: Mapping[str, Any]) -> bool:
-    return any(g.get("name") == REPLICA_PLACEMENT_GATE for g in spec.get("schedulingGates") or [])
-
-
 def _requests_only(containers: Iterable[Obj] | None) -> list[Obj]:
     return [{"resources": {"requests": ((c.get("resources") or {}).get("requests")) or {}}} for c in containers or []]
 
@@ -255,7 +251,7 @@ def slim_pod(pod: Obj) -> Obj:
             "initContainers": _requests_only(spec.get("initContainers")),
             # A replica waiting for the replica placer (worker.observer.replica_placer): its gates and
             # what the placer judges its node by.
-            **({k: spec[k] for k in _GATED_POD_SPEC if spec.get(k)} if _placement_gated(spec) else {}),
+            **({k: spec[k] for k in _GATED_POD_SPEC if spec.get(k)} if waits_for_placement(spec) else {}),
         },
         "status": {
             "phase": status.get("phase"),

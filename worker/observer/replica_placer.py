@@ -41,7 +41,7 @@ import structlog
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
-from activities.builders.claim import ANNOTATION_PLANNED_PLACEMENTS, REPLICA_PLACEMENT_GATE
+from activities.builders.claim import ANNOTATION_PLANNED_PLACEMENTS, REPLICA_PLACEMENT_GATE, waits_for_placement
 from activities.inventory import claim_order, order_pod_names
 from activities.replica_placement import (
     NoPlace,
@@ -67,12 +67,6 @@ RESOURCE_VERSION = "v1"
 ANNOTATION_REPLICA_PLACEMENT = "ai.deckhouse.io/replica-placement"
 # An allocation written is counted on the snapshot until the informer shows it (or this long).
 WRITTEN_TTL_SECONDS = 30.0
-
-
-def gated(pod: Obj) -> bool:
-    """Does the pod wait behind the replica-placement gate?"""
-    gates = (pod.get("spec") or {}).get("schedulingGates") or []
-    return any(g.get("name") == REPLICA_PLACEMENT_GATE for g in gates)
 
 
 def planned_places(template: Obj | None) -> list[tuple[str, str]]:
@@ -115,7 +109,6 @@ class ReplicaPlacer:
         self.written: dict[tuple[str, str], tuple[float, list[tuple[str, DeviceAllocation]]]] = {}
         # pod uid -> the NoPlace message last written on it.
         self.no_place: dict[str, str] = {}
-        self.placements = 0
 
     async def run(self) -> None:
         log.info("replica placer started", gate=REPLICA_PLACEMENT_GATE)
@@ -141,7 +134,11 @@ class ReplicaPlacer:
         objects = self.informers.objects()
         pods = objects.get(ORDER_POD, [])
         waiting = sorted(
-            (p for p in pods if gated(p) and not (p.get("metadata") or {}).get("deletionTimestamp")),
+            (
+                p
+                for p in pods
+                if waits_for_placement(p.get("spec") or {}) and not (p.get("metadata") or {}).get("deletionTimestamp")
+            ),
             key=lambda p: ((p["metadata"].get("namespace", "")), p["metadata"].get("name", "")),
         )
         claims = {
@@ -154,6 +151,11 @@ class ReplicaPlacer:
         templates = {
             (t["metadata"].get("namespace", ""), t["metadata"].get("name", "")): t for t in objects[CLAIM_TEMPLATE]
         }
+        # Each order's allocated claims (an order's planned places not allocated yet are lent to its replicas).
+        allocated_of: dict[str, int] = {}
+        for (ns, _), c in claims.items():
+            if (c.get("status") or {}).get("allocation") and (owner := claim_order(c, order_pods)) is not None:
+                allocated_of[f"{ns}/{owner}"] = allocated_of.get(f"{ns}/{owner}", 0) + 1
         snapshot: InventorySnapshot | None = None
         for pod in waiting:
             meta = pod["metadata"]
@@ -183,11 +185,9 @@ class ReplicaPlacer:
                 snapshot = self._with_written(self.informers.snapshot())
             holder = f"{namespace}/{order}"
             preferred = planned_places(template)
-            allocated = sum(
-                1
-                for (ns, _), c in claims.items()
-                if ns == namespace and (c.get("status") or {}).get("allocation") and claim_order(c, order_pods) == order
-            ) + sum(1 for _, entries in self.written.values() if entries and entries[0][1].holder == holder)
+            allocated = allocated_of.get(holder, 0) + sum(
+                1 for _, entries in self.written.values() if entries and entries[0][1].holder == holder
+            )
             try:
                 request = replica_request(claim, pod, holder, preferred, max(0, len(preferred) - allocated))
             except UnreadableClaimError as err:
@@ -217,7 +217,6 @@ class ReplicaPlacer:
             entries = [(p.device.key, p.allocation) for p in placement.picks]
             self.written[key] = (self.clock(), entries)
             snapshot = _with_allocations(snapshot, entries)
-            self.placements += 1
             log.info(
                 "replica placed",
                 order=holder,
@@ -353,4 +352,4 @@ def _with_allocations(
     return snapshot.model_copy(update={"devices": devices})
 
 
-__all__ = ["PassReport", "ReplicaPlacer", "gated", "planned_places"]
+__all__ = ["PassReport", "ReplicaPlacer", "planned_places"]
