@@ -16,7 +16,8 @@ echo "== import contracts"; lint-imports
 echo "== generated CRDs"; ai-inference crds --check
 echo "== pytest"
 set +e
-pytest -p no:cacheprovider "$@"
+# The slowest tests named at the end: where CI's time goes, run by run.
+pytest -p no:cacheprovider --durations=40 "$@"
 rc=$?
 set -e
 # pytest's 5 means no test ran: that is a failure here, never a pass.
