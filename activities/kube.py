@@ -91,6 +91,9 @@ def bounded(api: ApiClient, timeout: tuple[float, float] = REQUEST_TIMEOUT) -> A
     delivery: docs/tracing.md); outside one, no span (the observer's watches would be traces of their own)."""
     rest = api.rest_client
     request = rest.request
+    if getattr(request, "bounded", False):
+        # Already bounded (two users of one client): wrapped twice, each request would count twice.
+        return api
     tracer = trace.get_tracer("ai-inference.kubernetes")
 
     def timed(
@@ -126,6 +129,7 @@ def bounded(api: ApiClient, timeout: tuple[float, float] = REQUEST_TIMEOUT) -> A
             span.set_attribute("http.response.status_code", int(getattr(response, "status", 0) or 0))
             return response
 
+    timed.bounded = True  # type: ignore[attr-defined]
     rest.request = timed
     return api
 

@@ -552,21 +552,24 @@ class OrderActivities:
                 if wanted.create_only:
                     self._create_once(wanted.body)
                     continue
-                known: dict[str, Any] | None = None
+                known: dict[str, Any] | Absent | None = None
                 body = wanted.body
                 if wanted.kind == "ResourceClaimTemplate":
-                    known = self.applier.get(wanted.api_version, wanted.kind, wanted.name, ns)
+                    found = self.applier.get(wanted.api_version, wanted.kind, wanted.name, ns)
+                    known = found if found is not None else ABSENT
                     if (
-                        ownership(known, name, request.ref.uid) == Ownership.OURS
-                        and known is not None
-                        and claim_template_spec_differs(known, wanted.body)
+                        ownership(found, name, request.ref.uid) == Ownership.OURS
+                        and found is not None
+                        and claim_template_spec_differs(found, wanted.body)
                     ):
                         # Its spec is immutable: a new share or device class replaces the template.
-                        uid = known["metadata"]["uid"]
+                        uid = found["metadata"]["uid"]
                         self.applier.delete(wanted.api_version, wanted.kind, wanted.name, ns, uid=uid)
-                        known = None
+                        known = None  # read again: a deletion may still be under way
                 elif wanted.kind == "StatefulSet":
-                    known = ours  # read at the start of this apply (its resourceVersion goes with the write)
+                    # Read at the start of this apply (its resourceVersion goes with the write); not there
+                    # then, it is not read again.
+                    known = ours if standing is not None else ABSENT
                     if pruned_set_digest(first_seen) != pruned_for:
                         # The prune lists every kind an order can own: only when what the order should own
                         # (or the release) changed since the last one finished. Before the set's write, which
@@ -679,18 +682,23 @@ class OrderActivities:
         self,
         ref: OrderRef,
         wanted: DesiredObject,
-        known: dict[str, Any] | None = None,
+        known: dict[str, Any] | Absent | None = None,
         confirm: Callable[[], None] | None = None,
     ) -> dict[str, Any]:
         """Server-side apply of one object bound to the order's uid: an object standing under the name is
         patched only when its controller ownerReference is the order (and still the very object read:
         its resourceVersion goes with the apply); a deleted order's object is removed first; anything else
-        is refused, never adopted. ``known``: the object as this apply already read it (no second read;
-        a stale one is a conflict, then read again); ``confirm``: the apply's check that the order stands
-        (once for the loop of writes). The object as applied is returned."""
+        is refused, never adopted. ``known``: the object as this apply already read it, or ``ABSENT`` when
+        that read found none (no second read; a stale one is a conflict, then read again); ``confirm``:
+        the apply's check that the order stands (once for the loop of writes). The object as applied is
+        returned."""
         for attempt in range(3):
-            current = known if known is not None and attempt == 0 else None
-            if current is None:
+            current: dict[str, Any] | None
+            if attempt == 0 and isinstance(known, Absent):
+                current = None
+            elif attempt == 0 and isinstance(known, dict):
+                current = known
+            else:
                 current = self.applier.get(wanted.api_version, wanted.kind, wanted.name, wanted.namespace)
             verdict = ownership(current, ref.name, ref.uid)
             if verdict == Ownership.FOREIGN:
@@ -936,6 +944,13 @@ class OrderActivities:
             log.warning("event refused: not one of the module's", order=event.ref.key, run=_run_id())
             return
         self.core.create_namespaced_event(event.ref.namespace, order_event_body(trusted))
+
+
+class Absent:
+    """An object this apply read and found not there (``_apply_owned`` does not read it again)."""
+
+
+ABSENT = Absent()
 
 
 def _once(check: Callable[[], None]) -> Callable[[], None]:

@@ -56,6 +56,7 @@ from planner.fragmentation import RecentDemand, Workload, growth_rank, workload_
 from planner.inventory import Device, DeviceAllocation, DeviceClass, InventorySnapshot, Node
 from planner.planning import ExplicitDemand, PlanningRequest, plan_launch
 from planner.recipes import RecipeBook, load_recipe_book
+from planner.repack import PodRequests, propose_repack
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "openb"
@@ -95,6 +96,8 @@ class Task:
     numGpu: int
     gpuMilli: int
     spec: tuple[str, ...]
+    # Seconds from its creation to its deletion in the trace (0: the list records no times).
+    lifetime: int = 0
 
     @property
     def requested(self) -> int:
@@ -124,6 +127,7 @@ def load_tasks(data: Path, name: str) -> list[Task]:
                 int(r["num_gpu"]),
                 int(r["gpu_milli"]),
                 tuple(sorted(set(filter(None, (r.get("gpu_spec") or "").split("|"))))),
+                int(r["deletion_time"]) - int(r["creation_time"]) if r.get("deletion_time") else 0,
             )
             for r in csv.DictReader(f)
         ]
@@ -225,6 +229,16 @@ class State:
         assert self.mem[i] >= 0, "over-allocated a node's memory"
         self.allocated += task.requested
 
+    def release(self, i: int, gpus: Sequence[int], task: Task) -> None:
+        """A task leaves (benchmarks/openb_departures.py): what ``take`` took is free again."""
+        self.cpu[i] += task.cpuMilli
+        self.mem[i] += task.memoryMiB
+        per = 1000 if task.numGpu > 1 else task.gpuMilli
+        for g in gpus:
+            self.gpus[i][g] += per
+            assert self.gpus[i][g] <= 1000, "released more than a GPU holds"
+        self.allocated -= task.requested
+
 
 # ------------------------------------------------------------------------------- the policies
 
@@ -276,6 +290,13 @@ class Policy:
 
     def place(self, state: State, task: Task) -> tuple[int, list[int]] | None:
         raise NotImplementedError
+
+    def release(self, state: State, i: int, gpus: Sequence[int], task: Task) -> None:
+        """A task placed by this policy leaves (``state`` is released by the replay): a policy that ranks
+        nodes by version rescored the node."""
+        heaps = getattr(self, "heaps", None)
+        if isinstance(heaps, KindHeaps):
+            heaps.changed(i)
 
 
 class BestFit(Policy):
@@ -392,6 +413,44 @@ class Planner(Policy):
         record.requestedCpuMilli += task.cpuMilli
         record.requestedMemoryMiB += task.memoryMiB
         return chosen
+
+    def release(self, state: State, i: int, gpus: Sequence[int], task: Task) -> None:
+        node = state.nodes[i].name
+        holder = f"openb/{task.name}"
+        for g in gpus:
+            device = self.devices[f"{node}/gpu-{g}"]
+            device.allocations[:] = [a for a in device.allocations if a.holder != holder]
+        record = self.records[node]
+        record.requestedCpuMilli -= task.cpuMilli
+        record.requestedMemoryMiB -= task.memoryMiB
+        self.heaps.changed(i)
+
+    def repack(
+        self, state: State, tasks: dict[str, Task], max_moves: int | None
+    ) -> list[tuple[str, int, int, int, int]]:
+        """A repack pass (``planner.repack``) over the shares, made on the snapshot and the replay's state:
+        (task name, node, GPU it left, node, GPU it went to) for each move."""
+        pods = {f"openb/{name}": PodRequests(t.cpuMilli, t.memoryMiB) for name, t in tasks.items()}
+        proposal = propose_repack(self.snapshot, lambda holder: holder in pods, pods, max_moves=max_moves)
+        made = []
+        for move in proposal.moves:
+            source, target = self.devices[move.source], self.devices[move.target]
+            allocation = next(a for a in source.allocations if a.holder == move.holder)
+            source.allocations[:] = [a for a in source.allocations if a.holder != move.holder]
+            target.allocations.append(allocation)
+            name = move.holder.removeprefix("openb/")
+            task = tasks[name]
+            i, j = self.index[source.node], self.index[target.node]
+            g, h = int(source.name.removeprefix("gpu-")), int(target.name.removeprefix("gpu-"))
+            state.release(i, [g], task)
+            state.take(j, [h], task)
+            for node, sign in ((source.node, -1), (target.node, 1)):
+                self.records[node].requestedCpuMilli += sign * task.cpuMilli
+                self.records[node].requestedMemoryMiB += sign * task.memoryMiB
+            self.heaps.changed(i)
+            self.heaps.changed(j)
+            made.append((name, i, g, j, h))
+        return made
 
     def _cpu_only(self, state: State, task: Task) -> tuple[int, list[int]] | None:
         def score(i: int) -> tuple[Rank, tuple[int, ...]] | None:

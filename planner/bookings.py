@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from inference_api.plan import LaunchPlan
 from planner.cel_selectors import select_devices
-from planner.inventory import Device, DeviceAllocation, InventorySnapshot, Occupancy, _allocated_mib, related_devices
+from planner.inventory import Device, DeviceAllocation, InventorySnapshot, Occupancy, allocated_mib, related_devices
 from planner.nodes import ENDPOINT_FRONT_DEMAND
 from planner.quantity import Quantity
 
@@ -298,7 +298,7 @@ class _Holdings:
         device = slot.device
         mine = self.allocations(slot.key)
         share = min(100, sum(a.sharePercent for a in mine))
-        memory = sum(_allocated_mib(device, a) for a in mine)
+        memory = sum(allocated_mib(device, a) for a in mine)
         exclusive = bool(mine) and not device.allowMultipleAllocations
         if any(self.allocations(r) for r in self._related.get(slot.key, ())):
             exclusive = True

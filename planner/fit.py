@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from inference_api.plan import LaunchPlanRequest, RecipeSource, Toleration
 from inference_api.types import PlacementType, SharingMode
 from planner.fragmentation import Workload, growth_rank
-from planner.inventory import AllocationId, Device, Occupancy
+from planner.inventory import AllocationId, Device, Occupancy, allocated_mib
 from planner.model_facts import estimate_cpu, estimate_memory_gib, weights_gib
 from planner.nodes import ENDPOINT_FRONT_DEMAND, NodeProblem, PodDemand, free_cpu_milli, free_memory_mib, node_problem
 from planner.placement import Shape, Slot, class_sets
@@ -413,15 +413,17 @@ def _fingerprints(index: SnapshotIndex) -> dict[str, tuple[object, ...]]:
     """Every node's fingerprint on this plan's snapshot, computed on first use and kept for the plan.
 
     The fingerprint is what a node's judgement depends on that changes between plans on one
-    snapshot: its record's requests and its devices' allocation lists (allocations are appended or
-    removed, never edited in place: a list is known by its length and its last entry)."""
+    snapshot: its record's requests and, per device, what its occupancy is made of (how many
+    allocations, their shares and their memory). Not the identity of the last entry: a list emptied
+    and refilled (an order gone, another moved back by a repack) may end in the very same object, or
+    in a new one at a freed one's address."""
     found = index.fingerprints
     if found is not None:
         return found
     nodes = index.nodes
     found = {}
     for node, devices in index.byNode.items():
-        marks = tuple([(len(a), id(a[-1])) if (a := d.allocations) else 0 for d in devices])
+        marks = tuple([_held(d) if d.allocations else 0 for d in devices])
         record = nodes.get(node) if nodes is not None else None
         if record is not None:
             found[node] = (record.requestedCpuMilli, record.requestedMemoryMiB, record.podCount, marks)
@@ -429,6 +431,16 @@ def _fingerprints(index: SnapshotIndex) -> dict[str, tuple[object, ...]]:
             found[node] = marks
     index.fingerprints = found
     return found
+
+
+def _held(device: Device) -> tuple[int, int, int]:
+    """What ``occupancy`` reads of a device's own list: how many, the shares, the memory."""
+    allocations = device.allocations
+    return (
+        len(allocations),
+        sum(a.sharePercent for a in allocations),
+        sum(allocated_mib(device, a) for a in allocations),
+    )
 
 
 def _node_best(

@@ -313,7 +313,8 @@ def _others(device: Device, own: frozenset[AllocationId]) -> list[DeviceAllocati
     return [a for i, a in enumerate(device.allocations) if (key, i) not in own]
 
 
-def _allocated_mib(device: Device, allocation: DeviceAllocation) -> int:
+def allocated_mib(device: Device, allocation: DeviceAllocation) -> int:
+    """The memory an allocation takes of its device: the memory it names, else its share of the device's."""
     if allocation.memoryMiB is not None:
         return allocation.memoryMiB
     if device.memoryMiB is None:
@@ -345,7 +346,7 @@ def occupancy(device: Device, own: frozenset[AllocationId] = frozenset(), relate
         return EMPTY
     others = _others(device, own)
     share = min(100, sum(a.sharePercent for a in others))
-    memory = sum(_allocated_mib(device, a) for a in others)
+    memory = sum(allocated_mib(device, a) for a in others)
     exclusive = bool(others) and not device.allowMultipleAllocations
     # A whole device and its partitions share the same silicon: a claim on one takes the other.
     if any(_others(d, own) for d in related):

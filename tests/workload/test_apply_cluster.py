@@ -353,3 +353,17 @@ def test_a_first_apply_prunes_by_name_what_an_earlier_attempt_left(bench: Bench)
     bench.apply(bench.apply_input(order, cluster_local_class(), f.plan(share=50, device_class=DEVICE_CLASS)))
     assert bench.get("networking.k8s.io/v1", "Ingress", "firstrun") is None  # a ClusterLocal order has none
     assert bench.get("apps/v1", "StatefulSet", "firstrun") is not None
+
+
+def test_a_first_apply_reads_the_statefulset_and_the_claim_template_once_each(
+    kube_admin: ApiClient, make_namespace: Callable[..., str]
+) -> None:
+    """A new order: the apply reads the StatefulSet at its start and the claim template before its
+    write; finding neither, it makes them without reading either again (issue 37 item 6)."""
+    bench = Bench(bounded(kube_admin), make_namespace("apply"))
+    order = bench.create_order("fresh", "apply-internal")
+    reads = {r: _requests("get", r) for r in ("statefulsets", "resourceclaimtemplates")}
+    bench.apply(bench.apply_input(order, cluster_local_class(), f.plan(share=50, device_class=DEVICE_CLASS)))
+    assert {r: _requests("get", r) - reads[r] for r in reads} == {"statefulsets": 1, "resourceclaimtemplates": 1}
+    assert bench.get("apps/v1", "StatefulSet", "fresh") is not None
+    assert bench.get("resource.k8s.io/v1", "ResourceClaimTemplate", "fresh-claim") is not None
