@@ -395,7 +395,14 @@ def volume_claim_templates(inputs: WorkloadInputs) -> list[dict[str, Any]]:
 def _update_strategy(inputs: WorkloadInputs) -> dict[str, Any]:
     if inputs.hold_running_replicas:
         return {"type": UpdateStrategy.ON_DELETE.value}
-    return {"type": inputs.service_class.spec.updatePolicy.strategy.value}
+    strategy = inputs.service_class.spec.updatePolicy.strategy
+    if strategy == UpdateStrategy.ROLLING_UPDATE:
+        # The partition named: with no rollingUpdate, the StatefulSet controller makes a replica that
+        # went (the observer deleted it for a stale claim) from the revision the set's status last
+        # counted, not from the template — the old placement again, deleted again, and the set never
+        # reaches the new template (tests/cluster/test_statefulset_update.py).
+        return {"type": strategy.value, "rollingUpdate": {"partition": 0}}
+    return {"type": strategy.value}
 
 
 def _workload_scheduling(inputs: WorkloadInputs) -> dict[str, Any]:

@@ -297,7 +297,8 @@ def test_update_strategy_follows_the_class_unless_held() -> None:
     on_delete = f.cluster_local_none(updatePolicy={"strategy": "OnDelete"})
     assert build_statefulset(f.inputs(the_class=on_delete))["spec"]["updateStrategy"] == {"type": "OnDelete"}
     rolling = build_statefulset(f.inputs())
-    assert rolling["spec"]["updateStrategy"] == {"type": "RollingUpdate"}
+    # The partition named (tests/cluster/test_statefulset_update.py): a replica made again comes from the template.
+    assert rolling["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}
     assert rolling["metadata"]["annotations"]["ai.deckhouse.io/runtime-hold"] == "false"
     held = build_statefulset(f.inputs(hold_running_replicas=True))
     assert held["spec"]["updateStrategy"] == {"type": "OnDelete"}
