@@ -31,7 +31,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from planner.inventory import Device, DeviceAllocation, InventorySnapshot, allocated_mib, occupancy, related_devices
+from planner.inventory import Device, DeviceAllocation, InventorySnapshot, allocated_mib, related_devices
 from planner.moves import Move
 
 
@@ -82,7 +82,7 @@ def propose_repack(
     candidates = [
         d for d in snapshot.devices if d.allocations and shareable(d) and all(movable_share(a) for a in d.allocations)
     ]
-    candidates.sort(key=lambda d: (occupancy(d).sharePercent, occupancy(d).memoryMiB, d.key))
+    candidates.sort(key=_least_used_first)
     by_key = {d.key: d for d in snapshot.devices}
     # The targets a share may go to: shareable devices in use, by product and placement, each kept as
     # (free share, free memory, key) in order, so the best fit is the first with room (a bisection).
@@ -155,6 +155,12 @@ def propose_repack(
         tuple(freed),
         f"moving {len(moves)} share(s) frees {len(freed)} device(s): " + ", ".join(freed),
     )
+
+
+def _least_used_first(device: Device) -> tuple[int, float, str]:
+    """A candidate's rank: the most free share first, then the most free memory, then the key."""
+    free, memory, key = _room(device, device.allocations)
+    return -free, -memory, key
 
 
 def _group(device: Device) -> tuple[str | None, str]:
