@@ -68,7 +68,7 @@ from temporalio import activity
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
@@ -324,6 +324,7 @@ class StepTimes:
     queued: dict[str, float] = field(default_factory=dict)
     running: dict[str, float] = field(default_factory=dict)
     span: float = 0.0
+    ready: bool = False  # the history holds the status write that says Ready
 
     def add(self, step: str, queued: float, running: float) -> None:
         self.queued[step] = self.queued.get(step, 0.0) + queued
@@ -335,9 +336,23 @@ class StepTimes:
         return f"{self.span:.2f} s in the workflow; queued+running s: " + ", ".join(parts)
 
 
-async def step_times(handle: WorkflowHandle[Any, Any]) -> StepTimes:
-    """The order's steps on its way to Ready (see ``steps_to_ready``)."""
-    return steps_to_ready([event async for event in handle.fetch_history_events()])
+async def step_times(client: Client, workflow_id: str) -> StepTimes:
+    """The order's steps on its way to Ready (see ``steps_to_ready``), read from the workflow's first
+    run on: a Ready order whose run passed SERVING_RUN_EVENTS continues as new before it sleeps, and
+    its latest run holds nothing but that (the run that reached Ready is the one read)."""
+    described = await client.get_workflow_handle(workflow_id).describe()
+    run_id: str | None = described.raw_description.workflow_execution_info.first_run_id or described.run_id
+    times = StepTimes()
+    while run_id:
+        handle = client.get_workflow_handle(workflow_id, run_id=run_id)
+        events = [event async for event in handle.fetch_history_events()]
+        times = steps_to_ready(events)
+        if times.ready or not events:
+            break
+        last = events[-1]
+        continued = last.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
+        run_id = last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id if continued else None
+    return times
 
 
 def steps_to_ready(events: Iterable[HistoryEvent]) -> StepTimes:
@@ -376,6 +391,7 @@ def steps_to_ready(events: Iterable[HistoryEvent]) -> StepTimes:
             step, at_scheduled = scheduled[closed]
             times.add(step, started[closed] - at_scheduled, at - started[closed])
             if closed == ready_write:
+                times.ready = True
                 break
     times.span = (last or 0.0) - (first or 0.0)
     return times
@@ -718,8 +734,8 @@ async def engine_tier(
                 # Late orders one after another while the N serve (median of as many as alone).
                 serving_cpu = await cpu_by_process(cpu_window)
                 late, late_id = median_run([await run.one_order(f"late-{i}", 300) for i in range(repeats)])
-                alone_steps = await step_times(client.get_workflow_handle(alone_id))
-                late_steps = await step_times(client.get_workflow_handle(late_id))
+                alone_steps = await step_times(client, alone_id)
+                late_steps = await step_times(client, late_id)
                 # Serving: orders whose resync runs every resync_seconds (one resync is one order-day)
                 # run their resyncs while the N serve and are probed. Started after the late orders:
                 # 20 resyncs every 10 s are 17 times what 10,000 orders resyncing daily ask (0.12 a
@@ -1066,8 +1082,8 @@ async def e2e_tier(
             own_after = await asyncio.to_thread(module_requests, stack.ports())
             serving_cpu = await cpu_by_process(cpu_window)
             late, late_id = median_run([await time_one(f"late-{i}") for i in range(repeats)])
-            alone_steps = await step_times(temporal.get_workflow_handle(alone_id))
-            late_steps = await step_times(temporal.get_workflow_handle(late_id))
+            alone_steps = await step_times(temporal, alone_id)
+            late_steps = await step_times(temporal, late_id)
             running = stack.running()
             rss = {name: tree_rss_mib(pid) for name, pid in running.items()}
             picked = random.Random(7).sample(names, min(sample, len(names)))

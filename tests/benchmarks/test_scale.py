@@ -42,6 +42,7 @@ def test_the_steps_to_ready_end_at_the_first_status_that_says_ready() -> None:
     steps = steps_to_ready(events)
     assert {act.PLAN_LAUNCH, act.APPLY_WORKLOAD, act.AWAIT_SERVING} <= set(steps.running)
     assert act.FINALIZE_ORDER not in steps.running  # the deletion came after Ready
+    assert steps.ready  # the run that reached Ready: step_times reads on to the next run only without it
     whole = (events[-1].event_time.ToNanoseconds() - events[0].event_time.ToNanoseconds()) / 1e9
     assert 0 < steps.span < whole
 

@@ -75,7 +75,8 @@ async def engine_stand(
 async def served(engine_stand: Stand) -> Served:
     """The order, Ready on the real engine; the timeline of how it got there."""
     served = await serve_order(engine_stand, ORDER)
-    print(breakdown(await step_times(engine_stand.workflow(ORDER)), served.timeline, served.replica))
+    handle = engine_stand.workflow(ORDER)
+    print(breakdown(await step_times(engine_stand.client, handle.id), served.timeline, served.replica))
     return served
 
 
