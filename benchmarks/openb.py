@@ -408,11 +408,15 @@ class Planner(Policy):
                 )
         if chosen is None:
             return None
-        self.heaps.changed(chosen[0])
-        record = self.records[state.nodes[chosen[0]].name]
-        record.requestedCpuMilli += task.cpuMilli
-        record.requestedMemoryMiB += task.memoryMiB
+        self._book(state, chosen[0], task, +1)
         return chosen
+
+    def _book(self, state: State, i: int, task: Task, sign: int) -> None:
+        """Node i's record takes (+1) or gives back (-1) the task's requests; its ranks are made again."""
+        record = self.records[state.nodes[i].name]
+        record.requestedCpuMilli += sign * task.cpuMilli
+        record.requestedMemoryMiB += sign * task.memoryMiB
+        self.heaps.changed(i)
 
     def release(self, state: State, i: int, gpus: Sequence[int], task: Task) -> None:
         node = state.nodes[i].name
@@ -420,10 +424,7 @@ class Planner(Policy):
         for g in gpus:
             device = self.devices[f"{node}/gpu-{g}"]
             device.allocations[:] = [a for a in device.allocations if a.holder != holder]
-        record = self.records[node]
-        record.requestedCpuMilli -= task.cpuMilli
-        record.requestedMemoryMiB -= task.memoryMiB
-        self.heaps.changed(i)
+        self._book(state, i, task, -1)
 
     def repack(
         self, state: State, tasks: dict[str, Task], max_moves: int | None
@@ -444,11 +445,8 @@ class Planner(Policy):
             g, h = int(source.name.removeprefix("gpu-")), int(target.name.removeprefix("gpu-"))
             state.release(i, [g], task)
             state.take(j, [h], task)
-            for node, sign in ((source.node, -1), (target.node, 1)):
-                self.records[node].requestedCpuMilli += sign * task.cpuMilli
-                self.records[node].requestedMemoryMiB += sign * task.memoryMiB
-            self.heaps.changed(i)
-            self.heaps.changed(j)
+            self._book(state, i, task, -1)
+            self._book(state, j, task, +1)
             made.append((name, i, g, j, h))
         return made
 

@@ -19,7 +19,6 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-# The replica placer does not place a gated pod's claim made from a replaced template: it runs nothing either.
 from activities.builders.claim import waits_for_placement
 from activities.builders.common import (
     ANNOTATION_RUNTIME_IMAGE,
@@ -1247,6 +1246,7 @@ def pods_with_stale_claims(
             or not created
             or m.get("namespace") != namespace
             or _controller_uid(pod, "StatefulSet") != sts_uid
+            # A gated pod's claim made from a replaced template is never placed: it runs nothing either.
             or not (_claim_refused(pod) or waits_for_placement(spec))
         ):
             continue
