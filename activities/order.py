@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -74,6 +75,7 @@ from activities.catalog import KubernetesCatalogReader, lookup_model, model_reso
 from activities.health import probe_models, probe_target, token_from_secret
 from activities.kube import Applier, refusals_are_final, watch_events
 from activities.model_revision import pin_revision
+from activities.order_cache import CACHE_READS, OrderCacheView, class_fresh_enough, order_fresh_enough
 from activities.order_events import EventRecorder, step_events
 from activities.plan_seal import SealKey, seal_problem, sealed
 from activities.preemption_ledger import CeilingReader
@@ -96,13 +98,14 @@ from activities.trusted_apply import (
     verified_ceiling,
     workload_sizing,
 )
-from activities.trusted_status import being_deleted, trusted_event, trusted_status
+from activities.trusted_status import being_deleted, says_deleting, trusted_event, trusted_status
 from inference_api.payloads import (
     STATUS_UPDATE_NOT_WRITTEN,
     ApplyInput,
     ApplyResult,
     ModelResolution,
     OrderEvent,
+    OrderRead,
     OrderRef,
     OrderSnapshot,
     PlanInput,
@@ -133,6 +136,8 @@ log = structlog.get_logger(__name__)
 
 FINALIZER = "ai.deckhouse.io/inference-service"
 JSON_PATCH = "application/json-patch+json"
+# Orders whose last status write this process remembers (publish_status: the step Events' "before").
+WRITTEN_KEPT = 20_000
 # The first pause of await_serving between looks for a ready replica (it doubles up to serveRetrySeconds).
 FIRST_SERVE_LOOK_SECONDS = 0.5
 
@@ -185,7 +190,9 @@ PlanFunction = Callable[[PlanInput], PlanOutcome]
 class OrderActivities:
     """One instance per worker; its methods are the registered activities."""
 
-    def __init__(self, api: ApiClient, settings: ModuleSettings, planner: PlanFunction) -> None:
+    def __init__(
+        self, api: ApiClient, settings: ModuleSettings, planner: PlanFunction, cache: OrderCacheView | None = None
+    ) -> None:
         self.api = api
         self.settings = settings
         self.planner = planner
@@ -200,6 +207,12 @@ class OrderActivities:
         self.seal_key = SealKey(self.core, settings.moduleNamespace)
         # Events of the orders' steps, kept by this process (aggregation and rate limit).
         self.events = EventRecorder(self.core, order_event_body)
+        # The worker's informer cache of orders and classes (activities/order_cache.py); None: every read a GET.
+        self.cache = cache
+        # The conditions this process last wrote on each order (by uid), and the resourceVersions of the
+        # order before and after the write: a cache still behind that write is not the "before" of the
+        # next one (the step Events would be told twice).
+        self._written: OrderedDict[str, tuple[str | None, str | None, Any]] = OrderedDict()
 
     def all(self) -> list[Callable[..., Any]]:
         return [
@@ -217,6 +230,26 @@ class OrderActivities:
 
     # ------------------------------------------------------------------ reads
 
+    def _cached_order(self, ref: OrderRef, generation: int | None, deleting: bool = False) -> dict[str, Any] | None:
+        """The order from the informer cache when it is fresh enough for the read (activities/order_cache.py);
+        None: read it from the API server."""
+        if self.cache is None or not self.cache.synced():
+            CACHE_READS.labels("order", "miss").inc()
+            return None
+        obj = self.cache.order(ref.namespace, ref.name)
+        fresh = order_fresh_enough(obj, ref.uid, generation, deleting)
+        CACHE_READS.labels("order", "hit" if fresh else "miss").inc()
+        return obj if fresh else None
+
+    def _cached_class(self, name: str, generation: int | None) -> dict[str, Any] | None:
+        if self.cache is None or not self.cache.synced():
+            CACHE_READS.labels("class", "miss").inc()
+            return None
+        obj = self.cache.order_class(name)
+        fresh = class_fresh_enough(obj, generation)
+        CACHE_READS.labels("class", "hit" if fresh else "miss").inc()
+        return obj if fresh else None
+
     def _read_order_object(self, ref: OrderRef) -> dict[str, Any] | None:
         try:
             obj = self.custom.get_namespaced_custom_object(GROUP, VERSION, ref.namespace, ORDERS, ref.name)
@@ -230,26 +263,23 @@ class OrderActivities:
         return obj
 
     @activity.defn(name=act.READ_ORDER)
-    def read_order(self, ref: OrderRef) -> OrderSnapshot:
-        obj = self._read_order_object(ref)
+    def read_order(self, ref: OrderRead) -> OrderSnapshot:
+        obj = self._cached_order(ref, ref.generation, ref.deleting) or self._read_order_object(ref)
         if obj is None:
             return OrderSnapshot()
         order = InferenceService.model_validate(obj)
-        cls: InferenceServiceClass | None = None
-        try:
-            cls_obj = self.custom.get_cluster_custom_object(
-                GROUP, VERSION, CLASSES, order.spec.inferenceServiceClassName
-            )
-            cls = InferenceServiceClass.model_validate(cls_obj)
-        except ApiException as err:
-            if err.status != 404:
-                raise
+        cls_name = order.spec.inferenceServiceClassName
+        cached_cls = self._cached_class(cls_name, ref.classGeneration)
+        cls = InferenceServiceClass.model_validate(cached_cls) if cached_cls is not None else self._read_class(cls_name)
         return OrderSnapshot(
             order=order, cls=cls, timings=order_timings(self.settings), release=release_fingerprint(self.settings)
         )
 
     @activity.defn(name=act.ENSURE_FINALIZER)
     def ensure_finalizer(self, ref: OrderRef) -> None:
+        cached = self._cached_order(ref, 0)
+        if cached is not None and FINALIZER in (cached["metadata"].get("finalizers") or []):
+            return  # already there (a finalizer the cache shows is never taken back by a stale read)
         obj = self._read_order_object(ref)
         if obj is None or obj["metadata"].get("deletionTimestamp"):
             return
@@ -395,12 +425,27 @@ class OrderActivities:
         """The request rebuilt from the order read by uid and its class; True when the workflow holds
         another model than the order names (allowed only for what already runs, see ``_verify_workload``)."""
         ref = request.ref
-        live_obj = await asyncio.to_thread(self._read_any_order, ref)
+        # The cache's copy is the API server's too, only at least as new as the spec the run holds (a
+        # forged run's generation can make the read older, never other: content comes from the cluster).
+        live_obj = self._cached_order(ref, request.order.metadata.generation or 0)
+        if live_obj is None:
+            live_obj = await asyncio.to_thread(self._read_any_order, ref)
         if (problem := order_problem(live_obj, ref.namespace, ref.name, ref.uid)) is not None:
             raise _refused(problem)
         assert live_obj is not None
         live = InferenceService.model_validate(live_obj)
-        cls = await asyncio.to_thread(self._read_class, live.spec.inferenceServiceClassName)
+        cls_name = live.spec.inferenceServiceClassName
+        held_cls = request.cls.metadata.generation if request.cls is not None else None
+        cached_cls = (
+            self._cached_class(cls_name, held_cls)
+            if request.cls is not None and request.cls.metadata.name == cls_name
+            else None
+        )
+        cls = (
+            InferenceServiceClass.model_validate(cached_cls)
+            if cached_cls is not None
+            else await asyncio.to_thread(self._read_class, cls_name)
+        )
         if (refusal := check_class(live, cls)) is not None or cls is None:
             raise _refused(f"{refusal.reason}: {refusal.message}" if refusal else "the order's class is gone")
         order = trusted_order(live, request.order)
@@ -905,7 +950,9 @@ class OrderActivities:
 
     @activity.defn(name=act.PUBLISH_STATUS)
     def publish_status(self, update: StatusUpdate) -> None:
-        obj = self._read_order_object(update.ref)
+        obj = self._cached_order(
+            update.ref, update.observedGeneration or 0, deleting=says_deleting(update)
+        ) or self._read_order_object(update.ref)
         if obj is None:
             return
         # What the run asks to write is checked against the order (trusted_status): a forged run
@@ -925,18 +972,29 @@ class OrderActivities:
         # A merge patch keeps keys it does not name: a field that became empty is sent as null.
         for key in StatusUpdate.model_fields.keys() - STATUS_UPDATE_NOT_WRITTEN:
             status.setdefault(key, None)
-        self.custom.patch_namespaced_custom_object_status(
+        written = self.custom.patch_namespaced_custom_object_status(
             GROUP, VERSION, update.ref.namespace, ORDERS, update.ref.name, {"status": status}
         )
         # Each step the write moves is told as an Event on the order (order_events: derived from the
         # conditions, aggregated and rate-limited like client-go's recorder; best effort).
         before = (obj.get("status") or {}).get("conditions")
+        read_rv = obj["metadata"].get("resourceVersion")
+        last = self._written.get(update.ref.uid)
+        if last is not None and read_rv is not None and read_rv in last[:2]:
+            before = last[2]  # what was read is this process's last write, or the order just before it
+        written_rv = (
+            ((written or {}).get("metadata") or {}).get("resourceVersion") if isinstance(written, dict) else None
+        )
+        self._written[update.ref.uid] = (read_rv, written_rv, status.get("conditions"))
+        self._written.move_to_end(update.ref.uid)
+        while len(self._written) > WRITTEN_KEPT:
+            self._written.popitem(last=False)
         for step in step_events(before, status.get("conditions")):
             self.events.record(OrderEvent(ref=update.ref, type=step.type, reason=step.reason, message=step.message))
 
     @activity.defn(name=act.RECORD_EVENT)
     def record_event(self, event: OrderEvent) -> None:
-        obj = self._read_order_object(event.ref)
+        obj = self._cached_order(event.ref, 0) or self._read_order_object(event.ref)
         if obj is None:
             return
         trusted = trusted_event(event)

@@ -40,6 +40,20 @@ class OrderRef(_Payload):
         return f"{self.namespace}/{self.name}"
 
 
+class OrderRead(OrderRef):
+    """The order to read (``read_order``), and what the run already knows of it: a read served from the
+    worker's informer cache (``activities.order_cache``) must be at least this fresh, else it is a GET.
+
+    ``generation``: the newest spec generation the run was told of (the cached order must be at least
+    it); ``classGeneration``: the class's generation the run holds or was told of (the cached class must
+    be exactly it; 0 or None: unknown, a GET); ``deleting``: the run was told the order is being deleted
+    (a cached order that does not say so is behind). None and False (a run of an earlier release): GET."""
+
+    generation: int | None = None
+    classGeneration: int | None = None
+    deleting: bool = False
+
+
 def order_workflow_id(namespace: str, name: str, uid: str) -> str:
     # The uid keeps a delete-and-recreate from ever signalling the old run.
     return f"order/{namespace}/{name}/{uid}"

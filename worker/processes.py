@@ -25,11 +25,13 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.order import OrderActivities
+from activities.order_cache import OrderCacheView
 from activities.preemption import PreemptionActivities
 from inference_api.payloads import PlanInput
 from inference_api.plan import PlanOutcome
 from inference_api.settings import ModuleSettings
 from worker.observer import Observer
+from worker.order_cache import OrderCache
 from worker.worker import build_worker
 
 log = structlog.get_logger(__name__)
@@ -49,9 +51,12 @@ def order_worker(
     api: ApiClient,
     settings: ModuleSettings,
     planner: PlanFunction | None = None,
+    cache: OrderCacheView | None = None,
     **kwargs: Any,
 ) -> Worker:
-    activities = OrderActivities(api, settings, planner or default_planner(settings, api))
+    """The order worker; ``cache``: the informer cache its activities read orders and classes from
+    (``worker.order_cache.OrderCache``, started by the caller), None: every read a GET."""
+    activities = OrderActivities(api, settings, planner or default_planner(settings, api), cache=cache)
     preemption = PreemptionActivities()
     sizing = {
         "workflow_task_slots": settings.worker.workflowTaskSlots,
@@ -85,14 +90,19 @@ async def run_worker(
         )
     # Before any task: no running run too old for the patches this code retired (PatchRetirementError).
     await check_patch_retirement(client, settings.temporal.taskQueue)
-    worker = order_worker(client, api, settings)
+    # The orders and classes the activities read, from a watch rather than a GET each (worker/order_cache.py).
+    cache = OrderCache(api)
+    cache.start()
+    worker = order_worker(client, api, settings, cache=cache)
     if health is not None:
         health.add_live("worker", lambda: (worker.is_running, "polling" if worker.is_running else "not running"))
+        health.add_live("order cache", lambda: (cache.alive(), "watching" if cache.alive() else "a watch thread ended"))
         health.add_ready("temporal", temporal_reachable(client))
     log.info("worker started", task_queue=settings.temporal.taskQueue, planner=settings.planner.baseURL or "in-process")
     try:
         await worker.run()
     finally:
+        cache.stop()
         if keeper is not None:
             keeper.cancel()
 

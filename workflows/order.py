@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
         ApplyResult,
         ModelResolution,
         OrderEvent,
+        OrderRead,
         OrderSnapshot,
         PlanInput,
         ProbeInput,
@@ -469,11 +470,19 @@ class OrderWorkflow(PreemptionMembership):
 
     # ------------------------------------------------------------------ reconcile
 
-    async def _read(self) -> OrderSnapshot:
+    async def _read(self, deleting: bool = False) -> OrderSnapshot:
         state = self._require_state()
+        # What the run knows of the order travels with the read: the worker's cache answers only when it
+        # is at least that fresh (activities/order_cache.py). An activity's input is not part of replay.
+        read = OrderRead(
+            **state.ref.model_dump(),
+            generation=state.generation,
+            classGeneration=state.classGeneration or None,
+            deleting=deleting,
+        )
         snapshot: OrderSnapshot = await self._activity(
             act.READ_ORDER,
-            state.ref,
+            read,
             result_type=OrderSnapshot,
             start_to_close_timeout=SHORT,
             retry_policy=K8S_RETRY,
@@ -489,7 +498,7 @@ class OrderWorkflow(PreemptionMembership):
 
     async def _confirm_deletion(self) -> None:
         state = self._require_state()
-        order = (await self._read()).order
+        order = (await self._read(deleting=True)).order
         if order is None:
             state.gone = True
         elif order.metadata.deletionTimestamp:

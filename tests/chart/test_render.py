@@ -740,10 +740,12 @@ def test_each_process_role_is_bound_to_its_own_service_account(docs: list[Doc]) 
 # What each worker activity does, and nothing more (docs/admin-guide.md, "What the worker may do").
 OWNED_VERBS = ["get", "list", "create", "patch", "delete"]
 WORKER_RULES = [
-    {"apiGroups": ["ai.deckhouse.io"], "resources": ["inferenceservices"], "verbs": ["get", "patch"]},
+    # Orders and classes: read from the worker's informer cache (worker/order_cache.py); a GET where
+    # the cache is behind.
+    {"apiGroups": ["ai.deckhouse.io"], "resources": ["inferenceservices"], "verbs": ["get", "list", "watch", "patch"]},
     {"apiGroups": ["ai.deckhouse.io"], "resources": ["inferenceservices/status"], "verbs": ["patch"]},
     {"apiGroups": ["ai.deckhouse.io"], "resources": ["inferenceservices/finalizers"], "verbs": ["update"]},
-    {"apiGroups": ["ai.deckhouse.io"], "resources": ["inferenceserviceclasses"], "verbs": ["get"]},
+    {"apiGroups": ["ai.deckhouse.io"], "resources": ["inferenceserviceclasses"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["ai.deckhouse.io"], "resources": ["inferenceserviceclasses/planner"], "verbs": ["create"]},
     # The first probe watches the order's StatefulSet for a ready replica.
     {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "list", "watch", *OWNED_VERBS[2:]]},
@@ -773,8 +775,9 @@ def test_process_roles_are_least_privilege(docs: list[Doc]) -> None:
         if _grants(d, "ai.deckhouse.io", "inferenceserviceclasses/planner", "create")
     ]
     assert holders == ["d8:ai-inference:worker"]
-    # Worker: exactly its table. No update or watch anywhere (server-side apply is create + patch,
-    # the observer watches), no class write, no inventory (it plans through the planner Service).
+    # Worker: exactly its table. No update anywhere (server-side apply is create + patch), no watch but
+    # of orders and classes (its order cache) and of the first probe's StatefulSet (the observer
+    # watches the rest), no class write, no inventory (it plans through the planner Service).
     assert _rules(worker) == WORKER_RULES
     # Watcher (the observer): list/watch orders and classes, class status.
     for resource in ("inferenceservices", "inferenceserviceclasses"):

@@ -38,6 +38,7 @@ from inference_api.payloads import order_workflow_id
 from inference_api.settings import ModuleSettings
 from inference_api.types import CLASSES, GROUP, VERSION
 from tests.polling import until
+from worker.order_cache import OrderCache
 from worker.processes import order_worker, run_watcher
 from workflows.order import ReplanOutcome
 
@@ -270,7 +271,10 @@ async def open_stand(
         if err.status != 409:
             raise
     fleet = StandInFleet(api).start()
-    worker = order_worker(client, api, settings, max_cached_workflows=100)
+    # As run_worker: the activities read orders and classes from the worker's informer cache.
+    cache = OrderCache(api)
+    cache.start()
+    worker = order_worker(client, api, settings, cache=cache, max_cached_workflows=100)
     watcher = asyncio.create_task(run_watcher(client, api, settings))
     stand = Stand(api, client, fleet, namespace, settings)
     try:
@@ -286,6 +290,7 @@ async def open_stand(
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await watcher
     finally:
+        cache.stop()
         fleet.stop()
         with contextlib.suppress(ApiException):
             CoreV1Api(api).delete_namespace(namespace)
@@ -316,12 +321,15 @@ async def worker_and_observer(
     """The module's worker and observer, in this process, with these settings, for as long as the
     block runs (tests that restart the module under other settings over one stand)."""
     settings = e2e_settings(task_queue, overrides)
-    worker = order_worker(client, api, settings, max_cached_workflows=100)
+    cache = OrderCache(api)
+    cache.start()
+    worker = order_worker(client, api, settings, cache=cache, max_cached_workflows=100)
     observer = asyncio.create_task(run_watcher(client, api, settings))
     try:
         async with worker:
             yield
     finally:
+        cache.stop()
         observer.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await observer

@@ -514,8 +514,8 @@ SA_MATRIX: list[tuple[str, Access, bool]] = [
     ("worker", Access("list", "pods", group="", scope="other"), True),
     ("worker", Access("get", "clustermodels", group="ai-models.deckhouse.io", scope="cluster"), True),
     # Least privilege: server-side apply is create + patch (no update), the watcher watches (no
-    # watch but the first probe's, of the order's StatefulSet), the planner Service plans (no
-    # inventory), one catalog object by name (no list).
+    # watch of what an order owns but the first probe's, of the order's StatefulSet), the planner
+    # Service plans (no inventory), one catalog object by name (no list).
     *[
         ("worker", Access(verb, resource, group=group, scope="other"), False)
         for verb in ("update", "watch")
@@ -525,8 +525,9 @@ SA_MATRIX: list[tuple[str, Access, bool]] = [
     ("worker", Access("watch", "statefulsets", group="apps", scope="other"), True),
     ("worker", Access("update", "inferenceservices", scope="other"), False),
     ("worker", Access("update", "inferenceservices", subresource="status", scope="other"), False),
-    ("worker", Access("watch", "inferenceservices", scope="cluster"), False),
-    ("worker", Access("list", "inferenceserviceclasses", scope="cluster"), False),
+    # The worker's order cache (worker/order_cache.py): list + watch of orders and classes.
+    ("worker", Access("watch", "inferenceservices", scope="cluster"), True),
+    ("worker", Access("list", "inferenceserviceclasses", scope="cluster"), True),
     ("worker", Access("list", "physicalgpus", group="gpu.deckhouse.io", scope="cluster"), False),
     ("worker", Access("list", "resourceslices", group="resource.k8s.io", scope="cluster"), False),
     ("worker", Access("list", "priorityclasses", group="scheduling.k8s.io", scope="cluster"), False),

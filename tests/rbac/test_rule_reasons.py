@@ -5,8 +5,8 @@ human roles (user-authz and rbacv2) and the local cluster's dev roles (deploy/de
 the code or the guide that needs it. The rendered chart and the dev file must grant exactly that:
 a verb added to a template fails here until it is given a reason, and a reason whose verb is gone
 fails until it is removed. What the process roles deliberately lack is asserted beside them (no
-list or watch of Secrets by any process, no Secret read at all by the planner, no get where a
-list+watch informer reads).
+list or watch of Secrets by any process, no Secret read at all by the planner, no get where the
+observer's or the planner's list+watch informer reads).
 """
 
 from __future__ import annotations
@@ -41,14 +41,19 @@ def _informer(group: str, *resources: str, what: str) -> dict[Rule, str]:
     return _rules(group, resources, ("list", "watch"), f"an informer (list + watch) of {what}")
 
 
+ORDER_CACHE = "worker/order_cache.py: the orders and classes the activities read, from an informer cache"
+
 WORKER: dict[Rule, str] = {
-    (AI, "inferenceservices", "get"): "activities/order.py: read the order by name at every step",
+    **_rules(AI, ("inferenceservices", "inferenceserviceclasses"), ("list", "watch"), ORDER_CACHE),
+    (AI, "inferenceservices", "get"): "activities/order.py: read the order by name where the order cache is behind",
     (AI, "inferenceservices", "patch"): "activities/order.py: add and remove the module's finalizer (JSON patch)",
     (AI, "inferenceservices/status", "patch"): "activities/status.py: the order's phase, conditions, endpoint",
     (AI, "inferenceservices/finalizers", "update"): (
         "ownerReferences with blockOwnerDeletion: OwnerReferencesPermissionEnforcement asks for it"
     ),
-    (AI, "inferenceserviceclasses", "get"): "activities/order.py: read the order's class by name",
+    (AI, "inferenceserviceclasses", "get"): (
+        "activities/order.py: read the order's class by name where the order cache is behind"
+    ),
     (AI, "inferenceserviceclasses/planner", "create"): "the planner's SubjectAccessReview: only the worker plans",
     **_rules(
         "apps",

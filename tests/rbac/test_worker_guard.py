@@ -30,7 +30,7 @@ from kubernetes.client import (
 from activities.builders.common import LABEL_MANAGED_BY, MANAGED_BY
 from activities.order import OrderActivities
 from devstack.cluster.launcher import LocalCluster
-from inference_api.payloads import ApplyInput, ModelResolution, OrderEvent, OrderRef, StatusUpdate
+from inference_api.payloads import ApplyInput, ModelResolution, OrderEvent, OrderRead, OrderRef, StatusUpdate
 from inference_api.reasons import EventReason
 from inference_api.settings import ModuleSettings
 from inference_api.types import (
@@ -106,7 +106,7 @@ def test_the_workers_role_suffices_for_every_step_of_an_order(
             raise AssertionError("not planned here")
 
         worker = OrderActivities(worker_api, ModuleSettings(), planner=no_planner)
-        snapshot = worker.read_order(ref)
+        snapshot = worker.read_order(OrderRead(**ref.model_dump()))
         assert snapshot.order is not None
         assert snapshot.cls is not None
         worker.ensure_finalizer(ref)
