@@ -718,8 +718,13 @@ class OrderActivities:
             raise _distrusted(unsealed)
 
     def _still_the_order(self, ref: OrderRef) -> None:
-        """Right before creating an object: the order still stands, with this uid, not being deleted."""
-        problem = order_problem(self._read_any_order(ref), ref.namespace, ref.name, ref.uid)
+        """Right before creating an object: the order still stands, with this uid, not being deleted. The
+        cache's word that it does is enough (a deletion it has not seen yet is milliseconds old, as one
+        right after a GET would be: what the apply makes is owned by the order's uid, so the garbage
+        collector and the finalizer's clean-up take it); anything else is asked of the API server."""
+        problem = order_problem(
+            self._cached_order(ref, 0) or self._read_any_order(ref), ref.namespace, ref.name, ref.uid
+        )
         if problem is not None:
             raise _refused(problem)
 

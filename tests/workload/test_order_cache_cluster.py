@@ -195,3 +195,29 @@ def test_step_events_are_told_once_while_the_cache_is_behind_the_workers_own_sta
     assert told() == {"ClassResolved True: ClassResolved done": 1, "ModelResolved True: ModelResolved done": 1}
     written = bench.custom.get_namespaced_custom_object(GROUP, VERSION, bench.namespace, ORDERS, "steps")
     assert [c["type"] for c in written["status"]["conditions"]] == ["ClassResolved", "ModelResolved"]
+
+
+def test_a_first_apply_confirms_the_order_from_the_cache_and_an_uncached_one_asks_the_api_server(
+    bench: Bench, kube_admin: ApiClient
+) -> None:
+    """The apply confirms the order stands before it makes anything (its token Secret, its writes):
+    from the cache when it holds the order's uid, not being deleted; by GET without a cache."""
+    from tests import factories as f
+    from tests.workload.test_apply_cluster import DEVICE_CLASS, cluster_local_class
+    from tests.workload.test_apply_cluster import Bench as ApplyBench
+
+    applies = ApplyBench(bounded(kube_admin), bench.namespace)
+    plan = f.plan(share=50, device_class=DEVICE_CLASS)
+    gets: dict[str, float] = {}
+    for name, cache in (("uncached", None), ("cached", bench.cache)):
+        applies.activities = OrderActivities(
+            bounded(kube_admin), ModuleSettings(), planner=Bench._no_planner, cache=cache
+        )
+        order = applies.create_order(name, bench.class_name)
+        wait_until(lambda n=name: bench.cache.order(bench.namespace, n) is not None, timeout=20, what="cached")
+        before = _gets("inferenceservices")
+        applies.apply(applies.apply_input(order, cluster_local_class(), plan))
+        gets[name] = _gets("inferenceservices") - before
+        assert applies.get("apps/v1", "StatefulSet", name) is not None
+    # A class without a token: no Secret to make, so one confirmation, before the writes.
+    assert gets == {"uncached": 1, "cached": 0}
