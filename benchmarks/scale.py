@@ -867,9 +867,9 @@ def request_counts(page: str) -> Counter[str]:
     return kinds
 
 
-def module_requests(ports: dict[str, int]) -> dict[str, Counter[str]]:
-    """Each module process's own API requests so far (``ai_inference_kubernetes_requests_total`` of its
-    /metrics), by kind ``verb resource``; a process that does not answer counts nothing."""
+def module_counts(ports: dict[str, int], metric: str, label_names: tuple[str, ...]) -> dict[str, Counter[str]]:
+    """Each module process's counter ``metric`` so far (of its /metrics), by its labels ``label_names``
+    joined with a space; a process that does not answer counts nothing."""
     counts: dict[str, Counter[str]] = {}
     for key, port in ports.items():
         if not key.endswith("-health"):
@@ -878,13 +878,24 @@ def module_requests(ports: dict[str, int]) -> dict[str, Counter[str]]:
         with contextlib.suppress(httpx.HTTPError):
             page = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
             for line in page.splitlines():
-                if line.startswith("ai_inference_kubernetes_requests_total{"):
+                if line.startswith(metric + "{"):
                     labels = dict(re.findall(r'(\w+)="([^"]*)"', line[: line.rindex("}")]))
-                    kinds[f"{labels.get('verb', '?')} {labels.get('resource', '?')}"] += int(
-                        float(line.rsplit(" ", 1)[1])
-                    )
+                    kinds[" ".join(labels.get(name, "?") for name in label_names)] += int(float(line.rsplit(" ", 1)[1]))
         counts[key.removesuffix("-health")] = kinds
     return counts
+
+
+def module_requests(ports: dict[str, int]) -> dict[str, Counter[str]]:
+    """Each module process's own API requests so far (``ai_inference_kubernetes_requests_total``), by
+    kind ``verb resource``."""
+    return module_counts(ports, "ai_inference_kubernetes_requests_total", ("verb", "resource"))
+
+
+def cache_reads(ports: dict[str, int]) -> Counter[str]:
+    """The workers' reads of orders and classes so far (``ai_inference_order_cache_reads_total``), by
+    ``kind result`` (``order hit``, ``class miss``, ...), every worker together."""
+    by_process = module_counts(ports, "ai_inference_order_cache_reads_total", ("kind", "result"))
+    return sum((kinds for name, kinds in by_process.items() if name.startswith("worker")), Counter())
 
 
 def request_kinds(before: Counter[str], after: Counter[str], orders: int, top: int = 8) -> str:
@@ -1051,6 +1062,7 @@ async def e2e_tier(
             alone, alone_id = median_run([await time_one(f"alone-{i}") for i in range(repeats)])
             requests_before = await asyncio.to_thread(apiserver_requests, api)
             own_before = await asyncio.to_thread(module_requests, stack.ports())
+            reads_before = await asyncio.to_thread(cache_reads, stack.ports())
             names = [f"order-{i}" for i in range(orders)]
             started = time.perf_counter()
             cpu_before = _cpu_ticks()
@@ -1080,6 +1092,7 @@ async def e2e_tier(
             }
             requests_after = await asyncio.to_thread(apiserver_requests, api)
             own_after = await asyncio.to_thread(module_requests, stack.ports())
+            reads_after = await asyncio.to_thread(cache_reads, stack.ports())
             serving_cpu = await cpu_by_process(cpu_window)
             late, late_id = median_run([await time_one(f"late-{i}") for i in range(repeats)])
             alone_steps = await step_times(temporal, alone_id)
@@ -1124,6 +1137,12 @@ async def e2e_tier(
     every_kind: Counter[str] = sum(own.values(), Counter())
     # Every kind (not only the largest): where a change of the module's requests went shows here.
     report.add("    all of them, per order", request_kinds(Counter(), every_kind, orders, top=len(every_kind)))
+    # Reads of orders and classes the worker's informer cache answered (hit) or sent on as a GET (miss).
+    reads = reads_after - reads_before
+    report.add(
+        "  the worker's order cache, reads per order",
+        ", ".join(f"{kind} {reads[kind] / orders:.1f}" for kind in sorted(reads)) or "none counted",
+    )
     report.add(f"history events per order (sample of {len(picked)})", f"{statistics.mean(histories):.1f}")
     report.add(f"activity slots held by serving orders (sample of {len(picked)})", str(held), "target 0")
     return report
