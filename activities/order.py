@@ -241,12 +241,12 @@ class OrderActivities:
         CACHE_READS.labels("order", "hit" if fresh else "miss").inc()
         return obj if fresh else None
 
-    def _cached_class(self, name: str, generation: int | None) -> dict[str, Any] | None:
+    def _cached_class(self, name: str, generation: int | None, first_read: bool = False) -> dict[str, Any] | None:
         if self.cache is None or not self.cache.synced():
             CACHE_READS.labels("class", "miss").inc()
             return None
         obj = self.cache.order_class(name)
-        fresh = class_fresh_enough(obj, generation)
+        fresh = class_fresh_enough(obj, generation, first_read)
         CACHE_READS.labels("class", "hit" if fresh else "miss").inc()
         return obj if fresh else None
 
@@ -269,7 +269,7 @@ class OrderActivities:
             return OrderSnapshot()
         order = InferenceService.model_validate(obj)
         cls_name = order.spec.inferenceServiceClassName
-        cached_cls = self._cached_class(cls_name, ref.classGeneration)
+        cached_cls = self._cached_class(cls_name, ref.classGeneration, ref.firstClassRead)
         cls = InferenceServiceClass.model_validate(cached_cls) if cached_cls is not None else self._read_class(cls_name)
         return OrderSnapshot(
             order=order, cls=cls, timings=order_timings(self.settings), release=release_fingerprint(self.settings)

@@ -11,7 +11,9 @@ answers only when it is at least that fresh; otherwise the read is a GET, as bef
   seen), a generation no older than the newest the run was told of, and says it is being deleted when
   the run was told so; absence is never believed (the order may be new to the watch) — a GET says;
 - a class: the cached class has exactly the generation the run holds or was told of (0 or unknown: a
-  GET; a class is read whole by each reconcile and 0 is also what a run holds before its first read).
+  GET: 0 is also what a run told of a deletion holds); a run's first read of its class, before it holds
+  or was told of any generation, takes the cached class as it is (an edit the watch has not delivered
+  yet reaches the run as a ``class_changed`` signal after it, and the run reads again).
 
 The decisions here are pure; the cache itself is the worker's (``worker.order_cache``).
 """
@@ -58,8 +60,13 @@ def order_fresh_enough(obj: Mapping[str, Any] | None, uid: str, generation: int 
     return not (deleting and not meta.get("deletionTimestamp"))
 
 
-def class_fresh_enough(obj: Mapping[str, Any] | None, generation: int | None) -> bool:
-    """Whether the cached class ``obj`` answers a read that must see exactly ``generation``."""
-    if obj is None or not generation:
+def class_fresh_enough(obj: Mapping[str, Any] | None, generation: int | None, first_read: bool = False) -> bool:
+    """Whether the cached class ``obj`` answers a read that must see exactly ``generation``, or, for a
+    run's ``first_read`` of its class, any generation (absence is still asked of the API server)."""
+    if obj is None:
+        return False
+    if first_read:
+        return True
+    if not generation:
         return False
     return int(_meta(obj).get("generation") or 0) == generation

@@ -904,6 +904,90 @@ def request_kinds(before: Counter[str], after: Counter[str], orders: int, top: i
     return ", ".join(f"{kind} {n / orders:.1f}" for kind, n in grown.most_common(top))
 
 
+@dataclass
+class PlacementCheck:
+    """Every running replica of a namespace's orders, each on the place the module chose for it?
+
+    ``planned``: replicas the plan placed (the claim template's ``planned-placements``, by ordinal) that
+    run on that node and device; ``placed``: replicas beyond the plan (the autoscaler's) on the device
+    the replica placer wrote (its record on the pod); ``elsewhere``: the rest, named; ``unallocated``:
+    replicas whose claim holds no allocation yet."""
+
+    planned: int = 0
+    placed: int = 0
+    elsewhere: list[str] = field(default_factory=list)
+    unallocated: int = 0
+
+    @property
+    def replicas(self) -> int:
+        return self.planned + self.placed + len(self.elsewhere) + self.unallocated
+
+    def describe(self) -> str:
+        where = f"; elsewhere: {', '.join(self.elsewhere[:5])}" if self.elsewhere else ""
+        return (
+            f"{self.planned + self.placed} of {self.replicas} replicas ({self.planned} on their planned device, "
+            f"{self.placed} added and on the device the placer chose, {self.unallocated} not allocated){where}"
+        )
+
+
+def placement_check(templates: Sequence[Any], pods: Sequence[Any], claims: Sequence[Any]) -> PlacementCheck:
+    """Planned = allocated, from the listings of one namespace (plain dicts as the API server sends them):
+    ResourceClaimTemplates, the orders' pods, their ResourceClaims."""
+    from activities.builders.claim import ANNOTATION_PLANNED_PLACEMENTS
+    from activities.builders.common import LABEL_ORDER
+
+    placement_annotation = "ai.deckhouse.io/replica-placement"  # worker.observer.replica_placer's record
+    planned: dict[str, list[dict[str, Any]]] = {}
+    for template in templates:
+        meta = template.get("metadata") or {}
+        order = (meta.get("labels") or {}).get(LABEL_ORDER)
+        note = (meta.get("annotations") or {}).get(ANNOTATION_PLANNED_PLACEMENTS)
+        if order and note:
+            planned[order] = json.loads(note)
+    by_name = {c["metadata"]["name"]: c for c in claims}
+    check = PlacementCheck()
+    for pod in pods:
+        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        order = (meta.get("labels") or {}).get(LABEL_ORDER)
+        claim_statuses = status.get("resourceClaimStatuses") or []
+        if not order or not claim_statuses:
+            continue
+        claim = by_name.get(claim_statuses[0].get("resourceClaimName") or "")
+        allocation = ((claim or {}).get("status") or {}).get("allocation")
+        if not allocation:
+            check.unallocated += 1
+            continue
+        results = allocation["devices"]["results"]
+        node, devices = results[0]["pool"], sorted(r["device"] for r in results)
+        ordinal = int(meta["name"].rsplit("-", 1)[1])
+        places = planned.get(order, [])
+        if ordinal < len(places):
+            if (places[ordinal]["node"], sorted(places[ordinal]["devices"])) == (node, devices):
+                check.planned += 1
+                continue
+        else:
+            record = json.loads((meta.get("annotations") or {}).get(placement_annotation) or "null")
+            if record and (record["node"], sorted(record["devices"])) == (node, devices):
+                check.placed += 1
+                continue
+        check.elsewhere.append(f"{meta['name']} on {node}/{','.join(devices)}")
+    return check
+
+
+def read_placement_check(api: Any, namespace: str) -> PlacementCheck:
+    """``placement_check`` of what the API server holds in ``namespace`` now (three lists)."""
+    from kubernetes.client import CoreV1Api, CustomObjectsApi
+
+    custom = CustomObjectsApi(api)
+
+    def listed(plural: str) -> list[Any]:
+        return list(custom.list_namespaced_custom_object("resource.k8s.io", "v1", namespace, plural)["items"])
+
+    response = CoreV1Api(api).list_namespaced_pod(namespace, _preload_content=False)
+    pods = list(json.loads(response.data)["items"])  # as the API server sends them (camelCase)
+    return placement_check(listed("resourceclaimtemplates"), pods, listed("resourceclaims"))
+
+
 def lean_stack_up(stack: Any, fleet: Any, say: Callable[[str], None], workers: int = 1) -> None:
     """What ``ai-inference dev up`` starts for orders, and nothing else: the control plane with the
     sized fleet, the Temporal dev server, the stand-in catalog, the planner service (HTTPS, token
@@ -1093,6 +1177,7 @@ async def e2e_tier(
             requests_after = await asyncio.to_thread(apiserver_requests, api)
             own_after = await asyncio.to_thread(module_requests, stack.ports())
             reads_after = await asyncio.to_thread(cache_reads, stack.ports())
+            placement = await asyncio.to_thread(read_placement_check, api, namespace)
             serving_cpu = await cpu_by_process(cpu_window)
             late, late_id = median_run([await time_one(f"late-{i}") for i in range(repeats)])
             alone_steps = await step_times(temporal, alone_id)
@@ -1143,6 +1228,7 @@ async def e2e_tier(
         "  the worker's order cache, reads per order",
         ", ".join(f"{kind} {reads[kind] / orders:.1f}" for kind in sorted(reads)) or "none counted",
     )
+    report.add("planned = allocated (every replica, read back from the claims)", placement.describe())
     report.add(f"history events per order (sample of {len(picked)})", f"{statistics.mean(histories):.1f}")
     report.add(f"activity slots held by serving orders (sample of {len(picked)})", str(held), "target 0")
     return report

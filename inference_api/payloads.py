@@ -46,11 +46,15 @@ class OrderRead(OrderRef):
 
     ``generation``: the newest spec generation the run was told of (the cached order must be at least
     it); ``classGeneration``: the class's generation the run holds or was told of (the cached class must
-    be exactly it; 0 or None: unknown, a GET); ``deleting``: the run was told the order is being deleted
-    (a cached order that does not say so is behind). None and False (a run of an earlier release): GET."""
+    be exactly it; 0 or None: unknown, a GET) — unless ``firstClassRead``: the run has neither read its
+    class nor been told of it, so any cached class answers (an edit the cache has not seen yet is
+    signalled to the run after it, which reads again); ``deleting``: the run was told the order is being
+    deleted (a cached order that does not say so is behind). None and False (a run of an earlier
+    release): GET."""
 
     generation: int | None = None
     classGeneration: int | None = None
+    firstClassRead: bool = False
     deleting: bool = False
 
 

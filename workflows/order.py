@@ -221,6 +221,7 @@ class OrderWorkflow(PreemptionMembership):
     def class_changed(self, generation: int) -> None:
         state = self._require_state()
         # Any other generation than the one held: an edit, a deletion (0), a class made again.
+        state.classSeen = True
         if generation != state.classGeneration:
             state.classGeneration = generation
             state.dirty = True
@@ -478,6 +479,7 @@ class OrderWorkflow(PreemptionMembership):
             **state.ref.model_dump(),
             generation=state.generation,
             classGeneration=state.classGeneration or None,
+            firstClassRead=not state.classSeen,
             deleting=deleting,
         )
         snapshot: OrderSnapshot = await self._activity(
@@ -539,6 +541,7 @@ class OrderWorkflow(PreemptionMembership):
         state.className = order.spec.inferenceServiceClassName
         cls = snapshot.cls
         state.classGeneration = (cls.metadata.generation or 0) if cls is not None else 0
+        state.classSeen = True
         refusal = check_class(order, cls)
         if refusal is not None or cls is None:
             self._refuse(ConditionType.CLASS_RESOLVED, refusal)

@@ -77,6 +77,9 @@ class OrderState(BaseModel):
     generation: int = 0
     observedGeneration: int = 0
     classGeneration: int = 0
+    # The run has read its class, or was told of it (class_changed): until then any cached class answers
+    # its read (OrderRead.firstClassRead), after it only the generation above.
+    classSeen: bool = False
     dirty: bool = True
     # A `delete` signal is a request: obeyed once a read of the order shows its deletionTimestamp.
     deleteRequested: bool = False

@@ -53,3 +53,14 @@ def test_a_cached_class_answers_only_the_generation_the_run_holds(
 ) -> None:
     cached = None if cached_generation is None else {"metadata": {"name": "c", "generation": cached_generation}}
     assert class_fresh_enough(cached, held) is answers
+
+
+@pytest.mark.parametrize(
+    ("cached_generation", "held", "answers"),
+    [(1, None, True), (7, 0, True), (7, 3, True), (None, None, False)],  # absent: only a GET says it is gone
+)
+def test_a_runs_first_read_of_its_class_takes_the_cached_class_as_it_is(
+    cached_generation: int | None, held: int | None, answers: bool
+) -> None:
+    cached = None if cached_generation is None else {"metadata": {"name": "c", "generation": cached_generation}}
+    assert class_fresh_enough(cached, held, first_read=True) is answers

@@ -107,13 +107,14 @@ def bench(kube_admin: ApiClient, make_namespace: Callable[..., str]) -> Iterator
 
 def test_a_reconcile_read_is_answered_by_the_cache_once_it_holds_what_the_run_knows(bench: Bench) -> None:
     ref = bench.create_order("cached")
-    first = bench.activities.read_order(ref.model_copy(update={"generation": 1}))
+    orders, classes = _gets("inferenceservices"), _gets("inferenceserviceclasses")
+    # A run's first read: it holds generation 1 (the observer's start) and no class yet.
+    first = bench.activities.read_order(ref.model_copy(update={"generation": 1, "firstClassRead": True}))
     assert first.order is not None
     assert first.order.metadata.uid == ref.uid
     assert first.cls is not None
     assert first.cls.metadata.name == bench.class_name
     held_class = first.cls.metadata.generation
-    orders, classes = _gets("inferenceservices"), _gets("inferenceserviceclasses")
     again = bench.activities.read_order(ref.model_copy(update={"generation": 1, "classGeneration": held_class}))
     assert again.order == first.order
     assert again.cls == first.cls
