@@ -381,7 +381,8 @@ def planned_reservations(templates: Collection[Obj], devices: list[Device], memo
                 continue
             for _ in range(min(remaining, count - have[key])):
                 remaining -= 1
-                out.append(Reserved(key, template_allocation(device, holder, memory), device_class))
+                held = template_allocation(device, holder, memory).model_copy(update={"reserved": True})
+                out.append(Reserved(key, held, device_class))
     return out
 
 

@@ -1191,8 +1191,9 @@ async def e2e_tier(
                     (await history_counts(temporal, order_workflow_id(namespace, name, ready[name]))).events
                 )
             held = await pending_activities(temporal, [order_workflow_id(namespace, n, ready[n]) for n in picked])
-            with contextlib.suppress(ApiException):
-                custom.delete_collection_namespaced_custom_object(GROUP, VERSION, namespace, ORDERS)
+            if not keep:  # a kept stack keeps its orders too, to be looked at
+                with contextlib.suppress(ApiException):
+                    custom.delete_collection_namespaced_custom_object(GROUP, VERSION, namespace, ORDERS)
     finally:
         if not keep:
             stack_down(stack)

@@ -44,6 +44,11 @@ class DeviceAllocation(_Model):
         description="Device memory the claim consumed (gpu.deckhouse.io/memory); "
         "absent: sharePercent of the device's memory.",
     )
+    reserved: bool = Field(
+        default=False,
+        description="A planned place of the holder that no claim of it is allocated on yet (the claim "
+        "template's planned placements), held as a claim from the template would hold it.",
+    )
 
 
 class CapacityRange(_Model):

@@ -354,8 +354,8 @@ def test_a_pinned_orders_template_reserves_the_placements_no_claim_holds_yet() -
     placements = [{"node": "n", "devices": ["gpu-0"]}, {"node": "n", "devices": ["gpu-1"]}]
     found = planned_reservations([_template(placements)], [*shared, whole])
     assert [(r.key, r.allocation) for r in found] == [
-        ("n/gpu-0", DeviceAllocation(holder="ns/llm", sharePercent=0, memoryMiB=4096)),
-        ("n/gpu-1", DeviceAllocation(holder="ns/llm", sharePercent=0, memoryMiB=4096)),
+        ("n/gpu-0", DeviceAllocation(holder="ns/llm", sharePercent=0, memoryMiB=4096, reserved=True)),
+        ("n/gpu-1", DeviceAllocation(holder="ns/llm", sharePercent=0, memoryMiB=4096, reserved=True)),
     ]
     # One replica allocated where planned: the other placement alone is reserved.
     held = shared[0].model_copy(
@@ -367,7 +367,7 @@ def test_a_pinned_orders_template_reserves_the_placements_no_claim_holds_yet() -
     assert planned_reservations([_template(placements)], [stacked, shared[1]]) == []
     # A whole device is held whole; a template without the annotation reserves nothing.
     (one,) = planned_reservations([_template([{"node": "n", "devices": ["gpu-2"]}], memory=None)], [whole])
-    assert one.allocation == DeviceAllocation(holder="ns/llm")
+    assert one.allocation == DeviceAllocation(holder="ns/llm", reserved=True)
     bare = _template(placements)
     bare["metadata"]["annotations"] = {}
     assert planned_reservations([bare], shared) == []
@@ -450,7 +450,10 @@ def test_a_steered_orders_planned_replica_is_reserved_until_a_claim_of_the_order
     planned = [{"node": "n", "devices": ["gpu-0"]}]
     # The reservation holds what the allocator would consume: 4 GiB rounded up to 10 GiB, share default 0.
     (one,) = planned_reservations([_steered_template(planned)], cards)
-    assert (one.key, one.allocation) == ("n/gpu-0", DeviceAllocation(holder="ns/llm", sharePercent=0, memoryMiB=10240))
+    assert (one.key, one.allocation) == (
+        "n/gpu-0",
+        DeviceAllocation(holder="ns/llm", sharePercent=0, memoryMiB=10240, reserved=True),
+    )
     # The allocator chose the "any" subrequest (gpu-1): the planned place is given back.
     elsewhere = cards[1].model_copy(
         update={"allocations": [DeviceAllocation(holder="ns/llm", sharePercent=0, memoryMiB=10240)]}

@@ -341,14 +341,33 @@ def _made_before(pod: Obj, template: Obj | None) -> bool:
 def _with_allocations(
     snapshot: InventorySnapshot, entries: Sequence[tuple[str, DeviceAllocation]]
 ) -> InventorySnapshot:
-    """The snapshot with ``entries`` (device key, allocation) added to their devices."""
-    extra: dict[str, list[DeviceAllocation]] = {}
+    """The snapshot with ``entries`` (device key, allocation) added to their devices, as the informers
+    will show them once they see the writes: each allocation of an order takes the place of one of the
+    order's reservations (``planned_reservations``: a planned place no claim of the order is allocated
+    on yet) — the one on its own device, else one elsewhere (an allocation on another device gives a
+    planned place back). Added beside the reservation, the order was counted twice on its planned
+    device until the informer caught up, the device looked full to the next replica planned there, and
+    that replica went to ``any`` onto another order's planned place."""
+    devices = list(snapshot.devices)
+    index = {d.key: i for i, d in enumerate(devices)}
+
+    def take_reservation(at: int, holder: str) -> bool:
+        held = devices[at].allocations
+        for j, a in enumerate(held):
+            if a.reserved and a.holder == holder:
+                devices[at] = devices[at].model_copy(update={"allocations": [*held[:j], *held[j + 1 :]]})
+                return True
+        return False
+
     for device_key, allocation in entries:
-        extra.setdefault(device_key, []).append(allocation)
-    devices = [
-        d.model_copy(update={"allocations": [*d.allocations, *extra[d.key]]}) if d.key in extra else d
-        for d in snapshot.devices
-    ]
+        at = index.get(device_key)
+        if at is None:
+            continue
+        if not take_reservation(at, allocation.holder):
+            for other in range(len(devices)):
+                if other != at and take_reservation(other, allocation.holder):
+                    break
+        devices[at] = devices[at].model_copy(update={"allocations": [*devices[at].allocations, allocation]})
     return snapshot.model_copy(update={"devices": devices})
 
 
