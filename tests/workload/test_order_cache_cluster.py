@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -27,6 +28,10 @@ from worker.order_cache import OrderCache
 pytestmark = pytest.mark.cluster
 
 MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+def _cached(bench: Bench, name: str) -> bool:
+    return bench.cache.order(bench.namespace, name) is not None
 
 
 def _gets(resource: str) -> float:
@@ -215,7 +220,7 @@ def test_a_first_apply_confirms_the_order_from_the_cache_and_an_uncached_one_ask
             bounded(kube_admin), ModuleSettings(), planner=Bench._no_planner, cache=cache
         )
         order = applies.create_order(name, bench.class_name)
-        wait_until(lambda n=name: bench.cache.order(bench.namespace, n) is not None, timeout=20, what="cached")
+        wait_until(partial(_cached, bench, name), timeout=20, what="the order cached")
         before = _gets("inferenceservices")
         applies.apply(applies.apply_input(order, cluster_local_class(), plan))
         gets[name] = _gets("inferenceservices") - before
