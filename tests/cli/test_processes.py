@@ -233,6 +233,10 @@ async def refused_replan(
     return answer
 
 
+# The worker's /healthz: its event loop, the Temporal worker, and the watch threads of its order cache.
+WORKER_LIVE = "ok: event loop: running; worker: polling; order cache: watching\n"
+
+
 async def test_the_worker_registers_the_search_attributes_and_an_order_workflow_runs(
     fresh_temporal: DevServer, local_cluster: LocalCluster, kube_admin: ApiClient, namespace: str, tmp_path: Path
 ) -> None:
@@ -246,7 +250,7 @@ async def test_the_worker_registers_the_search_attributes_and_an_order_workflow_
     try:
         ready = worker.until("/readyz", 200)
         assert ready.text == "ok: temporal: reachable\n"
-        assert worker.get("/healthz").text == "ok: event loop: running; worker: polling\n"
+        assert worker.get("/healthz").text == WORKER_LIVE
         now = await registered(client)
         assert {key.name: now.get(key.name) for key in ALL_KEYS} == {
             key.name: key.indexed_value_type for key in ALL_KEYS
@@ -287,7 +291,7 @@ async def test_the_worker_registers_the_search_attributes_and_an_order_workflow_
         # Temporal stopped: not ready, with the reason; still live. Resumed: ready again.
         not_ready, live = stopped_then_resumed(fresh_temporal, worker)
         assert not_ready.text.startswith("not ready: temporal: "), not_ready.text
-        assert (live.status_code, live.text) == (200, "ok: event loop: running; worker: polling\n")
+        assert (live.status_code, live.text) == (200, WORKER_LIVE)
     finally:
         worker.stop()
 
