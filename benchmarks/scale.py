@@ -935,8 +935,8 @@ def placement_check(templates: Sequence[Any], pods: Sequence[Any], claims: Seque
     ResourceClaimTemplates, the orders' pods, their ResourceClaims."""
     from activities.builders.claim import ANNOTATION_PLANNED_PLACEMENTS
     from activities.builders.common import LABEL_ORDER
+    from worker.observer.replica_placer import ANNOTATION_REPLICA_PLACEMENT
 
-    placement_annotation = "ai.deckhouse.io/replica-placement"  # worker.observer.replica_placer's record
     planned: dict[str, list[dict[str, Any]]] = {}
     for template in templates:
         meta = template.get("metadata") or {}
@@ -966,7 +966,7 @@ def placement_check(templates: Sequence[Any], pods: Sequence[Any], claims: Seque
                 check.planned += 1
                 continue
         else:
-            record = json.loads((meta.get("annotations") or {}).get(placement_annotation) or "null")
+            record = json.loads((meta.get("annotations") or {}).get(ANNOTATION_REPLICA_PLACEMENT) or "null")
             if record and (record["node"], sorted(record["devices"])) == (node, devices):
                 check.placed += 1
                 continue

@@ -13,14 +13,13 @@ read needs a fresher object than it holds, the activities GET (``activities.orde
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, cast
 
 import structlog
 from kubernetes.client import ApiClient, CustomObjectsApi
 
 from inference_api.types import CLASSES, GROUP, ORDERS, VERSION
-from worker.observer.decisions import DELETED, object_key
-from worker.observer.informer import CLASS, ORDER, InformerItem, Listed, ListWatch, Resource, Watched
+from worker.observer.informer import CLASS, ORDER, Informer, InformerItem, Listed, ListWatch, Resource, Watched
 
 log = structlog.get_logger(__name__)
 
@@ -45,8 +44,8 @@ class OrderCache:
             return list_fn
 
         self._lock = threading.Lock()
-        self._objects: dict[str, dict[str, dict[str, Any]]] = {ORDER: {}, CLASS: {}}
-        self._listed: set[str] = set()
+        # The observer's caches by key (Informer); the changes they report are not needed here.
+        self._informers = {ORDER: Informer(ORDER), CLASS: Informer(CLASS)}
         self.loops = [
             ListWatch(Resource(kind, lister(plural)), self._deliver, timeout_seconds=watch_timeout_seconds)
             for kind, plural in ((ORDER, ORDERS), (CLASS, CLASSES))
@@ -62,28 +61,24 @@ class OrderCache:
 
     def _deliver(self, item: InformerItem) -> None:
         with self._lock:
+            informer = self._informers[item.kind]
             if isinstance(item, Listed):
-                self._objects[item.kind] = {object_key(obj): _kept(obj) for obj in item.items}
-                if item.kind not in self._listed:
+                if not informer.synced:
                     log.info("order cache listed", kind=item.kind, objects=len(item.items))
-                self._listed.add(item.kind)
+                informer.listed([_kept(obj) for obj in item.items], item.served)
             elif isinstance(item, Watched):
-                key = object_key(item.obj)
-                if item.type == DELETED:
-                    self._objects[item.kind].pop(key, None)
-                else:
-                    self._objects[item.kind][key] = _kept(item.obj)
+                informer.watched(item.type, _kept(item.obj))
 
     def synced(self) -> bool:
-        return len(self._listed) == len(self.loops)
+        return all(informer.synced for informer in self._informers.values())
 
     def order(self, namespace: str, name: str) -> dict[str, Any] | None:
         with self._lock:
-            return self._objects[ORDER].get(f"{namespace}/{name}")
+            return cast(dict[str, Any] | None, self._informers[ORDER].get(f"{namespace}/{name}"))
 
     def order_class(self, name: str) -> dict[str, Any] | None:
         with self._lock:
-            return self._objects[CLASS].get(name)
+            return cast(dict[str, Any] | None, self._informers[CLASS].get(name))
 
     def alive(self) -> bool:
         return all(loop.thread.is_alive() for loop in self.loops)

@@ -8,8 +8,7 @@ from typing import Any
 from activities.builders.claim import ANNOTATION_PLANNED_PLACEMENTS
 from activities.builders.common import LABEL_ORDER
 from benchmarks.scale import placement_check
-
-RECORD = "ai.deckhouse.io/replica-placement"
+from worker.observer.replica_placer import ANNOTATION_REPLICA_PLACEMENT as RECORD
 
 
 def template(order: str, places: list[tuple[str, list[str]]]) -> dict[str, Any]:
