@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 
+from prometheus_client import Counter
 from prometheus_client.core import REGISTRY, CollectorRegistry, CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -86,3 +87,14 @@ def _register(registry: CollectorRegistry) -> PreemptionMetricsCollector:
 
 # The process's collector, in prometheus_client's default registry (what /metrics serves).
 PREEMPTION_METRICS = _register(REGISTRY)
+
+
+# The devices moves made before they break gave back (activities/builders/move.py): for each finished
+# move, what one old replica held minus what one new replica holds (device count x share), times the
+# replicas moved. Counted by the apply that retires the old replicas, once per move (the retire is
+# written once: a later apply finds no move recorded).
+GPUS_WON_BACK = Counter(
+    "ai_inference_gpus_won_back",
+    "Devices (device count x share) given back by moves made before they break: a stranded order moved "
+    "onto a place that takes less of a device",
+)

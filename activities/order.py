@@ -24,7 +24,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.builders.auth import build_auth_secret, new_token, requires_token
-from activities.builders.autoscaling import constraints_status
+from activities.builders.autoscaling import constraints_status, replica_bounds
 from activities.builders.claim import claim_template_spec_differs
 from activities.builders.common import (
     ANNOTATION_PLACEMENT,
@@ -32,6 +32,7 @@ from activities.builders.common import (
     ANNOTATION_TEMPLATE_DIGEST,
     FIELD_MANAGER,
     LABEL_ENDPOINT_HOST,
+    LABEL_ORDER,
     ObjectNames,
     UnsupportedModelSourceError,
     WorkloadInputs,
@@ -47,6 +48,7 @@ from activities.builders.exposure import (
     host_digest,
     host_taken,
 )
+from activities.builders.move import MoveStep, SetShape, decide_move, move_allowed
 from activities.builders.objects import (
     OWNED_KINDS,
     DesiredObject,
@@ -70,10 +72,11 @@ from activities.builders.runtime import (
     runtime_current,
     volume_must_grow,
 )
-from activities.builders.statefulset import build_statefulset
+from activities.builders.statefulset import build_statefulset, volume_claim_templates
 from activities.catalog import KubernetesCatalogReader, lookup_model, model_resolution
 from activities.health import probe_models, probe_target, token_from_secret
 from activities.kube import Applier, refusals_are_final, watch_events
+from activities.metrics import GPUS_WON_BACK
 from activities.model_revision import pin_revision
 from activities.order_cache import CACHE_READS, OrderCacheView, class_fresh_enough, order_fresh_enough
 from activities.order_events import EventRecorder, step_events
@@ -575,6 +578,20 @@ class OrderActivities:
         )
         if template_hold and not inputs.hold_running_replicas:
             inputs = dataclasses.replace(inputs, hold_running_replicas=True)
+        bounds = replica_bounds(cls, request.replicaCeiling)
+        shape = decide_move(
+            inputs.standing_statefulset,
+            replicas=bounds.min,
+            template=built["metadata"]["annotations"][ANNOTATION_TEMPLATE_DIGEST],
+            plan=plan,
+            asked=request.makeBeforeBreak,
+            allowed=move_allowed(cls, autoscaled=bounds.autoscaled, held=inputs.hold_running_replicas),
+            moved=request.makeBeforeBreak,
+            now=time.time(),
+        )
+        inputs = dataclasses.replace(inputs, set_shape=shape)
+        if shape.step is not MoveStep.NONE:
+            log.info("move", order=request.ref.key, step=str(shape.step), first_ordinal=shape.firstOrdinal)
         certificate = None
         source = custom_certificate_source(cls, self.settings)
         if source is not None:
@@ -626,7 +643,11 @@ class OrderActivities:
                     applied_statefulset = result
             if applied_statefulset is None:
                 self._prune(request, wanted_set)  # no set to record it on: every apply prunes
-        verdict = runtime_current(plan.recipe.runtimeVersion, versions, moved)
+        surging = shape.step in (MoveStep.SURGE, MoveStep.HOLD)
+        # A move made before it breaks keeps the replicas that serve: nothing is rebuilt.
+        verdict = runtime_current(plan.recipe.runtimeVersion, versions, moved and not surging)
+        if shape.step is MoveStep.RETIRE:
+            self._retire_moved(request, inputs, shape)
         if grown:
             verdict = RuntimeVerdict(
                 ConditionStatus.FALSE,
@@ -649,7 +670,27 @@ class OrderActivities:
             runtimeCurrent=verdict.status == ConditionStatus.TRUE,
             runtimeReason=str(verdict.reason),
             runtimeMessage=verdict.message,
+            moving=surging,
+            moveStep=str(shape.step),
+            gpusWonBack=shape.gpusWonBack,
         )
+
+    def _retire_moved(self, request: ApplyInput, inputs: WorkloadInputs, shape: SetShape) -> None:
+        """The old replicas of a finished move are going: their model volumes go too (the set keeps a
+        scaled-down replica's volume for when it comes back; a retired ordinal never does), and the
+        devices won back are counted."""
+        ns, name = request.ref.namespace, request.ref.name
+        templates = [str((t.get("metadata") or {}).get("name")) for t in volume_claim_templates(inputs)]
+        for ordinal in shape.retired:
+            for template in templates:
+                claim = f"{template}-{name}-{ordinal}"
+                found = self.applier.get("v1", "PersistentVolumeClaim", claim, ns)
+                volume_labels = ((found or {}).get("metadata") or {}).get("labels") or {}
+                if found is not None and volume_labels.get(LABEL_ORDER) == name:
+                    self.applier.delete("v1", "PersistentVolumeClaim", claim, ns, uid=found["metadata"]["uid"])
+        if shape.gpusWonBack > 0:
+            GPUS_WON_BACK.inc(shape.gpusWonBack)
+        log.info("move finished", order=request.ref.key, retired=list(shape.retired), gpus_won_back=shape.gpusWonBack)
 
     def _claim_host(self, ref: OrderRef, ingress: dict[str, Any]) -> None:
         """The order's External host is its own: no other order published it first, and it is not

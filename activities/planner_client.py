@@ -89,6 +89,7 @@ def launch_plan_request(request: PlanInput, settings: ModuleSettings) -> LaunchP
         className=request.cls.metadata.name,
         holder=holder_of(request),
         currentPlan=request.current,
+        besideCurrent=request.besideCurrent,
         replicas=min(planned_replicas(request.cls), MAX_PLANNED_REPLICAS),
         **scheduling(settings),
     )

@@ -31,6 +31,9 @@ class OrderSignal:
     # arg: the StatefulSet's readyReplicas — its first replica got ready while the order loads (the
     # workflow waits for this instead of holding an activity; it then probes the API once, briefly)
     REPLICA_READY = "replica_ready"
+    # no arg: the observer's repack (observer.repack) asks a serving order to look for a place that takes
+    # less of a device, planned beside the one it holds and moved to before the old one goes
+    MOVE = "move"
 
 
 class _Payload(BaseModel):

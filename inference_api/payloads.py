@@ -5,6 +5,8 @@ Secrets never travel here: an auth token or an HF token is named by its Secret, 
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from inference_api.catalog_types import ModelFacts
@@ -121,6 +123,8 @@ class PlanInput(_Payload):
     # The plan is made again for the spec the current plan was made for, not asked by hand (a class or
     # release change, a trouble, a move): the model's commit stays the current plan's.
     keepRevision: bool = False
+    # A move made before it breaks (the observer's repack): planned beside what the order holds.
+    besideCurrent: bool = False
 
 
 class ApplyInput(_Payload):
@@ -132,6 +136,19 @@ class ApplyInput(_Payload):
     endpointType: EndpointType
     # A donor's lowered maxReplicas, set by the preemption workflow; None: the class's bounds.
     replicaCeiling: int | None = None
+    # The plan is a move made before it breaks: a serving workload surges onto it (builders/move.py),
+    # when its class's update policy allows; the apply checks that, and the set's state, itself.
+    makeBeforeBreak: bool = False
+
+
+class MoveStep(StrEnum):
+    """The step of a move made before it breaks an apply wrote (activities/builders/move.py)."""
+
+    NONE = "None"  # no move: n replicas from the first ordinal the set has
+    SURGE = "Surge"  # a move starts: 2n replicas, the new template for the n new ones only
+    HOLD = "Hold"  # a move under way: the surge kept while the new replicas load
+    RETIRE = "Retire"  # the new replicas are ready: the old ones go
+    WITHDRAW = "Withdraw"  # a move that cannot finish: n replicas again, rolled (break, then make)
 
 
 class ApplyResult(_Payload):
@@ -147,6 +164,11 @@ class ApplyResult(_Payload):
     runtimeCurrent: bool = True
     runtimeReason: str = "RuntimeUpToDate"
     runtimeMessage: str = ""
+    # A move made before it breaks is under way: the new replicas start beside the old ones, which serve.
+    moving: bool = False
+    # The move step this apply wrote (builders/move.MoveStep) and, on Retire, the devices won back.
+    moveStep: str = MoveStep.NONE.value
+    gpusWonBack: float = 0.0
 
 
 class ProbeInput(_Payload):

@@ -206,6 +206,11 @@ class LaunchPlanRequest(BaseModel):
         description="The plan the order already holds. On the devices it names, one allocation of its share is "
         "the order's own and is not counted against it (for inventories that cannot tell holders apart).",
     )
+    besideCurrent: bool = Field(
+        default=False,
+        description="Plan a move made before it breaks: the order's own allocations count against it, so the "
+        "new place has room while the replicas it holds still run.",
+    )
     tolerations: list[Toleration] = Field(
         default_factory=list,
         description="What the replicas' pods tolerate (module settings workload.tolerations): a node with a "

@@ -50,6 +50,8 @@ class Reason(StrEnum):
     SERVICE_UNHEALTHY = "ServiceUnhealthy"
     REPLICAS_HELD_ON_PREVIOUS_RUNTIME = "ReplicasHeldOnPreviousRuntime"
     WORKLOAD_REBUILDING = "WorkloadRebuilding"
+    # A move made before it breaks: new replicas start on the new placement while the old ones serve.
+    WORKLOAD_MOVING = "WorkloadMoving"
     # The API server refused an object of the workload with an answer retrying cannot change (422, 403).
     WORKLOAD_REFUSED = "WorkloadRefused"
     # The order's External host is another order's endpoint already, or one of the platform's own
@@ -120,6 +122,8 @@ class EventReason(StrEnum):
     # A run of the order's workflow was told to delete an order the API server does not delete (a
     # forged state): nothing was deleted, and the order is reconciled from the cluster again.
     DELETE_REFUSED = "DeleteRefused"
+    # A move made before it breaks finished: the old replicas went once the new ones were Ready.
+    MOVED = "Moved"
 
 
 # Refusals about capacity: the order waits and retries on a backoff.

@@ -354,6 +354,18 @@ class HealthSettings(BaseModel):
     probeTargetAnnotation: str | None = None
 
 
+class RepackSettings(BaseModel):
+    """The repack (the administrator's switch): serving orders stranded on a whole device are asked to
+    move, made before it breaks, onto a place that takes less of a device (worker/observer/repack.py)."""
+
+    # Off by default: a move restarts the model on the new place (the old replicas serve meanwhile).
+    enabled: bool = False
+    # How often the leading observer looks for stranded orders.
+    intervalSeconds: float = Field(default=300, gt=0)
+    # Orders asked to move in one pass, at most.
+    maxMovesPerPass: int = Field(default=4, ge=1)
+
+
 class LeaderElectionSettings(BaseModel):
     """The observer's leader election (``worker/observer/leader.py``): one Lease in the module's
     namespace per shard; the replica holding it observes, the others stand by.
@@ -428,6 +440,8 @@ class ObserverSettings(BaseModel):
     shard: int = Field(default=0, ge=0)
     # Several replicas of one shard: one leads (a Lease), the others stand by.
     leaderElection: LeaderElectionSettings = Field(default_factory=LeaderElectionSettings)
+    # Moves of stranded orders (the administrator's switch; off by default).
+    repack: RepackSettings = Field(default_factory=RepackSettings)
 
     @model_validator(mode="after")
     def _shard_in_range(self) -> ObserverSettings:

@@ -119,6 +119,13 @@ class UpdateStrategy(StrEnum):
     ON_DELETE = "OnDelete"
 
 
+class MovePolicy(StrEnum):
+    """Whether the module may move a serving order to a better place (a repack, docs/planner.md)."""
+
+    MAKE_BEFORE_BREAK = "MakeBeforeBreak"
+    NEVER = "Never"
+
+
 class Phase(StrEnum):
     PENDING = "Pending"
     READY = "Ready"
@@ -538,6 +545,17 @@ class UpdatePolicy(_Model):
     strategy: UpdateStrategy = Field(
         default=UpdateStrategy.ROLLING_UPDATE, description="StatefulSet update strategy: RollingUpdate or OnDelete."
     )
+    moves: MovePolicy | None = Field(
+        default=None,
+        description="Whether the module's repack may move a serving order onto a place that takes less of a "
+        "device: MakeBeforeBreak (new replicas start beside the old ones, which go once the new ones are "
+        "Ready; under RollingUpdate only) or Never. Absent: MakeBeforeBreak. The module's "
+        "observer.repack.enabled setting switches repacks on.",
+    )
+
+    def moves_allowed(self) -> bool:
+        """Moves made before they break are allowed (``moves`` MakeBeforeBreak or absent, RollingUpdate)."""
+        return self.moves != MovePolicy.NEVER and self.strategy == UpdateStrategy.ROLLING_UPDATE
 
 
 class InferenceServiceClassSpec(_Model):

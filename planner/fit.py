@@ -272,7 +272,8 @@ def fit(
 ) -> tuple[list[Candidate], set[str]]:
     """(the candidates that fit, the device classes with a device big enough for the model)."""
     judge = judge or Judge(index)
-    own = index.own(request.holder, request.currentPlan)
+    # A move made before it breaks: the new place must have room beside what the order holds.
+    own = frozenset() if request.besideCurrent else index.own(request.holder, request.currentPlan)
     occupancies, touched = index.occupancies(own)
 
     feasible: list[Candidate] = []

@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
         ApplyInput,
         ApplyResult,
         ModelResolution,
+        MoveStep,
         OrderEvent,
         OrderRead,
         OrderSnapshot,
@@ -189,6 +190,19 @@ FINALIZER_BESIDE_OTHERS_PATCH = "finalizer-beside-others"
 ORDER_FINALIZER = "ai.deckhouse.io/inference-service"
 
 
+# While a move surges, the order looks at it again this often (the observer's word on ready replicas
+# usually comes first): the apply retires the old replicas, or withdraws a move that cannot finish.
+MOVE_LOOK_AGAIN_SECONDS = 300.0
+
+
+def _smaller_move(current: LaunchPlan | None, new: LaunchPlan | None) -> bool:
+    """A repack's plan is worth a move: it takes less of a device per replica (count x share) than
+    the plan in force, so a move gives some back."""
+    if current is None or new is None:
+        return False
+    return new.deviceCount * new.sharePercent < current.deviceCount * current.sharePercent
+
+
 def _duration(seconds: float) -> str:
     """A delay as people read it: 15 s, 8 min, 1 h."""
     if seconds < 120:
@@ -281,6 +295,14 @@ class OrderWorkflow(PreemptionMembership):
         state = self._require_state()
         state.replanRequested = True
         state.dirty = True
+
+    @workflow.signal(name=OrderSignal.MOVE)
+    def move(self) -> None:
+        """From the observer's repack: look for a place that takes less of a device, beside this one."""
+        state = self._require_state()
+        if state.everReady and state.plan is not None and not state.deleting:
+            state.moveRequested = True
+            state.dirty = True
 
     @workflow.update(name=OrderSignal.REPLAN)
     async def replan(self) -> ReplanOutcome:
@@ -623,6 +645,13 @@ class OrderWorkflow(PreemptionMembership):
         key = self._plan_key(order, cls, resolution)
         requested = asked = state.replanRequested
         state.replanRequested = False
+        # A move is asked of a serving order only, and gives way to any other reason to plan.
+        moving = state.moveRequested and state.plan is not None and state.everReady and state.healthy
+        state.moveRequested = False
+        if moving and (requested or key != state.planKey):
+            moving = False
+        elif moving:
+            requested = True
         if self._trouble_replan_due():
             # The replicas cannot run where the plan put them (a node lost, a claim not allocatable):
             # plan again, and again on a backoff while the trouble stands.
@@ -653,6 +682,7 @@ class OrderWorkflow(PreemptionMembership):
                     source=resolution.source,
                     # The model's commit is taken anew for a new spec or a replan asked by hand only.
                     keepRevision=self._same_spec(key) and not asked,
+                    besideCurrent=moving,
                 ),
                 result_type=PlanOutcome,
                 start_to_close_timeout=timedelta(seconds=60),
@@ -663,6 +693,10 @@ class OrderWorkflow(PreemptionMembership):
             if not telling or isinstance(err.cause, CancelledError):
                 raise
             self._wait_for_planner(err)
+            return False
+        if moving and not _smaller_move(state.plan, outcome.plan):
+            # No place that takes less of a device has room beside this one: the order stays, untold
+            # (the repack asks again later).
             return False
         if outcome.refusal is not None:
             refusal = Refusal(outcome.refusal.reason, outcome.refusal.message)
@@ -697,6 +731,7 @@ class OrderWorkflow(PreemptionMembership):
         state.retryAttempt = 0
         state.plan = outcome.plan
         state.planKey = key
+        state.moveApplyPending = moving
         self._cond(
             ConditionType.PLANNED,
             True,
@@ -735,6 +770,7 @@ class OrderWorkflow(PreemptionMembership):
                     resolution=resolution,
                     endpointType=endpoint_type,
                     replicaCeiling=state.replicaCeiling,
+                    makeBeforeBreak=state.moveApplyPending,
                 ),
                 result_type=ApplyResult,
                 start_to_close_timeout=APPLY_TIMEOUT,
@@ -784,6 +820,7 @@ class OrderWorkflow(PreemptionMembership):
         if applied is None:
             return
         state.applied = applied
+        state.moveApplyPending = False
         # Once per divergence: the event says it when the class and the standing volume part ways.
         noted, state.settledRegionNoted = state.settledRegionNoted, applied.settledRegionKept
         if applied.settledRegionKept and not noted:
@@ -801,6 +838,30 @@ class OrderWorkflow(PreemptionMembership):
             )
         rebuilding = applied.runtimeReason == Reason.WORKLOAD_REBUILDING
         serving = not rebuilding and state.everReady and state.healthy and applied.readyReplicas >= 1
+        if applied.moving:
+            # A move made before it breaks: the old replicas serve until the new ones are Ready; the
+            # observer tells the order when the set's ready replicas change, and the next apply retires
+            # the old ones. Looked at again on a timer too, in case a word is lost.
+            self._cond(
+                ConditionType.WORKLOAD_READY,
+                True,
+                Reason.WORKLOAD_MOVING,
+                f"moving to {plan.deviceCount}x {plan.acceleratorProductName} ({plan.sharePercent}%): the new "
+                f"replicas start there and the old ones serve until they are Ready",
+            )
+            state.retryDelaySeconds = MOVE_LOOK_AGAIN_SECONDS
+        elif applied.moveStep == MoveStep.RETIRE:
+            await self._activity(
+                act.RECORD_EVENT,
+                OrderEvent(
+                    ref=state.ref,
+                    reason=EventReason.MOVED,
+                    message=f"moved to {plan.deviceCount}x {plan.acceleratorProductName} ({plan.sharePercent}%) "
+                    f"before the old replicas went; {applied.gpusWonBack:g} device(s) won back",
+                ),
+                start_to_close_timeout=SHORT,
+                retry_policy=K8S_RETRY,
+            )
         if rebuilding:
             # A new placement: the replicas are made again, so the order does not serve until one loads.
             state.healthy = False

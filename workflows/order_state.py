@@ -86,6 +86,10 @@ class OrderState(BaseModel):
     deleting: bool = False
     gone: bool = False
     replanRequested: bool = False
+    # The observer's repack asked for a move made before it breaks (OrderSignal.MOVE).
+    moveRequested: bool = False
+    # A move was planned: the next apply surges onto it (ApplyInput.makeBeforeBreak).
+    moveApplyPending: bool = False
     plan: LaunchPlan | None = None
     # What the plan in force was computed for (order generation, class generation, release, model):
     # a reconcile replans only when it changed, or on request.

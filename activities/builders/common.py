@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inference_api.payloads import ModelResolution
 from inference_api.plan import LaunchPlan
@@ -25,6 +25,9 @@ from inference_api.types import (
     ModelSource,
 )
 from planner.quantity import Quantity
+
+if TYPE_CHECKING:
+    from activities.builders.move import SetShape
 
 FIELD_MANAGER = "ai-inference"
 MANAGED_BY = "ai-inference"
@@ -203,6 +206,9 @@ class WorkloadInputs:
     replica_ceiling: int | None = None
     # The uid of the order's token Secret: in the pod template, so a rotated token rolls the replicas.
     auth_secret_uid: str | None = None
+    # The set's replicas, first ordinal, partition and move record (builders/move.py); None: n replicas
+    # from ordinal 0, no move.
+    set_shape: SetShape | None = None
 
     def __post_init__(self) -> None:
         if not self.order.metadata.namespace:

@@ -76,6 +76,7 @@ from activities.builders.common import (
 from activities.builders.endpoint_front import engine_address_args, engine_probes, front_container
 from activities.builders.fetcher import FETCH_MARKER as FETCH_MARKER
 from activities.builders.fetcher import FETCH_SCRIPT as FETCH_SCRIPT
+from activities.builders.move import ANNOTATION_MOVE
 from activities.builders.runtime import (
     class_generation_annotation,
     order_generation_annotation,
@@ -396,6 +397,10 @@ def _update_strategy(inputs: WorkloadInputs) -> dict[str, Any]:
     if inputs.hold_running_replicas:
         return {"type": UpdateStrategy.ON_DELETE.value}
     strategy = inputs.service_class.spec.updatePolicy.strategy
+    shape = inputs.set_shape
+    if strategy == UpdateStrategy.ROLLING_UPDATE and shape is not None and shape.partition:
+        # A move surges (builders/move.py): the new template reaches the new replicas only.
+        return {"type": strategy.value, "rollingUpdate": {"partition": shape.partition}}
     if strategy == UpdateStrategy.ROLLING_UPDATE:
         # The partition named: with no rollingUpdate, the StatefulSet controller makes a replica that
         # went (the observer deleted it for a stale claim) from the revision the set's status last
@@ -477,6 +482,13 @@ def build_statefulset(inputs: WorkloadInputs) -> dict[str, Any]:
         # With an HPA the field is left out: the HPA writes replicas through the scale
         # subresource, and a server-side apply that also set it would reset it on every apply.
         spec["replicas"] = bounds.min
+    shape = inputs.set_shape
+    if shape is not None:
+        if not bounds.autoscaled:
+            spec["replicas"] = shape.replicas
+        if shape.firstOrdinal:
+            # Once a move raised it, the first ordinal stays: lowering it would replace every replica.
+            spec["ordinals"] = {"start": shape.firstOrdinal}
     spec |= {
         "selector": {"matchLabels": selector_labels(inputs.name)},
         # Replicas load their models independently; OrderedReady would make the fourth wait for
@@ -496,6 +508,7 @@ def build_statefulset(inputs: WorkloadInputs) -> dict[str, Any]:
         "volumeClaimTemplates": volume_claim_templates(inputs),
     }
     annotations = {
+        **({ANNOTATION_MOVE: shape.record.encode()} if shape is not None and shape.record is not None else {}),
         ANNOTATION_PLACEMENT: placement,
         ANNOTATION_RUNTIME_HOLD: "true" if inputs.hold_running_replicas else "false",
         ANNOTATION_TEMPLATE_DIGEST: pod_template_digest(spec["template"]),

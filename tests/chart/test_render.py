@@ -755,6 +755,8 @@ WORKER_RULES = [
     {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses", "networkpolicies"], "verbs": OWNED_VERBS},
     {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": OWNED_VERBS},
     {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaimtemplates"], "verbs": OWNED_VERBS},
+    # The model volumes of replicas a move retired, by name (never a list).
+    {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get", "delete"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
 ]

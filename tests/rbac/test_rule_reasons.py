@@ -77,6 +77,11 @@ WORKER: dict[Rule, str] = {
     ("", "events", "create"): "the order's Events",
     ("", "events", "patch"): "activities/order_events.py: a repeated Event of an order counted (aggregated)",
     ("", "pods", "list"): "activities/order.py: which runtime each replica of the order runs (its namespace)",
+    ("", "persistentvolumeclaims", "get"): "activities/order.py: the model volume of a replica a move retired, by name",
+    ("", "persistentvolumeclaims", "delete"): (
+        "activities/order.py: the model volume of a replica a move retired (it never comes back), when it "
+        "carries the order's label"
+    ),
 }
 
 WATCHER: dict[Rule, str] = {

@@ -21,6 +21,11 @@ EVENTS_HANDLED = Counter(
     "first listing, ADDED, MODIFIED, DELETED).",
     ["kind", "type"],
 )
+REPACK_ASKED = Counter(
+    "ai_inference_repack_moves_asked",
+    "Serving orders on a whole device that the repack (observer.repack) asked to move onto a smaller place; "
+    "the GPUs a finished move gave back are the worker's ai_inference_gpus_won_back_total",
+)
 SIGNALS = Counter(
     "ai_inference_watcher_signals",
     "Signals (and terminations) to order workflows. outcome: sent; retry (refused or unreachable, "

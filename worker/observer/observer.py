@@ -58,9 +58,10 @@ from inference_api.types import CLASSES, GROUP, VERSION, HttpsMode, InferenceSer
 from worker.disable import wakes_after_disable
 from worker.observer import decisions as d
 from worker.observer import informer as inf
+from worker.observer import repack
 from worker.observer.informer import Change, Informer, InformerItem, Listed, ListWatch, Resource, slim_metadata
 from worker.observer.inventory import InventoryInformers
-from worker.observer.metrics import EVENTS_HANDLED, ORDER_STATUS, ORDERS_KNOWN
+from worker.observer.metrics import EVENTS_HANDLED, ORDER_STATUS, ORDERS_KNOWN, REPACK_ASKED
 from worker.observer.outbox import Outbox, signal_to
 from worker.observer.prober import Prober, ProbeSpec
 from worker.observer.repair import Repair
@@ -1020,6 +1021,29 @@ class Observer:
                 log.warning("stuck-workflow repair failed", **_error_fields(err))
             await asyncio.sleep(delay)
 
+    def repack_once(self) -> list[str]:
+        """One repack pass (observer.repack): this shard's stranded orders asked to move. The keys asked."""
+        config = self.config.repack
+        classes = repack.parsed_classes(self.informers[inf.CLASS].cache.values())
+        mine = (o for o in self.orders.cache.values() if self.mine(str(d.meta(o).get("uid"))))
+        asked = []
+        for order in repack.repack_candidates(mine, classes, config.maxMovesPerPass):
+            self.outbox.put(signal_to(d.order_ref(order), OrderSignal.MOVE, []))
+            asked.append(d.object_key(order))
+        if asked:
+            REPACK_ASKED.inc(len(asked))
+            log.info("repack: orders asked to move", orders=asked)
+        return asked
+
+    async def repack_loop(self) -> None:
+        await self.orders_synced.wait()
+        while True:
+            await asyncio.sleep(self.config.repack.intervalSeconds * self._rng.uniform(0.9, 1.1))
+            try:
+                self.repack_once()
+            except Exception as err:  # a pass that failed is done again by the next
+                log.warning("repack pass failed", **_error_fields(err))
+
     @property
     def watches(self) -> list[ListWatch]:
         """The list+watch loops (their freshness: ``last_contact``, ``failing_since``), for /readyz."""
@@ -1053,6 +1077,8 @@ class Observer:
         self._spawn(self.prober.run(), "prober")
         self._spawn(self.resync_loop(), "resync")
         self._spawn(self.secret_loop(), "secrets")
+        if self.config.repack.enabled:
+            self._spawn(self.repack_loop(), "repack")
         log.info(
             "observer started",
             task_queue=self.settings.temporal.taskQueue,

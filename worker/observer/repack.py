@@ -1,0 +1,101 @@
+"""The observer's repack: which serving orders to ask for a move made before it breaks (pure).
+
+A plan is made once. An order planned onto a whole device because every share was taken at that moment
+keeps the device after the shares free up: stranded capacity (docs/planner.md). With ``observer.repack``
+enabled, every ``intervalSeconds`` the observer asks such orders (``OrderSignal.MOVE``) to plan again
+beside what they hold; the workflow moves only to a place that takes less of a device, and the apply
+only within the class's update policy (``activities/builders/move.py``).
+
+A candidate is an order that:
+- serves (Ready=True, phase Ready) and is not being deleted or moved already (WorkloadReady=WorkloadMoving);
+- holds a whole device per replica (``status.resolved.sharePercent`` 100);
+- has a class that could give it less: an acceleratorPolicy that allows Shared and a share below 100;
+- has a class whose update policy allows the move: ``moves: MakeBeforeBreak``, ``strategy: RollingUpdate``
+  and a fixed replica count (an autoscaled order's HPA owns its replicas).
+
+The planner decides whether a smaller place has room; this only keeps the asking to the orders that
+could move at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from inference_api.reasons import Reason
+from inference_api.types import (
+    ConditionType,
+    InferenceServiceClass,
+    Phase,
+    SharingMode,
+)
+from planner.scaling import autoscaled
+
+Obj = Mapping[str, Any]
+
+
+def could_share(cls: InferenceServiceClass) -> bool:
+    """The class's acceleratorPolicy admits a Shared placement below a whole device."""
+    policy = cls.spec.acceleratorPolicy
+    if policy is None:
+        return False  # absent: one whole, dedicated device per replica
+    if policy.allowedSharingModes is not None and SharingMode.SHARED not in policy.allowedSharingModes:
+        return False
+    return (policy.minSharePercent or 1) < 100
+
+
+def moves_allowed(cls: InferenceServiceClass) -> bool:
+    return cls.spec.updatePolicy.moves_allowed() and not autoscaled(cls)
+
+
+def _conditions(order: Obj) -> dict[str, Obj]:
+    return {str(c.get("type")): c for c in ((order.get("status") or {}).get("conditions") or [])}
+
+
+def stranded(order: Obj, cls: InferenceServiceClass | None) -> bool:
+    """Is ``order`` a candidate for a move (see the module's docstring)?"""
+    meta = order.get("metadata") or {}
+    status = order.get("status") or {}
+    if cls is None or meta.get("deletionTimestamp") or status.get("phase") != Phase.READY.value:
+        return False
+    conditions = _conditions(order)
+    ready = conditions.get(ConditionType.READY.value) or {}
+    if ready.get("status") != "True":
+        return False
+    workload = conditions.get(ConditionType.WORKLOAD_READY.value) or {}
+    if workload.get("reason") == Reason.WORKLOAD_MOVING.value:
+        return False
+    resolved = status.get("resolved") or {}
+    if resolved.get("sharePercent") != 100:
+        return False
+    return could_share(cls) and moves_allowed(cls)
+
+
+def parsed_classes(classes: Iterable[Obj]) -> dict[str, InferenceServiceClass]:
+    """The classes by name, those that parse (one that does not is not the repack's to judge)."""
+    out: dict[str, InferenceServiceClass] = {}
+    for obj in classes:
+        try:
+            cls = InferenceServiceClass.model_validate(obj)
+        except ValidationError:
+            continue
+        if cls.metadata.name:
+            out[cls.metadata.name] = cls
+    return out
+
+
+def repack_candidates(orders: Iterable[Obj], classes: Mapping[str, InferenceServiceClass], limit: int) -> list[Obj]:
+    """At most ``limit`` candidates, in a stable order (namespace/name), for one pass."""
+
+    def key(order: Obj) -> tuple[str, str]:
+        meta = order.get("metadata") or {}
+        return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+    found = [
+        o
+        for o in sorted(orders, key=key)
+        if stranded(o, classes.get(str((o.get("spec") or {}).get("inferenceServiceClassName") or "")))
+    ]
+    return found[:limit]
