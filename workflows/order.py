@@ -911,7 +911,7 @@ class OrderWorkflow(PreemptionMembership):
         self._step_done("probe" if "replica ready" in state.stepSeconds else "pods and probe")
         if result.workloadReady and state.trouble is not None and state.trouble.action != TroubleAction.WAIT:
             self._show_trouble(state.trouble)  # a replica serves; another is still in trouble
-        elif result.workloadReady:
+        elif result.workloadReady and not applied.moving:  # a move says so until it is over
             self._cond(ConditionType.WORKLOAD_READY, True, Reason.WORKLOAD_APPLIED, "a replica is ready")
         if result.ok:
             self._cond(ConditionType.READY, True, Reason.PROBE_SUCCEEDED, f"the API answers: {result.detail}")

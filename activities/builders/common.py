@@ -46,6 +46,11 @@ LABEL_ENDPOINT_HOST = "ai.deckhouse.io/endpoint-host"
 ANNOTATION_RUNTIME_VERSION = "ai.deckhouse.io/runtime-version"
 ANNOTATION_RUNTIME_IMAGE = "ai.deckhouse.io/runtime-image"
 ANNOTATION_PLACEMENT = "ai.deckhouse.io/placement"
+# A replica that goes (a move retired it, a scale-down, a rollout) sleeps this long before its containers
+# are told to stop: the Service's endpoints drop it first, so no request is sent to an engine that stopped,
+# and one in flight finishes (kubelet's preStop sleep action; within terminationGracePeriodSeconds).
+PRE_STOP_SLEEP_SECONDS = 10
+PRE_STOP = {"preStop": {"sleep": {"seconds": PRE_STOP_SLEEP_SECONDS}}}
 ANNOTATION_ORDER_GENERATION = "ai.deckhouse.io/order-generation"
 ANNOTATION_RUNTIME_HOLD = "ai.deckhouse.io/runtime-hold"
 ANNOTATION_AUTH_SECRET_UID = "ai.deckhouse.io/auth-secret-uid"

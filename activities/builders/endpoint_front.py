@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from activities.builders.auth import TOKEN_KEY, requires_token
-from activities.builders.common import HTTP_PORT_NAME, RUNTIME_PORT, WorkloadInputs
+from activities.builders.common import HTTP_PORT_NAME, PRE_STOP, RUNTIME_PORT, WorkloadInputs
 from activities.builders.exposure import EXPOSED_PATH_PREFIX
 from planner.nodes import ENDPOINT_FRONT_DEMAND
 
@@ -120,6 +120,8 @@ def front_container(inputs: WorkloadInputs, image: str, security_context: dict[s
         "env": env,
         "resources": copy.deepcopy(FRONT_RESOURCES),
         "securityContext": copy.deepcopy(security_context) | {"readOnlyRootFilesystem": True},
+        # The front outlives the Service's endpoints as long as the engine does (a request in flight ends).
+        "lifecycle": copy.deepcopy(PRE_STOP),
         # Ready when the engine behind it answers /health (the runtime's readiness gates the API).
         "readinessProbe": {
             "httpGet": {"path": "/health", "port": HTTP_PORT_NAME},

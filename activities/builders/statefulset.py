@@ -67,6 +67,7 @@ from activities.builders.common import (
     MODEL_MOUNT_PATH,
     MODEL_VOLUME,
     POD_CLAIM,
+    PRE_STOP,
     RUNTIME_CONTAINER,
     WorkloadInputs,
     labels,
@@ -257,6 +258,7 @@ def _runtime_container(inputs: WorkloadInputs) -> dict[str, Any]:
             *copy.deepcopy(_SCRATCH_MOUNTS),
         ],
         "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
+        "lifecycle": copy.deepcopy(PRE_STOP),
         **engine_probes(inputs, startup_failure_threshold(plan.modelVolumeGiB), STARTUP_PERIOD_SECONDS),
     }
 

@@ -227,6 +227,11 @@ class StandInFleet:
     _engine_waiting: dict[str, str] = field(default_factory=dict)
     # namespace/name -> the engine URL its Service was annotated with
     _annotated: dict[str, str] = field(default_factory=dict)
+    # pod uid -> its runtime container's preStop sleep (seconds), read when its engine started
+    _pre_stop: dict[str, float] = field(default_factory=dict)
+    # pod uid -> when its engine stops (monotonic): a pod going keeps it through its preStop sleep, as a
+    # kubelet runs the hook before it stops the containers
+    _leaving: dict[str, float] = field(default_factory=dict)
     # HF_ENDPOINT of the hub the pods' model fetchers download from; None: the fleet's own hub
     # (hub.standard_hub; with hub_large, the ~200 MiB model too).
     hub_url: str | None = None
@@ -391,6 +396,9 @@ class StandInFleet:
         """The real engine of the order's first replica that has one (lowest ordinal)."""
         with self._lock:
             replicas = [r for r in self.engines.values() if r.pod_key.rsplit("-", 1)[0] == f"{namespace}/{name}"]
+            # A replica going (its preStop sleep) is no longer among the Service's endpoints.
+            staying = [r for r in replicas if r.pod_uid not in self._leaving]
+        replicas = staying or replicas
         return min(replicas, key=lambda r: int(r.pod_key.rsplit("-", 1)[1])) if replicas else None
 
     def engine_replicas(self) -> list[eng.EngineReplica]:
@@ -556,22 +564,37 @@ class StandInFleet:
             )
             for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
                 meta = pod["metadata"]
-                if meta.get("deletionTimestamp") or _get(pod, "status", "phase") != "Running":
-                    continue  # not started by the "node" yet (kwok marks it Running), or going
+                if meta.get("deletionTimestamp"):
+                    continue  # going: its engine runs on through its preStop sleep (below)
+                if _get(pod, "status", "phase") != "Running":
+                    continue  # not started by the "node" yet (kwok marks it Running)
                 live.add(meta["uid"])
                 with self._lock:
                     known = meta["uid"] in self.engines
                 if not known:
                     self._start_engine(pod)
             self._annotate_engine_url(namespace, name)
+        now = time.monotonic()
         with self._lock:
-            gone = [uid for uid in self.engines if uid not in live]
+            for uid in self.engines:
+                if uid not in live and uid not in self._leaving:
+                    self._leaving[uid] = now + self._pre_stop.get(uid, 0.0)
+            gone = [uid for uid in self.engines if uid not in live and self._leaving.get(uid, 0.0) <= now]
             stopping = [self.engines.pop(uid) for uid in gone]
+            for uid in gone:
+                self._leaving.pop(uid, None)
+                self._pre_stop.pop(uid, None)
+            leaving_left = [t - now for t in self._leaving.values()]
             self._engine_waiting = {uid: r for uid, r in self._engine_waiting.items() if uid in live}
             ended = [self._fetches.pop(uid) for uid in list(self._fetches) if uid not in live]
         for attempts in ended:  # a pod that goes takes its init container with it
             if attempts.process is not None:
                 model_fetcher.kill(attempts.process)
+        if leaving_left:
+            # Wake for the next engine whose preStop sleep ends (no event of the cluster would).
+            timer = threading.Timer(max(0.05, min(leaving_left)), self._wake.set)
+            timer.daemon = True
+            timer.start()
         for replica in stopping:
             log.info("engine stopped: its pod is gone", pod=replica.pod_key)
             threading.Thread(
@@ -585,6 +608,9 @@ class StandInFleet:
         runtime = eng.container(spec, RUNTIME_CONTAINER)
         if runtime is None:
             return
+        sleep = ((runtime.get("lifecycle") or {}).get("preStop") or {}).get("sleep") or {}
+        with self._lock:
+            self._pre_stop[uid] = float(sleep.get("seconds") or 0)
         with self._lock:
             at_cap = len(self.engines) >= eng.MAX_ENGINES
         if at_cap:
