@@ -262,3 +262,13 @@ def test_while_the_model_fetcher_runs_the_pod_is_not_initialized_and_its_contain
     patch = eng.fetcher_status_patch(not_yet, done)["status"]
     assert [c["status"] for c in patch["conditions"]] == ["True"]
     assert "containerStatuses" not in patch  # the engine's own patches write them from now on
+
+
+def test_an_engine_given_a_core_binds_its_threads_there_and_one_given_none_is_left_alone() -> None:
+    sts = tiny_statefulset(None)
+    runtime = f.runtime_container(sts)
+    env = eng.resolve_env(runtime["env"], lambda name, key: "s3cret")
+    _, bound = eng.cpu_host_launch(runtime["command"], env, python=PYTHON, paths=PATHS, port=1, core=1)
+    assert bound[eng.CORE_BIND_ENV] == "1"
+    _, unbound = eng.cpu_host_launch(runtime["command"], env, python=PYTHON, paths=PATHS, port=1)
+    assert eng.CORE_BIND_ENV not in unbound

@@ -99,7 +99,12 @@ CPU_HOST_CHANGES = (
     "`--enforce-eager` added: torch.compile would add ~90 s to every start on 2 cores",
     f"`--kv-cache-memory-bytes {KV_CACHE_BYTES}` added: the CPU backend's default KV cache is 4 GiB of RAM "
     "(GPU flags such as --gpu-memory-utilization pass through and size nothing on CPU)",
+    "`VLLM_CPU_OMP_THREADS_BIND` set to a core of the replica's own (the one fewest running engines use): "
+    "the CPU backend's `auto` binds every engine to the same first core, so a second engine starves behind a "
+    "busy first one; a kubelet's CPU manager would give each container cores of its own",
 )
+# The environment variable the CPU backend binds its worker's threads by.
+CORE_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
 
 
 class EngineConfigError(RuntimeError):
@@ -186,7 +191,13 @@ def _on_host(value: str, paths: HostPaths) -> str:
 
 
 def cpu_host_launch(
-    command: Sequence[str], env: Mapping[str, str], *, python: Path, paths: HostPaths, port: int
+    command: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    python: Path,
+    paths: HostPaths,
+    port: int,
+    core: int | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """The replica's command and environment with exactly the changes ``CPU_HOST_CHANGES`` lists.
 
@@ -209,6 +220,8 @@ def cpu_host_launch(
     launch_env = {key: _on_host(value, paths) for key, value in env.items()}
     # What a container image's environment would give: the engine's own bin first on PATH.
     launch_env.setdefault("PATH", f"{python.parent}:/usr/local/bin:/usr/bin:/bin")
+    if core is not None:
+        launch_env.setdefault(CORE_BIND_ENV, str(core))
     return [str(python), "-m", ENGINE_MODULE, *args], launch_env
 
 
