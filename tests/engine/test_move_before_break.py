@@ -186,6 +186,20 @@ def _claim_device(stand: Stand, pod: dict[str, Any]) -> tuple[str, str] | None:
     return (results[0]["pool"], results[0]["device"]) if results else None
 
 
+def _others_on_t4s(stand: Stand) -> list[str]:
+    """Claims of other namespaces allocated on a T4 (a test before this one whose replicas still go)."""
+    listed = CustomObjectsApi(stand.api).list_cluster_custom_object(RESOURCE, "v1", "resourceclaims")
+    return sorted(
+        f"{c['metadata']['namespace']}/{c['metadata']['name']}"
+        for c in listed.get("items") or []
+        if c["metadata"]["namespace"] != stand.namespace
+        and any(
+            str(r.get("pool", "")).startswith("gpu-t4")
+            for r in ((c.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results") or []
+        )
+    )
+
+
 def _volume_exists(stand: Stand, name: str) -> bool:
     try:
         stand.core.read_namespaced_persistent_volume_claim(name, stand.namespace)
@@ -200,6 +214,9 @@ async def test_a_stranded_order_moves_to_a_share_with_no_failed_request(
     moving_stand: tuple[Stand, str], local_cluster: LocalCluster
 ) -> None:
     stand, class_name = moving_stand
+    # The T4s free first: replicas of an earlier test that still go hold shares there, which the order
+    # would be planned onto and a holder of a whole card could not take.
+    await stand.until(lambda: not _others_on_t4s(stand), timeout=300, what=lambda: f"T4s free: {_others_on_t4s(stand)}")
     t4s = len(load_inventory().devices_of_class(T4_CLASS))
     blockers = t4_blockers(stand.namespace, t4s)
     local_cluster.apply(blockers)
