@@ -72,7 +72,7 @@ def test_the_environment_is_the_containers_with_paths_on_this_host_and_the_token
     assert env["HOME"] == "/tmp/engines/uid/home"
     assert env["PATH"].startswith(str(PYTHON.parent) + ":")
     runtime_env = {e["name"] for e in f.runtime_container(tiny_statefulset())["env"]}
-    assert set(env) == runtime_env | {"PATH"}
+    assert set(env) == runtime_env | {"PATH", eng.CORE_BIND_ENV}
 
 
 def test_a_missing_secret_is_a_container_config_error_naming_the_secret() -> None:
@@ -264,11 +264,13 @@ def test_while_the_model_fetcher_runs_the_pod_is_not_initialized_and_its_contain
     assert "containerStatuses" not in patch  # the engine's own patches write them from now on
 
 
-def test_an_engine_given_a_core_binds_its_threads_there_and_one_given_none_is_left_alone() -> None:
+def test_an_engine_binds_its_threads_to_no_core_unless_its_container_says() -> None:
     sts = tiny_statefulset(None)
     runtime = f.runtime_container(sts)
     env = eng.resolve_env(runtime["env"], lambda name, key: "s3cret")
-    _, bound = eng.cpu_host_launch(runtime["command"], env, python=PYTHON, paths=PATHS, port=1, core=1)
-    assert bound[eng.CORE_BIND_ENV] == "1"
-    _, unbound = eng.cpu_host_launch(runtime["command"], env, python=PYTHON, paths=PATHS, port=1)
-    assert eng.CORE_BIND_ENV not in unbound
+    _, launched = eng.cpu_host_launch(runtime["command"], env, python=PYTHON, paths=PATHS, port=1)
+    assert launched[eng.CORE_BIND_ENV] == eng.NO_BINDING
+    _, own = eng.cpu_host_launch(
+        runtime["command"], {**env, eng.CORE_BIND_ENV: "0-1"}, python=PYTHON, paths=PATHS, port=1
+    )
+    assert own[eng.CORE_BIND_ENV] == "0-1"

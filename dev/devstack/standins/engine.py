@@ -99,12 +99,14 @@ CPU_HOST_CHANGES = (
     "`--enforce-eager` added: torch.compile would add ~90 s to every start on 2 cores",
     f"`--kv-cache-memory-bytes {KV_CACHE_BYTES}` added: the CPU backend's default KV cache is 4 GiB of RAM "
     "(GPU flags such as --gpu-memory-utilization pass through and size nothing on CPU)",
-    "`VLLM_CPU_OMP_THREADS_BIND` set to a core of the replica's own (the one fewest running engines use): "
-    "the CPU backend's `auto` binds every engine to the same first core, so a second engine starves behind a "
-    "busy first one; a kubelet's CPU manager would give each container cores of its own",
+    "`VLLM_CPU_OMP_THREADS_BIND=nobind`: the CPU backend's binding pins an engine's worker to one core and its "
+    "front process to another (`auto`: the same cores for every engine), so a second engine starts behind a "
+    "busy first one's worker and starves; unbound, the machine's scheduler shares the cores, as the shared "
+    "pool of a kubelet without a CPU manager does",
 )
-# The environment variable the CPU backend binds its worker's threads by.
+# The environment variable the CPU backend binds its threads by, and the value that binds nothing.
 CORE_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
+NO_BINDING = "nobind"
 
 
 class EngineConfigError(RuntimeError):
@@ -197,7 +199,6 @@ def cpu_host_launch(
     python: Path,
     paths: HostPaths,
     port: int,
-    core: int | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """The replica's command and environment with exactly the changes ``CPU_HOST_CHANGES`` lists.
 
@@ -220,8 +221,7 @@ def cpu_host_launch(
     launch_env = {key: _on_host(value, paths) for key, value in env.items()}
     # What a container image's environment would give: the engine's own bin first on PATH.
     launch_env.setdefault("PATH", f"{python.parent}:/usr/local/bin:/usr/bin:/bin")
-    if core is not None:
-        launch_env.setdefault(CORE_BIND_ENV, str(core))
+    launch_env.setdefault(CORE_BIND_ENV, NO_BINDING)
     return [str(python), "-m", ENGINE_MODULE, *args], launch_env
 
 

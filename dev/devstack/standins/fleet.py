@@ -42,7 +42,6 @@ Dev/test only: it is started by ``ai-inference dev up`` and by the end-to-end te
 from __future__ import annotations
 
 import base64
-import os
 import tempfile
 import threading
 import time
@@ -228,8 +227,6 @@ class StandInFleet:
     _engine_waiting: dict[str, str] = field(default_factory=dict)
     # namespace/name -> the engine URL its Service was annotated with
     _annotated: dict[str, str] = field(default_factory=dict)
-    # pod uid -> the core its engine's threads are bound to (eng.CORE_BIND_ENV)
-    _cores: dict[str, int] = field(default_factory=dict)
     # pod uid -> its runtime container's preStop sleep (seconds), read when its engine started
     _pre_stop: dict[str, float] = field(default_factory=dict)
     # pod uid -> when its engine stops (monotonic): a pod going keeps it through its preStop sleep, as a
@@ -587,7 +584,6 @@ class StandInFleet:
             for uid in gone:
                 self._leaving.pop(uid, None)
                 self._pre_stop.pop(uid, None)
-                self._cores.pop(uid, None)
             leaving_left = [t - now for t in self._leaving.values()]
             self._engine_waiting = {uid: r for uid, r in self._engine_waiting.items() if uid in live}
             ended = [self._fetches.pop(uid) for uid in list(self._fetches) if uid not in live]
@@ -604,12 +600,6 @@ class StandInFleet:
             threading.Thread(
                 target=self._stop_replica, args=(replica,), name=f"stop {replica.pod_key}", daemon=True
             ).start()
-
-    def _free_core(self) -> int:
-        """The core fewest running engines are bound to (the lowest of those): under the lock."""
-        cores = os.cpu_count() or 1
-        taken = [list(self._cores.values()).count(c) for c in range(cores)]
-        return taken.index(min(taken))
 
     def _start_engine(self, pod: Obj) -> None:
         meta = pod["metadata"]
@@ -654,16 +644,12 @@ class StandInFleet:
         pod_ip = _get(pod, "status", "podIP")
         real = self.real_pod_addresses and self.pod_addresses.claim(pod_ip)
         front = {"front_host": pod_ip, "front_port": RUNTIME_PORT} if real else {}
-        with self._lock:
-            core = self._free_core()
-            self._cores[uid] = core
         argv, launch_env = eng.cpu_host_launch(
             runtime.get("command") or [],
             env,
             python=python,
             paths=eng.HostPaths(volume, home),
             port=port,
-            core=core,
         )
         replica = eng.EngineReplica(
             pod_key=f"{namespace}/{pod_name}",
