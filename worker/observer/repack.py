@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from activities.builders.move import move_allowed
 from inference_api.reasons import Reason
 from inference_api.types import (
     ConditionType,
@@ -46,10 +47,6 @@ def could_share(cls: InferenceServiceClass) -> bool:
     return (policy.minSharePercent or 1) < 100
 
 
-def moves_allowed(cls: InferenceServiceClass) -> bool:
-    return cls.spec.updatePolicy.moves_allowed() and not autoscaled(cls)
-
-
 def _conditions(order: Obj) -> dict[str, Obj]:
     return {str(c.get("type")): c for c in ((order.get("status") or {}).get("conditions") or [])}
 
@@ -70,7 +67,7 @@ def stranded(order: Obj, cls: InferenceServiceClass | None) -> bool:
     resolved = status.get("resolved") or {}
     if resolved.get("sharePercent") != 100:
         return False
-    return could_share(cls) and moves_allowed(cls)
+    return could_share(cls) and move_allowed(cls, autoscaled=autoscaled(cls), held=False)
 
 
 def parsed_classes(classes: Iterable[Obj]) -> dict[str, InferenceServiceClass]:

@@ -574,6 +574,7 @@ class StandInFleet:
                 if not known:
                     self._start_engine(pod)
             self._annotate_engine_url(namespace, name)
+        # A going pod's engine stops once its preStop sleep is over: the loop passes every interval_seconds.
         now = time.monotonic()
         with self._lock:
             for uid in self.engines:
@@ -584,17 +585,11 @@ class StandInFleet:
             for uid in gone:
                 self._leaving.pop(uid, None)
                 self._pre_stop.pop(uid, None)
-            leaving_left = [t - now for t in self._leaving.values()]
             self._engine_waiting = {uid: r for uid, r in self._engine_waiting.items() if uid in live}
             ended = [self._fetches.pop(uid) for uid in list(self._fetches) if uid not in live]
         for attempts in ended:  # a pod that goes takes its init container with it
             if attempts.process is not None:
                 model_fetcher.kill(attempts.process)
-        if leaving_left:
-            # Wake for the next engine whose preStop sleep ends (no event of the cluster would).
-            timer = threading.Timer(max(0.05, min(leaving_left)), self._wake.set)
-            timer.daemon = True
-            timer.start()
         for replica in stopping:
             log.info("engine stopped: its pod is gone", pod=replica.pod_key)
             threading.Thread(
