@@ -48,7 +48,7 @@ from activities.builders.exposure import (
     host_digest,
     host_taken,
 )
-from activities.builders.move import MoveStep, SetShape, decide_move, move_allowed
+from activities.builders.move import MoveStep, SetShape, decide_move, move_allowed, withdrawn_message
 from activities.builders.objects import (
     OWNED_KINDS,
     DesiredObject,
@@ -648,6 +648,10 @@ class OrderActivities:
         verdict = runtime_current(plan.recipe.runtimeVersion, versions, moved and not surging)
         if shape.step is MoveStep.RETIRE:
             self._retire_moved(request, inputs, shape)
+        if (withdrawn := withdrawn_message(shape, plan.recipe.runtimeVersion)) is not None:
+            # The surge already wrote the new placement on the set: only the withdraw knows the old
+            # replicas now roll onto it (break, then make).
+            verdict = RuntimeVerdict(ConditionStatus.FALSE, Reason.WORKLOAD_REBUILDING, withdrawn)
         if grown:
             verdict = RuntimeVerdict(
                 ConditionStatus.FALSE,

@@ -92,6 +92,8 @@ class SetShape:
     retired: tuple[int, ...] = ()
     # On Retire: the devices won back (old minus new, over the replicas moved; never below zero).
     gpusWonBack: float = 0.0
+    # On Withdraw: why the move was dropped (the order's RuntimeCurrent says it, with the rebuild).
+    why: str = ""
 
 
 def plan_gpus(plan: LaunchPlan) -> float:
@@ -153,8 +155,10 @@ def decide_move(
     record = MoveRecord.decode(annotations.get(ANNOTATION_MOVE))
     if record is not None:
         n = record.replicas
-        if record.template != template or record.replicas != replicas or not allowed:
-            return SetShape(MoveStep.WITHDRAW, replicas, record.fromOrdinal, 0)
+        if not allowed:
+            return SetShape(MoveStep.WITHDRAW, replicas, record.fromOrdinal, 0, why=WITHDRAWN_NOT_ALLOWED)
+        if record.template != template or record.replicas != replicas:
+            return SetShape(MoveStep.WITHDRAW, replicas, record.fromOrdinal, 0, why=WITHDRAWN_CHANGED)
         if _ready_for(standing, 2 * n):
             won = max(0.0, (record.gpus - plan_gpus(plan)) * n)
             return SetShape(
@@ -166,7 +170,7 @@ def decide_move(
                 gpusWonBack=round(won, 4),
             )
         if now - record.since > timeout:
-            return SetShape(MoveStep.WITHDRAW, n, record.fromOrdinal, 0)
+            return SetShape(MoveStep.WITHDRAW, n, record.fromOrdinal, 0, why=withdrawn_late(timeout))
         return SetShape(MoveStep.HOLD, 2 * n, record.fromOrdinal, n, record)
     if not (asked and allowed and moved):
         return plain
@@ -186,6 +190,25 @@ def decide_move(
         gpus=recorded_gpus(placement if isinstance(placement, Mapping) else None),
     )
     return SetShape(MoveStep.SURGE, 2 * replicas, start, replicas, record)
+
+
+WITHDRAWN_NOT_ALLOWED = "the class's update policy no longer allows moves made before they break"
+WITHDRAWN_CHANGED = "the launch plan or the replica count changed again while the new replicas loaded"
+
+
+def withdrawn_late(timeout: float) -> str:
+    return f"the new replicas were not all Ready within {timeout / 60:g} minutes"
+
+
+def withdrawn_message(shape: SetShape, runtime_version: str) -> str | None:
+    """RuntimeCurrent's message when this apply withdraws a move (None otherwise): the replicas that
+    served roll onto the new placement one at a time, each rebuilt, as a replan without a move does."""
+    if shape.step is not MoveStep.WITHDRAW:
+        return None
+    return (
+        f"The move made before it breaks was withdrawn ({shape.why or 'no reason recorded'}): the replicas "
+        f"roll onto the new placement one at a time, each rebuilt on runtime release {runtime_version}."
+    )
 
 
 def move_allowed(cls: InferenceServiceClass, *, autoscaled: bool, held: bool) -> bool:

@@ -15,6 +15,7 @@ from activities.builders.move import (
     decide_move,
     first_ordinal,
     move_allowed,
+    withdrawn_message,
 )
 from activities.builders.statefulset import build_statefulset
 from inference_api.payloads import MoveStep
@@ -139,6 +140,35 @@ def test_a_move_the_class_no_longer_allows_is_withdrawn() -> None:
 def test_a_move_that_does_not_finish_in_time_is_withdrawn() -> None:
     record = MoveRecord(fromOrdinal=0, replicas=1, template="new", since=NOW - MOVE_TIMEOUT_SECONDS - 1, gpus=1.0)
     assert decide(standing(move=record, replicas=2, ready=1)).step is MoveStep.WITHDRAW
+
+
+@pytest.mark.parametrize(
+    ("kw", "template", "said"),
+    [
+        ({"allowed": False}, "new", "no longer allows moves"),
+        ({}, "newer", "changed again"),
+        ({"now": NOW + MOVE_TIMEOUT_SECONDS + 1}, "new", "not all Ready within 30 minutes"),
+    ],
+    ids=["class-says-never", "plan-changed-again", "too-late"],
+)
+def test_a_withdrawn_move_tells_why_and_that_the_replicas_are_rebuilt(
+    kw: dict[str, Any], template: str, said: str
+) -> None:
+    # The surge wrote the new placement on the set already: the withdraw is what says the old replicas
+    # now roll onto it, each rebuilt (RuntimeCurrent=False/WorkloadRebuilding in the apply).
+    record = MoveRecord(fromOrdinal=0, replicas=1, template="new", since=NOW, gpus=1.0)
+    shape = decide(standing(move=record, replicas=2, ready=1), template=template, **kw)
+    assert shape.step is MoveStep.WITHDRAW
+    message = withdrawn_message(shape, "v0.11.0")
+    assert message is not None
+    assert said in message
+    assert "each rebuilt on runtime release v0.11.0" in message
+
+
+def test_no_other_step_says_a_move_was_withdrawn() -> None:
+    for shape in (decide(standing()), decide(surging(ready=1)), decide(surging(ready=2), asked=False)):
+        assert shape.step is not MoveStep.WITHDRAW
+        assert withdrawn_message(shape, "v0.11.0") is None
 
 
 def test_a_garbled_move_record_is_no_move() -> None:

@@ -22,14 +22,21 @@ import pytest
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi, NetworkingV1Api
 from prometheus_client import REGISTRY
 
-from activities.builders.common import ANNOTATION_PRUNED_FOR, LABEL_MANAGED_BY, LABEL_ORDER, MANAGED_BY
+from activities.builders.common import (
+    ANNOTATION_PRUNED_FOR,
+    ANNOTATION_TEMPLATE_DIGEST,
+    LABEL_MANAGED_BY,
+    LABEL_ORDER,
+    MANAGED_BY,
+)
+from activities.builders.move import ANNOTATION_MOVE, MOVE_TIMEOUT_SECONDS, MoveRecord
 from activities.builders.objects import pruned_set_digest, settled_region_kept_message
 from activities.builders.statefulset import API_KEY_ENV
 from activities.kube import bounded
 from activities.order import OrderActivities
 from inference_api.payloads import ApplyInput, ApplyResult, ModelResolution, OrderEvent, OrderRef
 from inference_api.plan import LaunchPlan
-from inference_api.reasons import EventReason
+from inference_api.reasons import EventReason, Reason
 from inference_api.settings import ModuleSettings
 from inference_api.types import GROUP, VERSION, EndpointType, InferenceService, InferenceServiceClass
 from tests import factories as f
@@ -266,6 +273,34 @@ def test_a_new_share_replaces_the_claim_template(bench: Bench) -> None:
     (request,) = after["spec"]["spec"]["devices"]["requests"]
     assert request["exactly"]["capacity"]["requests"]["gpu.deckhouse.io/memory"] in ("20480Mi", "20Gi")
     assert [o["uid"] for o in after["metadata"]["ownerReferences"]] == [order.metadata.uid]
+
+
+def test_a_withdrawn_move_says_the_replicas_are_rebuilt(bench: Bench) -> None:
+    # A surge writes the new placement on the set; a withdraw after it (here: the new replicas never
+    # Ready in time) rolls the old replicas onto it. Before, the order said RuntimeUpToDate meanwhile.
+    order = bench.create_order("withdrawn", "apply-external")
+    request = bench.apply_input(order, external_class(), f.plan(share=50, device_class=DEVICE_CLASS))
+    first = bench.apply(request)
+    assert first.runtimeReason == Reason.RUNTIME_UP_TO_DATE
+    sts = bench.get("apps/v1", "StatefulSet", "withdrawn")
+    assert sts is not None
+    digest = sts["metadata"]["annotations"][ANNOTATION_TEMPLATE_DIGEST]
+    late = MoveRecord(fromOrdinal=0, replicas=1, template=digest, since=1.0, gpus=1.0)
+    assert late.since < MOVE_TIMEOUT_SECONDS
+    bench.activities.applier.dynamic.resources.get(api_version="apps/v1", kind="StatefulSet").patch(
+        name="withdrawn",
+        namespace=bench.namespace,
+        body={"metadata": {"annotations": {ANNOTATION_MOVE: late.encode()}}, "spec": {"replicas": 2}},
+        content_type="application/merge-patch+json",
+    )
+
+    again = bench.apply(request)
+    assert again.moveStep == "Withdraw"
+    assert again.runtimeReason == Reason.WORKLOAD_REBUILDING
+    assert not again.runtimeCurrent
+    assert again.runtimeMessage.startswith("The move made before it breaks was withdrawn (")
+    # This class autoscales (its HPA owns the replica count a surge needs): the move is not allowed.
+    assert "no longer allows moves" in again.runtimeMessage
 
 
 def test_cluster_local_without_authentication_has_no_secret_and_no_ingress(bench: Bench) -> None:

@@ -335,8 +335,16 @@ class LocalCluster:
             finally:
                 fcntl.flock(f, fcntl.LOCK_UN)
 
-    def up(self, *, inventory: bool = True, timeout: float = 180, progress: Progress | None = None) -> bool:
-        """Start the cluster and wait until it is ready; False (and nothing done) when already up."""
+    def up(
+        self,
+        *,
+        inventory: bool = True,
+        timeout: float = 180,
+        progress: Progress | None = None,
+        controller_args: tuple[str, ...] = (),
+    ) -> bool:
+        """Start the cluster and wait until it is ready; False (and nothing done) when already up.
+        ``controller_args``: more flags for kube-controller-manager (the scale benchmark's client rate)."""
         say = progress or (lambda _line: None)
         with self._lock():
             status = self.status()
@@ -351,7 +359,14 @@ class LocalCluster:
             for attempt in (1, 2):
                 started = time.monotonic()
                 try:
-                    self._start(binaries, inventory=inventory, timeout=timeout, say=say, started=started)
+                    self._start(
+                        binaries,
+                        inventory=inventory,
+                        timeout=timeout,
+                        say=say,
+                        started=started,
+                        controller_args=controller_args,
+                    )
                     return True
                 except ClusterError as e:
                     with contextlib.suppress(Exception):
@@ -368,7 +383,16 @@ class LocalCluster:
                     raise
             return True
 
-    def _start(self, b: Binaries, *, inventory: bool, timeout: float, say: Progress, started: float) -> None:
+    def _start(
+        self,
+        b: Binaries,
+        *,
+        inventory: bool,
+        timeout: float,
+        say: Progress,
+        started: float,
+        controller_args: tuple[str, ...] = (),
+    ) -> None:
         deadline = started + timeout
 
         def remaining() -> float:
@@ -462,6 +486,7 @@ class LocalCluster:
             "--leader-elect=false",
             f"--feature-gates={FEATURE_GATES}",
             f"--horizontal-pod-autoscaler-sync-period={HPA_SYNC_PERIOD}",
+            *controller_args,
         ], {"secure": ports["controller_manager"]})  # fmt: skip
         self._spawn(state, "kube-scheduler", b.kube_scheduler, [
             f"--kubeconfig={self.kubeconfig('kube-scheduler')}",
