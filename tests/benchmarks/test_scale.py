@@ -22,7 +22,9 @@ from temporalio.client import WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 
 from benchmarks.scale import (
+    HPA_SYNC_PERIOD,
     burst_cpu,
+    controller_args,
     cpu_by_process,
     e2e_tier,
     engine_tier,
@@ -30,6 +32,8 @@ from benchmarks.scale import (
     request_kinds,
     steps_to_ready,
 )
+from devstack.cluster.launcher import HPA_SYNC_PERIOD as LAB_HPA_SYNC_PERIOD
+from devstack.cluster.launcher import with_default_flag
 from workflows import activity_names as act
 
 
@@ -115,6 +119,17 @@ def assert_steps_and_cpu(got: dict[str, str]) -> None:
     burst = got["  where the burst's time went"]
     assert re.fullmatch(r"[^,;]+ \d+(, [^,;]+ \d+)*; in all \d+ ms per order, [\d.]+ cores busy on average", burst)
     assert int(burst.split("in all ")[1].split()[0]) > 0, burst
+
+
+def test_the_benchmarks_controller_manager_looks_at_hpas_as_a_cluster_does_at_the_rate_asked() -> None:
+    hpa = "--horizontal-pod-autoscaler-sync-period"
+    assert controller_args(None) == (f"{hpa}={HPA_SYNC_PERIOD}",)
+    assert controller_args(100) == (f"{hpa}={HPA_SYNC_PERIOD}", "--kube-api-qps=100", "--kube-api-burst=150")
+    # The lab's own period (shorter, for its autoscaling tests) only where nothing else is asked.
+    assert HPA_SYNC_PERIOD != LAB_HPA_SYNC_PERIOD
+    assert with_default_flag(controller_args(100), hpa, LAB_HPA_SYNC_PERIOD) == controller_args(100)
+    assert with_default_flag((), hpa, LAB_HPA_SYNC_PERIOD) == (f"{hpa}={LAB_HPA_SYNC_PERIOD}",)
+    assert with_default_flag(("--v=2",), hpa, "5s") == (f"{hpa}=5s", "--v=2")
 
 
 def test_the_bursts_cpu_is_told_per_order_by_process_busiest_first() -> None:

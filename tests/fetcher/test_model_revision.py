@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from activities.model_revision import PUBLIC_HUB, pin_revision
+from activities.model_revision import PUBLIC_HUB, pin_revision, shared_hub_client
 from devstack import tiny_model
 from devstack.cluster.paths import cache_root
 from devstack.standins.hub import DEV_TOKEN, DEV_USER, REPO_NOT_FOUND, Hub, HubServer
@@ -119,3 +119,15 @@ def test_the_worker_reaches_a_mirror_by_its_ca_bundle_and_through_the_proxy(
         around = at(mirror, caBundle=pki.ca_pem, httpsProxy=_url(proxy), noProxy=["127.0.0.0/8"])
         assert pin_revision(around, TINY, None, has_token=False).commit == mirror.hub.sha(TINY)
         assert relayed == [f"127.0.0.1:{mirror.port}"]
+
+
+def test_pins_reuse_one_client_per_way_of_reaching_the_hub(server: HubServer) -> None:
+    # A client made for each plan loaded the CA roots anew (a third of the worker's CPU in a burst).
+    source = at(server)
+    first = pin_revision(source, TINY, None, has_token=False)
+    second = pin_revision(at(server), TINY, None, has_token=False)
+    assert first.commit is not None
+    assert second.commit == first.commit
+    assert shared_hub_client(source) is shared_hub_client(at(server))
+    assert shared_hub_client(source) is not shared_hub_client(at(server, noProxy=["example.org"]))
+    assert shared_hub_client(source) is not shared_hub_client(at(server, httpsProxy="http://127.0.0.1:9"))

@@ -17,6 +17,7 @@ from activities.health import models_verdict, probe_target, token_from_secret
 from activities.scaling import priority_value
 from inference_api.observation import HealthReport, ObservedChange, OrderSignal
 from inference_api.payloads import OrderRef
+from inference_api.preemption import SCALING_LIMITED, TOO_MANY_REPLICAS, HpaCondition, ScalingObservation
 from inference_api.reasons import Reason
 from inference_api.settings import ModuleSettings, ObserverSettings
 from inference_api.types import Phase
@@ -871,3 +872,41 @@ def test_a_pending_order_loading_or_waiting_for_capacity_has_settled() -> None:
     for reason in (Reason.WORKLOAD_PROGRESSING, Reason.MODEL_LOADING, Reason.NO_CAPACITY, Reason.QUOTA_EXCEEDED):
         assert d.start_settled("Pending", reason)
     assert not d.start_settled("Pending", Reason.LAUNCH_PLAN_CALCULATED)
+
+
+# ------------------------------------------------------------------ scaling news while an order loads
+
+_LOADING = {"phase": "Pending", "reason": "WorkloadProgressing"}
+_SERVING = {"phase": "Ready", "conditions": [{"type": "Ready", "status": "True", "reason": "ProbeSucceeded"}]}
+_GAVE_UP = {
+    "phase": "Pending",
+    "conditions": [{"type": "Ready", "status": "False", "reason": Reason.HEALTH_CHECK_FAILED.value}],
+}
+
+
+@pytest.mark.parametrize(
+    ("status", "observation", "now"),
+    [
+        # Brought up: its workflow reads scaling only after the load step; the news waits.
+        (None, ScalingObservation(placedReplicas=1, desiredReplicas=2), False),
+        (_LOADING, ScalingObservation(placedReplicas=0, desiredReplicas=1), False),
+        # ... unless it needs acting on as soon as the step ends.
+        (_LOADING, ScalingObservation(unschedulableReplicas=1), True),
+        (
+            _LOADING,
+            ScalingObservation(
+                conditions=[HpaCondition(type=SCALING_LIMITED, status="True", reason=TOO_MANY_REPLICAS)]
+            ),
+            True,
+        ),
+        (_LOADING, ScalingObservation(autoscalerFound=False), True),
+        # Serving, or the wait gave up (the workflow sleeps on a backoff in its main loop): told now.
+        (_SERVING, ScalingObservation(placedReplicas=1), True),
+        (_GAVE_UP, ScalingObservation(placedReplicas=1), True),
+    ],
+    ids=["new", "loading", "unschedulable", "wants-above-bound", "hpa-gone", "serving", "gave-up"],
+)
+def test_scaling_news_waits_while_an_order_is_brought_up_unless_it_needs_acting_on(
+    status: dict[str, Any] | None, observation: ScalingObservation, now: bool
+) -> None:
+    assert d.scaling_news_now(order(status=status), observation) is now

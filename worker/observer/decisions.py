@@ -29,6 +29,7 @@ from activities.builders.common import (
 )
 from inference_api.observation import LEGACY_ORDER_WORKFLOW_TYPES, ORDER_WORKFLOW_TYPE, HealthReport, OrderSignal
 from inference_api.payloads import OrderRef, order_workflow_id
+from inference_api.preemption import ScalingObservation
 from inference_api.reasons import Reason
 from inference_api.types import ConditionType, ModelKind, ModelSource, Phase
 from workflows.order_state import ReplicaTrouble, TroubleAction
@@ -299,6 +300,19 @@ def awaiting_replicas(order: Obj | None) -> bool:
     return not (
         ready is not None and ready.get("status") == "False" and ready.get("reason") == Reason.HEALTH_CHECK_FAILED.value
     )
+
+
+def scaling_news_now(order: Obj | None, observation: ScalingObservation) -> bool:
+    """Whether a changed scaling observation is worth a ``scaling_changed`` signal now. While the order
+    is brought up (``awaiting_replicas``) its workflow is inside the step that waits for the first
+    replica and reads the observation only after it (the signal only stores it): each signal then was
+    a workflow task of four history events for nothing, and a first load saw about three. It is held
+    (the newest kept, sent once the order's status says it serves, or that the wait gave up) unless it
+    says what needs acting on as soon as the load step ends: replicas that cannot be placed (the
+    preemption report), an HPA that wants more than its bound, or an HPA gone."""
+    if not awaiting_replicas(order):
+        return True
+    return observation.unschedulableReplicas > 0 or observation.wants_above_bound or not observation.autoscalerFound
 
 
 def replica_got_ready(event_type: str, old: Obj | None, new: Obj | None) -> int | None:

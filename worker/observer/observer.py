@@ -874,6 +874,10 @@ class Observer:
             observation = self.scaling_of(order)
             if observation is None:
                 return
+            if not d.scaling_news_now(order, observation):
+                # Held while the order loads: the status write that ends the load marks it again.
+                self.scaling_dirty.add(uid)
+                return
             signature = observation.signature()
             if self.scaling_last.get(uid) == signature:
                 return

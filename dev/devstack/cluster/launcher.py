@@ -71,6 +71,11 @@ _KUBELET_PORT_TEMPLATE = "{{ $kubeletPort := 0 }}"
 Progress = Callable[[str], None]
 
 
+def with_default_flag(args: tuple[str, ...], flag: str, value: str) -> tuple[str, ...]:
+    """``args``, with ``flag=value`` first unless they set ``flag`` themselves."""
+    return args if any(a.split("=", 1)[0] == flag for a in args) else (f"{flag}={value}", *args)
+
+
 class ClusterError(RuntimeError):
     """The cluster could not be brought up (the message carries the failing component's log tail)."""
 
@@ -485,8 +490,7 @@ class LocalCluster:
             f"--cluster-signing-key-file={pki.ca_key}",
             "--leader-elect=false",
             f"--feature-gates={FEATURE_GATES}",
-            f"--horizontal-pod-autoscaler-sync-period={HPA_SYNC_PERIOD}",
-            *controller_args,
+            *with_default_flag(controller_args, "--horizontal-pod-autoscaler-sync-period", HPA_SYNC_PERIOD),
         ], {"secure": ports["controller_manager"]})  # fmt: skip
         self._spawn(state, "kube-scheduler", b.kube_scheduler, [
             f"--kubeconfig={self.kubeconfig('kube-scheduler')}",
