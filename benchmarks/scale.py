@@ -989,14 +989,14 @@ def read_placement_check(api: Any, namespace: str) -> PlacementCheck:
 
 
 # The HPA controller's period in a cluster (upstream's default); the lab's is shorter for its tests.
-HPA_SYNC_PERIOD = "15s"
+CLUSTER_HPA_SYNC_PERIOD = "15s"
 
 
 def controller_args(qps: int | None) -> tuple[str, ...]:
     """kube-controller-manager as a cluster runs it: the HPA controller every 15 s (the lab's 5 s
     tripled its requests), and its client rate (each controller its own client): upstream's default
     (20 requests/s, bursts of 30) when ``qps`` is None."""
-    period = (f"--horizontal-pod-autoscaler-sync-period={HPA_SYNC_PERIOD}",)
+    period = (f"--horizontal-pod-autoscaler-sync-period={CLUSTER_HPA_SYNC_PERIOD}",)
     return period if qps is None else (*period, f"--kube-api-qps={qps}", f"--kube-api-burst={int(qps * 1.5)}")
 
 
@@ -1218,7 +1218,7 @@ async def e2e_tier(
     report.add(
         "kube-controller-manager",
         f"client rate {'upstream default (20/s, burst 30)' if controller_qps is None else f'{controller_qps}/s'}, "
-        f"HPA sync every {HPA_SYNC_PERIOD}",
+        f"HPA sync every {CLUSTER_HPA_SYNC_PERIOD}",
     )
     report.add(f"one order alone (median of {repeats})", f"{alone:.2f} s to Ready")
     report.add(

@@ -206,7 +206,7 @@ def withdrawn_message(shape: SetShape, runtime_version: str) -> str | None:
     if shape.step is not MoveStep.WITHDRAW:
         return None
     return (
-        f"The move made before it breaks was withdrawn ({shape.why or 'no reason recorded'}): the replicas "
+        f"The move made before it breaks was withdrawn ({shape.why}): the replicas "
         f"roll onto the new placement one at a time, each rebuilt on runtime release {runtime_version}."
     )
 

@@ -22,7 +22,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 
 from benchmarks.scale import (
-    HPA_SYNC_PERIOD,
+    CLUSTER_HPA_SYNC_PERIOD,
     burst_cpu,
     controller_args,
     cpu_by_process,
@@ -123,10 +123,10 @@ def assert_steps_and_cpu(got: dict[str, str]) -> None:
 
 def test_the_benchmarks_controller_manager_looks_at_hpas_as_a_cluster_does_at_the_rate_asked() -> None:
     hpa = "--horizontal-pod-autoscaler-sync-period"
-    assert controller_args(None) == (f"{hpa}={HPA_SYNC_PERIOD}",)
-    assert controller_args(100) == (f"{hpa}={HPA_SYNC_PERIOD}", "--kube-api-qps=100", "--kube-api-burst=150")
+    assert controller_args(None) == (f"{hpa}={CLUSTER_HPA_SYNC_PERIOD}",)
+    assert controller_args(100) == (f"{hpa}={CLUSTER_HPA_SYNC_PERIOD}", "--kube-api-qps=100", "--kube-api-burst=150")
     # The lab's own period (shorter, for its autoscaling tests) only where nothing else is asked.
-    assert HPA_SYNC_PERIOD != LAB_HPA_SYNC_PERIOD
+    assert CLUSTER_HPA_SYNC_PERIOD != LAB_HPA_SYNC_PERIOD
     assert with_default_flag(controller_args(100), hpa, LAB_HPA_SYNC_PERIOD) == controller_args(100)
     assert with_default_flag((), hpa, LAB_HPA_SYNC_PERIOD) == (f"{hpa}={LAB_HPA_SYNC_PERIOD}",)
     assert with_default_flag(("--v=2",), hpa, "5s") == (f"{hpa}=5s", "--v=2")
