@@ -39,8 +39,22 @@ REQUEST_TIMEOUT = (10.0, 20.0)
 RETRIES = urllib3.Retry(total=3, read=0)
 
 
-def load_api_client(kubeconfig: str | None = None) -> ApiClient:
-    """In-cluster config inside a pod, else the kubeconfig (KUBECONFIG or the given path)."""
+def user_agent(component: str) -> str:
+    """What this process calls itself to the API server (``ai-inference-worker/0.9.0``): an audit log,
+    or an API server's per-client throttling, tells the module's processes apart, as kube-controller-
+    manager's controllers are told apart by theirs."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        release = version("ai-inference")
+    except PackageNotFoundError:
+        release = "unknown"
+    return f"ai-inference-{component}/{release}"
+
+
+def load_api_client(kubeconfig: str | None = None, component: str = "cli") -> ApiClient:
+    """In-cluster config inside a pod, else the kubeconfig (KUBECONFIG or the given path); requests
+    name ``component`` in their User-Agent (``user_agent``)."""
     configuration = client.Configuration()
     loaded = False
     if kubeconfig is None:
@@ -52,7 +66,9 @@ def load_api_client(kubeconfig: str | None = None) -> ApiClient:
     if not loaded:
         config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
     configuration.retries = RETRIES
-    return bounded(ApiClient(configuration))
+    api = ApiClient(configuration)
+    api.user_agent = user_agent(component)
+    return bounded(api)
 
 
 def request_span_name(method: str, url: str, headers: Any = None) -> tuple[str, dict[str, Any]]:

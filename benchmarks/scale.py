@@ -57,8 +57,9 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -1000,8 +1001,104 @@ def controller_args(qps: int | None) -> tuple[str, ...]:
     return period if qps is None else (*period, f"--kube-api-qps={qps}", f"--kube-api-burst={int(qps * 1.5)}")
 
 
+# The audit policy of ``--requests-by-client``: every request's metadata (who, what, when), once it
+# is answered; never a body (no Secret's data is written to the log).
+AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+"""
+AUDIT_LOG = "audit.jsonl"
+
+
+def audit_args(state_dir: Path) -> tuple[str, ...]:
+    """kube-apiserver's flags for an audit log of every request in ``state_dir`` (batched: the
+    apiserver does not wait on the file)."""
+    policy = state_dir / "audit-policy.yaml"
+    policy.parent.mkdir(parents=True, exist_ok=True)
+    policy.write_text(AUDIT_POLICY)
+    return (
+        f"--audit-policy-file={policy}",
+        f"--audit-log-path={state_dir / AUDIT_LOG}",
+        "--audit-log-format=json",
+        "--audit-log-mode=batch",
+        "--audit-log-maxsize=0",
+    )
+
+
+# The control plane's own programs: their user agent names the program and, for the controller
+# manager, the controller ("kube-controller-manager/v1.34.4 (linux/amd64) kubernetes/<commit>/<name>",
+# the name a service account's, "system:serviceaccount:kube-system:statefulset-controller").
+_CONTROL_PLANE = ("kube-controller-manager", "kube-scheduler", "kube-apiserver", "kwok", "kwok-controller")
+
+
+def audit_client(event: Mapping[str, Any]) -> str:
+    """Who sent an audited request: a module process or a control-plane program (and its controller)
+    by its user agent, any other client by its identity (the benchmark's own)."""
+    agent = str(event.get("userAgent") or "")
+    program = agent.split(" ", 1)[0].split("/", 1)[0]
+    if program.startswith("ai-inference-"):
+        return program  # the module's processes name themselves (activities.kube.user_agent)
+    if program in _CONTROL_PLANE or program.startswith("kwok"):
+        tail = agent.split(" kubernetes/", 1)[1] if " kubernetes/" in agent else ""
+        # The controller manager's controllers each use their service account's name there.
+        controller = tail.split("/", 1)[1].rsplit(":", 1)[-1] if "/" in tail else ""
+        return f"{program}/{controller}" if controller else program
+    return str((event.get("user") or {}).get("username") or program or "unknown")
+
+
+def audit_kind(event: Mapping[str, Any]) -> str:
+    """``verb resource[/subresource]`` of an audited request (a non-resource one by its path)."""
+    ref = event.get("objectRef") or {}
+    resource, sub = ref.get("resource"), ref.get("subresource")
+    what = f"{resource}/{sub}" if resource and sub else resource or str(event.get("requestURI") or "?").split("?")[0]
+    return f"{event.get('verb', '?')} {what}"
+
+
+def requests_by_client(lines: Iterable[str], since: datetime, until: datetime) -> dict[str, Counter[str]]:
+    """The requests an audit log records as received in [since, until), by client (``audit_client``)
+    and kind (``audit_kind``), each request once (its auditID: a watch is logged when it starts and
+    again when it ends)."""
+    seen: set[str] = set()
+    out: dict[str, Counter[str]] = {}
+    for line in lines:
+        if not line.strip():
+            continue
+        event = json.loads(line)
+        if event.get("stage") not in ("ResponseStarted", "ResponseComplete", "Panic"):
+            continue
+        received = datetime.fromisoformat(str(event["requestReceivedTimestamp"]).replace("Z", "+00:00"))
+        if not since <= received < until or event.get("auditID") in seen:
+            continue
+        seen.add(str(event.get("auditID")))
+        out.setdefault(audit_client(event), Counter())[audit_kind(event)] += 1
+    return out
+
+
+def client_table(
+    by_client: Mapping[str, Counter[str]], orders: int, top: int = 12, kinds: int = 4
+) -> list[tuple[str, str]]:
+    """(client, its line) for the clients with the most requests first: requests per order, then its
+    largest kinds; the clients past ``top`` summed on one line."""
+    ranked = sorted(by_client.items(), key=lambda item: (-sum(item[1].values()), item[0]))
+    lines = []
+    for client, counts in ranked[:top]:
+        largest = ", ".join(f"{kind} {n / orders:.1f}" for kind, n in counts.most_common(kinds))
+        lines.append((client, f"{sum(counts.values()) / orders:.1f} ({largest})"))
+    rest = sum(sum(counts.values()) for _client, counts in ranked[top:])
+    if rest:
+        lines.append((f"{len(ranked) - top} other clients", f"{rest / orders:.1f}"))
+    return lines
+
+
 def lean_stack_up(
-    stack: Any, fleet: Any, say: Callable[[str], None], workers: int = 1, controller_qps: int | None = None
+    stack: Any,
+    fleet: Any,
+    say: Callable[[str], None],
+    workers: int = 1,
+    controller_qps: int | None = None,
+    audit: bool = False,
 ) -> None:
     """What ``ai-inference dev up`` starts for orders, and nothing else: the control plane with the
     sized fleet, the Temporal dev server, the stand-in catalog, the planner service (HTTPS, token
@@ -1017,7 +1114,8 @@ def lean_stack_up(
     ensure_binaries((*CONTROL_PLANE_TOOLS, "helm"), progress=say)
     cluster = stack.cluster()
     save_fleet(cluster.state_dir, fleet)
-    cluster.up(progress=say, timeout=600, controller_args=controller_args(controller_qps))
+    audited = audit_args(cluster.state_dir) if audit else ()
+    cluster.up(progress=say, timeout=600, controller_args=controller_args(controller_qps), apiserver_args=audited)
     kubeconfig = str(cluster.kubeconfig("admin"))
     ports = {"temporal": free_port(), "temporal-upstream": free_port(), "catalog": free_port(), "planner": free_port()}
     # The module processes' /metrics (their own API requests, ai_inference_kubernetes_requests_total).
@@ -1081,6 +1179,7 @@ async def e2e_tier(
     cpu_window: float = CPU_WINDOW_SECONDS,
     workers: int = 1,
     controller_qps: int | None = None,
+    by_client: bool = False,
 ) -> Report:
     from kubernetes.client import CustomObjectsApi
     from kubernetes.client.exceptions import ApiException
@@ -1097,7 +1196,7 @@ async def e2e_tier(
     fleet = fleet_for(orders, h100_nodes)
     say = lambda line: print(f"   {line}", file=sys.stderr, flush=True)  # noqa: E731
     try:
-        lean_stack_up(stack, fleet, say, workers, controller_qps)
+        lean_stack_up(stack, fleet, say, workers, controller_qps, audit=by_client)
         cluster = stack.cluster()
         namespace = f"scale-{uuid.uuid4().hex[:6]}"
         cluster.create_namespace(namespace, users=())
@@ -1164,6 +1263,7 @@ async def e2e_tier(
             reads_before = await asyncio.to_thread(cache_reads, stack.ports())
             names = [f"order-{i}" for i in range(orders)]
             started = time.perf_counter()
+            burst_began = datetime.now(UTC)
             cpu_before = _cpu_ticks()
             for name in names:
                 await asyncio.to_thread(create, name)
@@ -1190,6 +1290,13 @@ async def e2e_tier(
                 if name.split("-", 1)[0] == "worker"
             }
             requests_after = await asyncio.to_thread(apiserver_requests, api)
+            burst_ended = datetime.now(UTC)
+            clients: dict[str, Counter[str]] | None = None
+            if by_client:
+                # The audit log is written in batches: a moment for the burst's last to reach it.
+                await asyncio.sleep(3)
+                with (stack.cluster().state_dir / AUDIT_LOG).open() as log:
+                    clients = requests_by_client(log, burst_began, burst_ended)
             own_after = await asyncio.to_thread(module_requests, stack.ports())
             reads_after = await asyncio.to_thread(cache_reads, stack.ports())
             placement = await asyncio.to_thread(read_placement_check, api, namespace)
@@ -1249,6 +1356,11 @@ async def e2e_tier(
         "  the worker's order cache, reads per order",
         ", ".join(f"{kind} {reads[kind] / orders:.1f}" for kind in sorted(reads)) or "none counted",
     )
+    if clients is not None:
+        audited = sum(sum(kinds.values()) for kinds in clients.values())
+        report.add("  by client, per order (the API server's audit log)", f"{audited / orders:.0f} in all")
+        for client, line in client_table(clients, orders):
+            report.add(f"    {client}", line)
     report.add("planned = allocated (every replica, read back from the claims)", placement.describe())
     report.add(f"history events per order (sample of {len(picked)})", f"{statistics.mean(histories):.1f}")
     report.add(f"activity slots held by serving orders (sample of {len(picked)})", str(held), "target 0")
@@ -1340,6 +1452,12 @@ def main(argv: list[str] | None = None) -> int:
         help="kube-controller-manager's --kube-api-qps (default: upstream's, 20; its StatefulSet controller "
         "bounds a burst's rate at about 2.5 orders/s there)",
     )
+    e2e.add_argument(
+        "--requests-by-client",
+        action="store_true",
+        help="an audit log on the API server, and the burst's requests per order by client (program, "
+        "controller or identity); the log costs the API server CPU, so its CPU figures are not comparable",
+    )
     args = parser.parse_args(argv)
     quiet_logs()
     compile_bytecode()
@@ -1382,6 +1500,7 @@ def main(argv: list[str] | None = None) -> int:
             cpu_window=args.cpu_window,
             workers=args.workers,
             controller_qps=args.controller_qps,
+            by_client=args.requests_by_client,
         )
     if not asyncio.run(stoppable(tier)):
         print("  (stopped)", file=sys.stderr, flush=True)

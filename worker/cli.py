@@ -148,14 +148,14 @@ METRICS_PORT_OPTION = typer.Option(
 )
 
 
-def _runtime(kubeconfig: str | None) -> tuple[ModuleSettings, Any]:
-    """Settings, logging at ``logLevel``, and an API client."""
+def _runtime(kubeconfig: str | None, component: str = "cli") -> tuple[ModuleSettings, Any]:
+    """Settings, logging at ``logLevel``, and an API client that names ``component`` to the server."""
     from activities.kube import load_api_client
     from worker.logs import configure_logging
 
     settings = load_settings()
     configure_logging(settings.logLevel)
-    return settings, load_api_client(kubeconfig)
+    return settings, load_api_client(kubeconfig, component)
 
 
 def _traced(settings: ModuleSettings, process: str) -> None:
@@ -179,7 +179,7 @@ def worker(
     from worker.processes import Health, run_worker, with_health
     from worker.temporal_client import install_sdk_metrics
 
-    settings, api = _runtime(kubeconfig)
+    settings, api = _runtime(kubeconfig, "worker")
     _traced(settings, "worker")
     install_sdk_metrics(metrics_port)
     health = Health(starting=True)
@@ -200,7 +200,7 @@ def watch(
     from worker.processes import Health, run_watcher, until_terminated, with_health
     from worker.temporal_client import install_sdk_metrics
 
-    settings, api = _runtime(kubeconfig)
+    settings, api = _runtime(kubeconfig, "watch")
     _traced(settings, "watch")
     install_sdk_metrics(metrics_port)
     health = Health(starting=True)
@@ -253,7 +253,7 @@ def disable(
     from worker.logs import configure_logging
 
     configure_logging("INFO")
-    report = run_disable(load_api_client(kubeconfig), module_namespace, wait_seconds)
+    report = run_disable(load_api_client(kubeconfig, "disable"), module_namespace, wait_seconds)
     typer.echo(report.line())
     if report.failures:
         fail(ExitCode.FAILED, "not finished: " + "; ".join(report.failures[:10]))
@@ -286,7 +286,7 @@ def planner(
 
     if (tls_cert_file is None) != (tls_key_file is None):
         raise typer.BadParameter("give --tls-cert-file and --tls-key-file together", param_hint="--tls-key-file")
-    settings, api = _runtime(kubeconfig)
+    settings, api = _runtime(kubeconfig, "planner")
     _traced(settings, "planner")
     if tls_cert_file is None and not settings.planner.allowInsecureHttp:
         typer.echo(

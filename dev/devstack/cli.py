@@ -114,7 +114,7 @@ def fleet(
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     # The stack's Ingress controller reaches real engines by their pods' addresses (where root).
-    standins = StandInFleet(load_api_client(kubeconfig), real_pod_addresses=True)
+    standins = StandInFleet(load_api_client(kubeconfig, "dev-fleet"), real_pod_addresses=True)
     if engine_root:
         from pathlib import Path
 

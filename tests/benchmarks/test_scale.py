@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -23,13 +24,16 @@ from temporalio.testing import WorkflowEnvironment
 
 from benchmarks.scale import (
     CLUSTER_HPA_SYNC_PERIOD,
+    audit_args,
     burst_cpu,
+    client_table,
     controller_args,
     cpu_by_process,
     e2e_tier,
     engine_tier,
     request_counts,
     request_kinds,
+    requests_by_client,
     steps_to_ready,
 )
 from devstack.cluster.launcher import HPA_SYNC_PERIOD as LAB_HPA_SYNC_PERIOD
@@ -132,6 +136,92 @@ def test_the_benchmarks_controller_manager_looks_at_hpas_as_a_cluster_does_at_th
     assert with_default_flag(("--v=2",), hpa, "5s") == (f"{hpa}=5s", "--v=2")
 
 
+KCM = "kube-controller-manager/v1.34.4 (linux/amd64) kubernetes/$Format/"
+DONE = "ResponseComplete"
+
+
+def _audited(audit_id: str, stage: str, at: str, agent: str, user: str, verb: str, **ref: str) -> str:
+    """One line of kube-apiserver's JSON audit log at level Metadata (the fields the count reads)."""
+    event = {
+        "kind": "Event",
+        "apiVersion": "audit.k8s.io/v1",
+        "level": "Metadata",
+        "auditID": audit_id,
+        "stage": stage,
+        "requestURI": "/api/v1/namespaces/a/secrets/x" if ref else "/apis",
+        "verb": verb,
+        "user": {"username": user, "groups": ["system:authenticated"]},
+        "userAgent": agent,
+        "requestReceivedTimestamp": at,
+        "stageTimestamp": at,
+    }
+    if ref:
+        event["objectRef"] = {"apiVersion": "v1", "namespace": "a", **ref}
+    return json.dumps(event)
+
+
+def test_the_audit_log_tells_each_request_once_by_client_and_kind_within_the_burst() -> None:
+    worker = "system:serviceaccount:d8-ai-inference:ai-inference-worker"
+    watch = "ai-inference-watch/0.9.0"
+    sets = KCM + "system:serviceaccount:kube-system:statefulset-controller"
+    python, kwok = "OpenAPI-Generator/37.0.2/python", "kwok/v0.8.0 (linux/amd64)"
+    scheduler = "kube-scheduler/v1.34.4 (linux/amd64) kubernetes/$Format/scheduler"
+    informers = KCM + "shared-informers"
+    at = "2026-12-06T19:00:0{}Z".format
+    lines = [
+        _audited("1", DONE, "2026-12-06T19:00:00.5Z", python, worker, "get", resource="secrets"),
+        _audited("2", DONE, "2026-12-06T19:00:01.000001Z", sets, "x", "create", resource="pods"),
+        _audited("2a", DONE, at(1), watch, worker, "get", resource="secrets"),
+        _audited("3", DONE, at(1), sets, "x", "get", resource="statefulsets", subresource="scale"),
+        # A watch: logged when it starts and again when it ends, one request.
+        _audited("4", "ResponseStarted", at(2), informers, "y", "watch", resource="pods"),
+        _audited("4", DONE, at(2), informers, "y", "watch", resource="pods"),
+        _audited("5", DONE, at(2), scheduler, "z", "create", resource="pods", subresource="binding"),
+        _audited("6", DONE, at(3), kwok, "system:kwok-controller", "patch", resource="pods", subresource="status"),
+        _audited("7", DONE, at(3), KCM + "controller-discovery", "k", "get"),
+        # Before the burst, after it, and a request still being received: not counted.
+        _audited("8", DONE, "2026-12-06T18:59:59.999999Z", sets, "x", "create", resource="pods"),
+        _audited("9", DONE, "2026-12-06T19:00:10Z", sets, "x", "create", resource="pods"),
+        _audited("10", "RequestReceived", at(4), sets, "x", "create", resource="pods"),
+        "",
+    ]
+    since, until = datetime(2026, 12, 6, 19, 0, 0, tzinfo=UTC), datetime(2026, 12, 6, 19, 0, 10, tzinfo=UTC)
+    assert requests_by_client(lines, since, until) == {
+        worker: Counter({"get secrets": 1}),
+        "ai-inference-watch": Counter({"get secrets": 1}),
+        "kube-controller-manager/statefulset-controller": Counter({"create pods": 1, "get statefulsets/scale": 1}),
+        "kube-controller-manager/shared-informers": Counter({"watch pods": 1}),
+        "kube-scheduler/scheduler": Counter({"create pods/binding": 1}),
+        "kwok": Counter({"patch pods/status": 1}),
+        "kube-controller-manager/controller-discovery": Counter({"get /apis": 1}),
+    }
+
+
+def test_the_clients_are_told_per_order_the_busiest_first_the_rest_summed() -> None:
+    clients = {
+        "a": Counter({"get secrets": 30, "post events": 10}),
+        "b": Counter({"create pods": 50}),
+        "c": Counter({"get pods": 4}),
+        "d": Counter({"get pods": 6}),
+    }
+    assert client_table(clients, orders=10, top=2, kinds=1) == [
+        ("b", "5.0 (create pods 5.0)"),
+        ("a", "4.0 (get secrets 3.0)"),
+        ("2 other clients", "1.0"),
+    ]
+    assert client_table(clients, orders=10)[-1] == ("c", "0.4 (get pods 0.4)")
+
+
+def test_the_audit_flags_name_a_policy_of_metadata_only(tmp_path: Path) -> None:
+    flags = dict(flag.split("=", 1) for flag in audit_args(tmp_path))
+    policy = Path(flags["--audit-policy-file"]).read_text()
+    # Every request's who and what, never a body: no Secret's data reaches the log.
+    assert "level: Metadata" in policy
+    assert "Request" not in policy.replace("RequestReceived", "")
+    assert flags["--audit-log-path"].startswith(str(tmp_path))
+    assert flags["--audit-log-format"] == "json"
+
+
 def test_the_bursts_cpu_is_told_per_order_by_process_busiest_first() -> None:
     used = {"temporal-server": 30.0, "scale": 15.0, "postgres": 5.0, "sh": 0.1}
     told = burst_cpu(used, orders=100, wall=25.0)
@@ -165,7 +255,8 @@ def test_the_cpu_figure_finds_a_busy_process() -> None:
 @pytest.mark.temporal
 def test_the_end_to_end_tier_runs_at_a_tiny_size_with_two_workers(tmp_path: Path) -> None:
     """Two worker processes on the one task queue (``--workers 2``): each is started, measured by its
-    own RSS and CPU over the burst, and the orders are Ready with no slot held."""
+    own RSS and CPU over the burst, and the orders are Ready with no slot held; the burst's requests
+    by client, read from the API server's audit log."""
     tier = e2e_tier(
         orders=5,
         state_dir=tmp_path,
@@ -176,6 +267,7 @@ def test_the_end_to_end_tier_runs_at_a_tiny_size_with_two_workers(tmp_path: Path
         repeats=1,
         cpu_window=1,
         workers=2,
+        by_client=True,
     )
     report = asyncio.run(tier)
     got = figures(report.lines)
@@ -187,6 +279,11 @@ def test_the_end_to_end_tier_runs_at_a_tiny_size_with_two_workers(tmp_path: Path
     assert float(own.split()[0]) > 0, own
     assert set(re.findall(r"(worker-1|worker|watcher) [0-9.]+", own)) == {"worker", "worker-1", "watcher"}, own
     assert "patch inferenceservices/status" in got["    all of them, per order"]
+    # The API server's audit log tells the module's processes apart by the user agent each sends, and
+    # the controller manager's controllers by theirs.
+    assert "patch inferenceservices/status" in got["    ai-inference-worker"]
+    assert float(got["    ai-inference-watch"].split()[0]) > 0
+    assert "update statefulsets/status" in got["    kube-controller-manager/statefulset-controller"]
     for name in ("worker", "worker-1", "watcher", "planner"):
         assert float(got[f"{name} RSS"].split()[0]) > 0
     by_worker = dict(part.rsplit(" ", 1) for part in got["  the burst by worker"].split(", "))

@@ -347,9 +347,11 @@ class LocalCluster:
         timeout: float = 180,
         progress: Progress | None = None,
         controller_args: tuple[str, ...] = (),
+        apiserver_args: tuple[str, ...] = (),
     ) -> bool:
         """Start the cluster and wait until it is ready; False (and nothing done) when already up.
-        ``controller_args``: more flags for kube-controller-manager (the scale benchmark's client rate)."""
+        ``controller_args``: more flags for kube-controller-manager (the scale benchmark's client rate);
+        ``apiserver_args``: more flags for kube-apiserver (the scale benchmark's audit log)."""
         say = progress or (lambda _line: None)
         with self._lock():
             status = self.status()
@@ -371,6 +373,7 @@ class LocalCluster:
                         say=say,
                         started=started,
                         controller_args=controller_args,
+                        apiserver_args=apiserver_args,
                     )
                     return True
                 except ClusterError as e:
@@ -397,6 +400,7 @@ class LocalCluster:
         say: Progress,
         started: float,
         controller_args: tuple[str, ...] = (),
+        apiserver_args: tuple[str, ...] = (),
     ) -> None:
         deadline = started + timeout
 
@@ -470,6 +474,7 @@ class LocalCluster:
             # One client per test: API priority & fairness only adds startup work here.
             "--enable-priority-and-fairness=false",
             "--profiling=false",
+            *apiserver_args,
         ], {"secure": ports["apiserver"]})  # fmt: skip
         step("etcd and kube-apiserver started")
         ctx = ssl.create_default_context(cafile=str(pki.ca_cert))
