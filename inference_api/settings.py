@@ -428,6 +428,11 @@ class ObserverSettings(BaseModel):
     startWindow: int = Field(default=500, ge=0)
     # The longest a started new order holds its place without a settled status.
     startWindowSeconds: float = Field(default=120, gt=0)
+    # The orders' own Secrets ({order}-auth, {order}-tls) are read by name every 30 s, at most this
+    # many a second: past 600 Secrets the period grows with them (1,200: 60 s), so the observer's
+    # steady load on the API server stays bounded however many orders serve. A probe answered 401 or
+    # 403 reads its order's token again once it is 30 s old. 0: no bound.
+    secretReadsPerSecond: float = Field(default=20, ge=0)
     # An order's own pods bound to a lost node (deleted, or not Ready past the grace above) are
     # force-deleted (gracePeriodSeconds 0), as `kubectl delete pod --force` or the out-of-service taint
     # would: no kubelet confirms their deletion, so without it they stay Terminating and the StatefulSet

@@ -203,3 +203,43 @@ async def test_an_idle_probe_connection_is_dropped_before_a_server_would_close_i
     ports = runtime.client_ports[:3]
     assert len(set(ports)) == 3, f"an idle connection was reused: client ports {ports}"
     assert reports == []
+
+
+async def test_a_refused_token_is_read_again_before_the_replicas_are_blamed(served: tuple[str, Runtime]) -> None:
+    """The token the observer holds may be older than a rotation (its Secret reads are spaced by the
+    read budget): a probe answered 401 reads the token again and probes with it; only a token that
+    is still refused after that counts as a failure."""
+    url, runtime = served
+    states = {"uid-0": Serving.HEALTHY}
+    reports: list[tuple[str, HealthReport]] = []
+    fresh_reads: list[str] = []
+    current = {"token": TOKEN}
+
+    async def spec_of(r: OrderRef) -> ProbeSpec:
+        return ProbeSpec(target=url, served_name="m", token="rotated-away")  # what was read before
+
+    async def fresh_spec_of(r: OrderRef) -> ProbeSpec:
+        fresh_reads.append(r.uid)
+        return ProbeSpec(target=url, served_name="m", token=current["token"])
+
+    probes = Prober(
+        HealthSettings(intervalSeconds=0.2, failureThreshold=2, probeTimeoutSeconds=2),
+        8,
+        candidates=lambda: [(ref(0), Serving.HEALTHY)],
+        spec_of=spec_of,
+        state_of=lambda uid: states[uid],
+        report=lambda r, report: reports.append((r.uid, report)),
+        fresh_spec_of=fresh_spec_of,
+    )
+    async with running(probes):
+        await eventually(lambda: len(fresh_reads) >= 4, what="probes with a refused token")
+        # Each refused probe read the token again and passed with it: no failure told.
+        assert reports == []
+        assert runtime.requests >= 2 * len(fresh_reads) - 1
+        # The Secret's token itself refused (edited after the replicas started): a failure, as before.
+        current["token"] = "also-wrong"
+        await eventually(lambda: len(reports) == 1, what="the unhealthy flip")
+    assert reports[0][1].healthy is False
+    assert "401" in reports[0][1].detail
+    assert TOKEN not in reports[0][1].detail
+    assert "also-wrong" not in reports[0][1].detail

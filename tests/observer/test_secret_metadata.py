@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import pytest
@@ -277,3 +278,55 @@ async def test_a_missing_secret_is_told_on_the_first_look_and_gone_orders_are_fo
     await asyncio.sleep(0.1)
     loop.cancel()
     assert obs.secrets == {}
+
+
+async def test_the_secret_reads_keep_within_the_budget_and_the_period_grows_past_it(
+    temporal_client: Client,
+) -> None:
+    """``observer.secretReadsPerSecond``: the loop reads one Secret at a time no faster than the
+    budget, and with more Secrets than a period's budget the period grows (20 Secrets at 100 a
+    second: 0.2 s, not the 0.05 s asked)."""
+    reads: list[tuple[float, str]] = []
+
+    def read_secret(namespace: str, name: str) -> dict[str, Any] | None:
+        reads.append((time.monotonic(), f"{namespace}/{name}"))
+        return full_secret("1", "b25l")
+
+    rate = 100.0
+    settings = ModuleSettings(
+        temporal=TemporalSettings(taskQueue="secret-metadata"),
+        health=HealthSettings(intervalSeconds=3600),
+        observer=ObserverSettings(debounceSeconds=0.01, secretReadsPerSecond=rate),
+    )
+    obs = Observer(
+        ApiClient(),
+        temporal_client,
+        settings,
+        resources=[],
+        fingerprint="fp",
+        read_secret=read_secret,
+        secret_check_seconds=0.05,
+    )
+    orders = []
+    for i in range(20):
+        order = serving_order()
+        order["metadata"] = {**order["metadata"], "name": f"chat-{i}", "uid": f"u-{i}"}
+        orders.append(order)
+    obs.handle(Listed(inf.ORDER, orders))
+    loop = asyncio.create_task(obs.secret_loop())
+    try:
+        for _ in range(200):
+            if len(reads) >= 50:
+                break
+            await asyncio.sleep(0.02)
+    finally:
+        loop.cancel()
+    assert len(reads) >= 50, len(reads)
+    assert obs.secret_max_age() == pytest.approx(20 / rate)
+    # Never faster than the budget: n reads span at least (n - 1) / rate seconds, within a round too.
+    first_round = reads[19][0] - reads[0][0]
+    assert first_round >= 19 / rate * 0.95, first_round
+    span = reads[49][0] - reads[0][0]
+    assert span >= 49 / rate * 0.95, span
+    # Every Secret read in the first round, each once, before any is read again.
+    assert sorted(name for _, name in reads[:20]) == sorted(f"team/chat-{i}-auth" for i in range(20))

@@ -99,7 +99,8 @@ async def test_labelled_secrets_are_never_read_and_the_orders_own_is_read_by_nam
     settings = ModuleSettings(
         temporal=TemporalSettings(taskQueue="secret-by-name"),
         health=HealthSettings(intervalSeconds=3600),
-        observer=ObserverSettings(debounceSeconds=0.01),
+        # No read budget: with a period of 0, every probe reads again.
+        observer=ObserverSettings(debounceSeconds=0.01, secretReadsPerSecond=0),
     )
     obs = Observer(kube_admin, temporal_client, settings, resources=[], fingerprint="fp", read_secret=counted)
     obs.secret_check_seconds = 0  # every probe reads again (the period is 30 s in production)

@@ -910,3 +910,11 @@ def test_scaling_news_waits_while_an_order_is_brought_up_unless_it_needs_acting_
     status: dict[str, Any] | None, observation: ScalingObservation, now: bool
 ) -> None:
     assert d.scaling_news_now(order(status=status), observation) is now
+
+
+def test_the_period_of_the_secret_reads_grows_only_past_the_budget() -> None:
+    """Every 30 s while the budget lets every Secret be read that often; past it, as often as it lets."""
+    assert d.secret_period(30, 0, 20) == 30
+    assert d.secret_period(30, 600, 20) == 30
+    assert d.secret_period(30, 1200, 20) == 60
+    assert d.secret_period(30, 10_000, 0) == 30  # 0: no bound

@@ -302,6 +302,14 @@ def awaiting_replicas(order: Obj | None) -> bool:
     )
 
 
+def secret_period(base: float, secrets: int, reads_per_second: float) -> float:
+    """How often each of an observer's ``secrets`` is read by name: every ``base`` seconds, or as
+    often as ``reads_per_second`` lets all of them be read (0: no bound)."""
+    if reads_per_second <= 0:
+        return base
+    return max(base, secrets / reads_per_second)
+
+
 def scaling_news_now(order: Obj | None, observation: ScalingObservation) -> bool:
     """Whether a changed scaling observation is worth a ``scaling_changed`` signal now. While the order
     is brought up (``awaiting_replicas``) its workflow is inside the step that waits for the first

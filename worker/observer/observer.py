@@ -7,15 +7,16 @@ ClusterIssuers: metadata only; a class's Ready says whether they exist, ``workfl
 and, with the catalog enabled, Model/ClusterModel (ai-models may not be installed: an empty
 informer then, and catalog orders wait with ``CatalogNotInstalled``). Not Secrets: no
 module identity lists or watches them; the Secrets an order owns are read by name (``check_secret``)
-every ``secret_check_seconds``, their deletion or an edit by someone else told as an informer's change
-would be. Each change goes through a pure decision (``decisions``); what the workflow acts on is
-queued in the outbox (retried, never dropped), changes of one order within
-``observer.debounceSeconds`` coalesced into one signal. Health is probed here (``prober``), and a
-periodic resync compares the listing with Temporal (``resync``). What the cluster says is wrong with
-an order's replicas (a node lost, a pod unschedulable or refused by a quota, an image that cannot be
-pulled, a download or an engine that fails) is read off its Pods, Nodes, StatefulSet and Events
-(``decisions.order_trouble``) and told as ``replica_trouble`` when it changes. Stateless: what it remembers (the
-last generation sent, failures in a row) is rebuilt from a listing; two may run at once (signals are
+every ``secret_check_seconds`` (longer past ``observer.secretReadsPerSecond``), their deletion or an
+edit by someone else told as an informer's change would be. Each change goes through a pure
+decision (``decisions``); what the workflow acts on is queued in the outbox (retried, never
+dropped), changes of one order within ``observer.debounceSeconds`` coalesced into one signal.
+Health is probed here (``prober``), and a periodic resync compares the listing with Temporal
+(``resync``). What the cluster says is wrong with an order's replicas (a node lost, a pod
+unschedulable or refused by a quota, an image that cannot be pulled, a download or an engine that
+fails) is read off its Pods, Nodes, StatefulSet and Events (``decisions.order_trouble``) and told
+as ``replica_trouble`` when it changes. Stateless: what it remembers (the last generation sent,
+failures in a row) is rebuilt from a listing; two may run at once (signals are
 idempotent), and orders are split between shards by uid.
 """
 
@@ -143,6 +144,8 @@ class Observer:
         # the watcher may not list or watch Secrets). Read again once older than secret_check_seconds.
         self.secrets: dict[str, SeenSecret] = {}
         self.secret_check_seconds = secret_check_seconds
+        # The secret loop's next read, no sooner (observer.secretReadsPerSecond).
+        self._next_secret_read = 0.0
         self.client = client
         self.settings = settings
         self.config = settings.observer
@@ -189,6 +192,7 @@ class Observer:
             self.probe_spec,
             self.serving_of,
             self.report_health,
+            fresh_spec_of=lambda ref: self.probe_spec(ref, fresh=True),
         )
         self.custom = CustomObjectsApi(api)
         # The local stack writes the probe target on the order's Service: not a drift.
@@ -912,7 +916,15 @@ class Observer:
     def serving_of(self, uid: str) -> d.Serving:
         return d.serving(self.order_by_uid(uid))
 
-    async def probe_spec(self, ref: OrderRef) -> ProbeSpec:
+    def secret_max_age(self) -> float:
+        """How old a Secret read may be: ``secret_check_seconds``, stretched so that reading every
+        Secret this observer keeps stays within ``observer.secretReadsPerSecond``."""
+        return d.secret_period(self.secret_check_seconds, len(self.secrets), self.config.secretReadsPerSecond)
+
+    async def probe_spec(self, ref: OrderRef, fresh: bool = False) -> ProbeSpec:
+        """What a probe of the order sends where. ``fresh``: the last probe's token was refused (401 or
+        403), so a token older than ``secret_check_seconds`` is read again (a rotation reaches the
+        probes then, however far the read budget stretched the period)."""
         order = self.order_by_uid(ref.uid) or {}
         service = self._owned(inf.SERVICE, order) if order else None
         target = probe_target(ref.name, ref.namespace, service, self.settings.health.probeTargetAnnotation)
@@ -921,7 +933,8 @@ class Observer:
         required = bool((order.get("status") or {}).get("authSecretName"))
         token = None
         if required and order:
-            token = (await self.check_secret(order, ObjectNames(ref.name).auth_secret, self.secret_check_seconds)).token
+            max_age = self.secret_check_seconds if fresh else self.secret_max_age()
+            token = (await self.check_secret(order, ObjectNames(ref.name).auth_secret, max_age)).token
         served = d.served_name(self._owned(inf.STATEFULSET, order)) if order else None
         return ProbeSpec(target=target, served_name=served, token=token, token_required=required)
 
@@ -975,11 +988,14 @@ class Observer:
         return self.secrets[key]
 
     async def secret_loop(self) -> None:
-        """Every ``secret_check_seconds``: each of this observer's orders' Secrets read by name (one
-        ``get`` each, one at a time; those a probe read within half the period skipped), and what is
-        remembered of orders gone forgotten."""
+        """Every ``secret_max_age()`` (30 s, longer past the read budget): each of this observer's
+        orders' Secrets read by name (one ``get`` each, one at a time, at most
+        ``observer.secretReadsPerSecond``; those a probe read within half the period skipped), and what
+        is remembered of orders gone forgotten."""
         await self.orders_synced.wait()
         while True:
+            began = time.monotonic()
+            period = self.secret_max_age()
             wanted: set[str] = set()
             for uid in list(self.my_orders):
                 order = self.order_by_uid(uid)
@@ -987,15 +1003,31 @@ class Observer:
                     continue
                 namespace = str(d.meta(order).get("namespace"))
                 for name in self.owned_secret_names(order):
-                    wanted.add(f"{namespace}/{name}")
+                    key = f"{namespace}/{name}"
+                    wanted.add(key)
+                    seen = self.secrets.get(key)
+                    if seen is not None and time.monotonic() - seen.read_at < period / 2:
+                        continue
+                    await self._secret_read_turn()
                     try:
-                        await self.check_secret(order, name, self.secret_check_seconds / 2)
+                        await self.check_secret(order, name, period / 2)
                     except Exception as err:  # the API server away: next round (the error's type only)
-                        secret = f"{namespace}/{name}"
-                        log.warning("reading an order's Secret failed", secret=secret, error=type(err).__name__)
+                        log.warning("reading an order's Secret failed", secret=key, error=type(err).__name__)
             for key in set(self.secrets) - wanted:
                 self.secrets.pop(key, None)
-            await asyncio.sleep(self.secret_check_seconds * self._rng.uniform(0.9, 1.1))
+            # The next round a period after this one began (a round paced by the budget took most of it).
+            spent = time.monotonic() - began
+            await asyncio.sleep(max(0.0, self.secret_max_age() * self._rng.uniform(0.9, 1.1) - spent))
+
+    async def _secret_read_turn(self) -> None:
+        """Wait for the secret loop's next read within ``observer.secretReadsPerSecond``."""
+        rate = self.config.secretReadsPerSecond
+        if rate <= 0:
+            return
+        now = time.monotonic()
+        if self._next_secret_read > now:
+            await asyncio.sleep(self._next_secret_read - now)
+        self._next_secret_read = max(now, self._next_secret_read) + 1 / rate
 
     def report_health(self, ref: OrderRef, report: HealthReport) -> None:
         self.outbox.put(signal_to(ref, OrderSignal.HEALTH_CHANGED, [report]))

@@ -21,6 +21,7 @@ import structlog
 from activities.health import probe_models
 from inference_api.observation import HealthReport
 from inference_api.payloads import OrderRef
+from inference_api.reasons import Reason
 from inference_api.settings import HealthSettings
 from worker.observer.decisions import HealthTrack, Serving
 from worker.observer.metrics import PROBES
@@ -59,10 +60,13 @@ class Prober:
         state_of: Callable[[str], Serving],
         report: Callable[[OrderRef, HealthReport], None],
         *,
+        fresh_spec_of: Callable[[OrderRef], Awaitable[ProbeSpec]] | None = None,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
     ) -> None:
+        """``fresh_spec_of``: the spec with the token read again, for a probe whose token was refused."""
         self.health = health
+        self.fresh_spec_of = fresh_spec_of
         self.semaphore = asyncio.Semaphore(concurrency)
         self.concurrency = concurrency
         self.candidates = candidates
@@ -131,6 +135,19 @@ class Prober:
                     self.health.probeTimeoutSeconds,
                     token_required=spec.token_required,
                 )
+                if result.reason == Reason.AUTH_TOKEN_INVALID.value and spec.token and self.fresh_spec_of:
+                    # The token held may be older than a rotation: the probe again with the Secret's
+                    # token as it is now, before the replicas are blamed.
+                    fresh = await self.fresh_spec_of(ref)
+                    if fresh.token != spec.token:
+                        result = await probe_models(
+                            http,
+                            fresh.target,
+                            fresh.served_name,
+                            fresh.token,
+                            self.health.probeTimeoutSeconds,
+                            token_required=fresh.token_required,
+                        )
             PROBES.labels("ok" if result.ok else "failed").inc()
             state = self.state_of(ref.uid)
             if state == Serving.NO:
