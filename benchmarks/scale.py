@@ -34,7 +34,10 @@ stand-in fleet on one multiplexed port, each its own process), then N orders of 
 created at once. Figures: time to all Ready, orders/s, where the burst's CPU went by process (and
 by worker with several), late order ratio, RSS of worker/observer/planner, API requests per order (the API
 server's ``apiserver_request_total``, every client together: controller-manager, scheduler, kwok and
-the stand-in fleet included), history events per order (a sample).
+the stand-in fleet included), history events per order (a sample). ``--requests-by-client`` adds
+an audit log to the API server and splits the burst's requests by who sent them (each module
+process names itself in its User-Agent; each controller of the controller manager by its service
+account); the log costs the API server CPU, so that run's CPU figures are not comparable.
 """
 
 from __future__ import annotations

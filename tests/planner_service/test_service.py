@@ -242,7 +242,7 @@ def test_the_planner_command_serves_the_app_over_https_only(monkeypatch: pytest.
 
     served: list[uvicorn.Config] = []
     settings = ModuleSettings(planner={"audience": "planner-aud"})
-    monkeypatch.setattr(cli, "_runtime", lambda kubeconfig: (settings, object()))
+    monkeypatch.setattr(cli, "_runtime", lambda kubeconfig, component="cli": (settings, object()))
     # No API server here: informers on no kind (synced, empty); tests/planner_service/test_informers.py
     # runs the real ones.
     from worker.observer.inventory import InventoryInformers
