@@ -21,6 +21,7 @@ from prometheus_client import Counter
 from temporalio.exceptions import ApplicationError
 
 from activities.builders.common import FIELD_MANAGER
+from inference_api import DISTRIBUTION, package_version
 from inference_api.reasons import Reason
 
 KUBERNETES_REQUESTS = Counter(
@@ -43,13 +44,7 @@ def user_agent(component: str) -> str:
     """What this process calls itself to the API server (``ai-inference-worker/0.9.0``): an audit log,
     or an API server's per-client throttling, tells the module's processes apart, as kube-controller-
     manager's controllers are told apart by theirs."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        release = version("ai-inference")
-    except PackageNotFoundError:
-        release = "unknown"
-    return f"ai-inference-{component}/{release}"
+    return f"{DISTRIBUTION}-{component}/{package_version()}"
 
 
 def load_api_client(kubeconfig: str | None = None, component: str = "cli") -> ApiClient:

@@ -1033,7 +1033,7 @@ def audit_args(state_dir: Path) -> tuple[str, ...]:
 # The control plane's own programs: their user agent names the program and, for the controller
 # manager, the controller ("kube-controller-manager/v1.34.4 (linux/amd64) kubernetes/<commit>/<name>",
 # the name a service account's, "system:serviceaccount:kube-system:statefulset-controller").
-_CONTROL_PLANE = ("kube-controller-manager", "kube-scheduler", "kube-apiserver", "kwok", "kwok-controller")
+_CONTROL_PLANE = ("kube-controller-manager", "kube-scheduler", "kube-apiserver", "kwok")
 
 
 def audit_client(event: Mapping[str, Any]) -> str:
@@ -1043,7 +1043,7 @@ def audit_client(event: Mapping[str, Any]) -> str:
     program = agent.split(" ", 1)[0].split("/", 1)[0]
     if program.startswith("ai-inference-"):
         return program  # the module's processes name themselves (activities.kube.user_agent)
-    if program in _CONTROL_PLANE or program.startswith("kwok"):
+    if program in _CONTROL_PLANE:
         tail = agent.split(" kubernetes/", 1)[1] if " kubernetes/" in agent else ""
         # The controller manager's controllers each use their service account's name there.
         controller = tail.split("/", 1)[1].rsplit(":", 1)[-1] if "/" in tail else ""

@@ -13,16 +13,14 @@ import asyncio
 import json
 import logging
 from enum import IntEnum, StrEnum
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, NoReturn
 
 import typer
 
+from inference_api import DISTRIBUTION, package_version
 from inference_api.crd import crd_files, write_crds
 from inference_api.settings import ModuleSettings, load_settings
-
-DISTRIBUTION = "ai-inference"
 
 
 class ExitCode(IntEnum):
@@ -42,14 +40,6 @@ class Output(StrEnum):
 
 
 OUTPUT_OPTION = typer.Option(Output.TEXT, "--output", "-o", help="text, or json: one JSON object on stdout.")
-
-
-def package_version() -> str:
-    """The installed distribution's version (package metadata)."""
-    try:
-        return version(DISTRIBUTION)
-    except PackageNotFoundError:
-        return "unknown"
 
 
 def _version(value: bool) -> None:

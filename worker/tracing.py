@@ -34,6 +34,7 @@ from typing import Any
 
 from opentelemetry import trace
 
+from inference_api import package_version
 from inference_api.settings import TracingSettings
 
 TRACER_NAME = "ai-inference"
@@ -62,7 +63,7 @@ def setup_tracing(settings: TracingSettings, process: str) -> bool:
         {
             "service.name": settings.serviceName or f"{SERVICE_PREFIX}{process}",
             "service.namespace": "ai-inference",
-            "service.version": _version(),
+            "service.version": package_version(),
         }
     )
     provider = TracerProvider(resource=resource, sampler=ParentBased(TraceIdRatioBased(settings.sampleRatio)))
@@ -74,15 +75,6 @@ def setup_tracing(settings: TracingSettings, process: str) -> bool:
     atexit.register(provider.shutdown)
     _enabled = True
     return True
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("ai-inference")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 def tracing_enabled() -> bool:

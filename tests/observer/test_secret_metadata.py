@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -161,6 +162,39 @@ def observed(obs: Observer) -> list[str]:
     return signals.observed(obs, "u-chat")
 
 
+def secret_observer(
+    client: Client, read_secret: observer_module.SecretReader, period: float, **observer: Any
+) -> Observer:
+    """An observer with no informers that reads Secrets through ``read_secret``, every ``period``
+    seconds (``observer``: more of its settings)."""
+    settings = ModuleSettings(
+        temporal=TemporalSettings(taskQueue="secret-metadata"),
+        health=HealthSettings(intervalSeconds=3600),
+        observer=ObserverSettings(debounceSeconds=0.01, **observer),
+    )
+    return Observer(
+        ApiClient(),
+        client,
+        settings,
+        resources=[],
+        fingerprint="fp",
+        read_secret=read_secret,
+        secret_check_seconds=period,
+    )
+
+
+async def loop_until(obs: Observer, done: Callable[[], bool], tries: int) -> None:
+    """The observer's secret loop, run until ``done`` (looked at every 20 ms, ``tries`` times)."""
+    loop = asyncio.create_task(obs.secret_loop())
+    try:
+        for _ in range(tries):
+            if done():
+                break
+            await asyncio.sleep(0.02)
+    finally:
+        loop.cancel()
+
+
 async def test_the_token_is_read_by_name_at_most_once_a_period_and_a_deletion_or_edit_is_told(
     temporal_client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -176,20 +210,7 @@ async def test_the_token_is_read_by_name_at_most_once_a_period_and_a_deletion_or
         reads.append(f"{namespace}/{name}")
         return secrets.get(f"{namespace}/{name}")
 
-    settings = ModuleSettings(
-        temporal=TemporalSettings(taskQueue="secret-metadata"),
-        health=HealthSettings(intervalSeconds=3600),
-        observer=ObserverSettings(debounceSeconds=0.01),
-    )
-    obs = Observer(
-        ApiClient(),
-        temporal_client,
-        settings,
-        resources=[],
-        fingerprint="fp",
-        read_secret=read_secret,
-        secret_check_seconds=30,
-    )
+    obs = secret_observer(temporal_client, read_secret, period=30)
     obs.handle(Listed(inf.ORDER, [serving_order()]))
     ((ref, _),) = list(obs.probe_candidates())
     assert obs.owned_secret_names(serving_order()) == ["chat-auth"]
@@ -245,31 +266,12 @@ async def test_a_missing_secret_is_told_on_the_first_look_and_gone_orders_are_fo
         reads.append(f"{namespace}/{name}")
         return None
 
-    settings = ModuleSettings(
-        temporal=TemporalSettings(taskQueue="secret-metadata"),
-        observer=ObserverSettings(debounceSeconds=0.01),
-    )
-    obs = Observer(
-        ApiClient(),
-        temporal_client,
-        settings,
-        resources=[],
-        fingerprint="fp",
-        read_secret=read_secret,
-        secret_check_seconds=0.05,
-    )
+    obs = secret_observer(temporal_client, read_secret, period=0.05)
     other = serving_order()
     other["metadata"] = {**other["metadata"], "name": "plain", "uid": "u-plain"}
     other["status"] = {k: v for k, v in other["status"].items() if k != "authSecretName"}
     obs.handle(Listed(inf.ORDER, [serving_order(), other]))
-    loop = asyncio.create_task(obs.secret_loop())
-    try:
-        for _ in range(100):
-            if len(reads) >= 2:
-                break
-            await asyncio.sleep(0.02)
-    finally:
-        loop.cancel()
+    await loop_until(obs, lambda: len(reads) >= 2, tries=100)
     # Only the Token order's own Secret, by name: nothing for the order without a token.
     assert set(reads) == {"team/chat-auth"}
     assert observed(obs) == ["Secret team/chat-auth deleted"]
@@ -293,34 +295,14 @@ async def test_the_secret_reads_keep_within_the_budget_and_the_period_grows_past
         return full_secret("1", "b25l")
 
     rate = 100.0
-    settings = ModuleSettings(
-        temporal=TemporalSettings(taskQueue="secret-metadata"),
-        health=HealthSettings(intervalSeconds=3600),
-        observer=ObserverSettings(debounceSeconds=0.01, secretReadsPerSecond=rate),
-    )
-    obs = Observer(
-        ApiClient(),
-        temporal_client,
-        settings,
-        resources=[],
-        fingerprint="fp",
-        read_secret=read_secret,
-        secret_check_seconds=0.05,
-    )
+    obs = secret_observer(temporal_client, read_secret, period=0.05, secretReadsPerSecond=rate)
     orders = []
     for i in range(20):
         order = serving_order()
         order["metadata"] = {**order["metadata"], "name": f"chat-{i}", "uid": f"u-{i}"}
         orders.append(order)
     obs.handle(Listed(inf.ORDER, orders))
-    loop = asyncio.create_task(obs.secret_loop())
-    try:
-        for _ in range(200):
-            if len(reads) >= 50:
-                break
-            await asyncio.sleep(0.02)
-    finally:
-        loop.cancel()
+    await loop_until(obs, lambda: len(reads) >= 50, tries=200)
     assert len(reads) >= 50, len(reads)
     assert obs.secret_max_age() == pytest.approx(20 / rate)
     # Never faster than the budget: n reads span at least (n - 1) / rate seconds, within a round too.
