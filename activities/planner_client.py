@@ -53,6 +53,16 @@ log = structlog.get_logger(__name__)
 _tracer = trace.get_tracer("ai-inference.planner-client")
 
 LAUNCH_PLAN_PATH = "/api/v1/launch-plan"
+# Fields a planner of the release before does not know (its request model forbids extras): sent only
+# when set, so that a worker and a planner of two releases meet during an upgrade.
+_NEWER_FIELDS = frozenset({"preferDevice"})
+
+
+def _body_json(body: LaunchPlanRequest) -> str:
+    """The request as sent: the newer fields left out while they hold their default."""
+    unset = {name for name in _NEWER_FIELDS if getattr(body, name) is None}
+    return body.model_dump_json(exclude=unset or None)
+
 
 PlanFunction = Callable[[PlanInput], PlanOutcome]
 
@@ -90,6 +100,7 @@ def launch_plan_request(request: PlanInput, settings: ModuleSettings) -> LaunchP
         holder=holder_of(request),
         currentPlan=request.current,
         besideCurrent=request.besideCurrent,
+        preferDevice=request.preferDevice,
         replicas=min(planned_replicas(request.cls), MAX_PLANNED_REPLICAS),
         **scheduling(settings),
     )
@@ -235,7 +246,7 @@ class HttpPlanner:
         ) as span:
             # The span's context travels in `traceparent`: the service's own span joins the trace.
             propagate.inject(headers)
-            response = self._http.post(self.url, content=body.model_dump_json(), headers=headers)
+            response = self._http.post(self.url, content=_body_json(body), headers=headers)
             span.set_attribute("http.response.status_code", response.status_code)
             if response.status_code != 200:
                 error, message = _error_of(response)

@@ -125,6 +125,8 @@ class PlanInput(_Payload):
     keepRevision: bool = False
     # A move made before it breaks (the observer's repack): planned beside what the order holds.
     besideCurrent: bool = False
+    # A consolidating move's target (``node/device``): the planner ranks it first among equal places.
+    preferDevice: str | None = None
 
 
 class ApplyInput(_Payload):

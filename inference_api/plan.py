@@ -211,6 +211,12 @@ class LaunchPlanRequest(BaseModel):
         description="Plan a move made before it breaks: the order's own allocations count against it, so the "
         "new place has room while the replicas it holds still run.",
     )
+    preferDevice: str | None = Field(
+        default=None,
+        max_length=512,
+        description="A repack's target (``node/device``): among the places that take the same of the cluster, "
+        "this device ranks first. A hint that changes the choice, never what fits or how much is taken.",
+    )
     tolerations: list[Toleration] = Field(
         default_factory=list,
         description="What the replicas' pods tolerate (module settings workload.tolerations): a node with a "

@@ -548,7 +548,8 @@ class UpdatePolicy(_Model):
     moves: MovePolicy | None = Field(
         default=None,
         description="Whether the module's repack may move a serving order onto a place that takes less of a "
-        "device: MakeBeforeBreak (new replicas start beside the old ones, which go once the new ones are "
+        "device, or its share onto another device in use so that the one it leaves comes free: "
+        "MakeBeforeBreak (new replicas start beside the old ones, which go once the new ones are "
         "Ready; under RollingUpdate only) or Never. Absent: MakeBeforeBreak. The module's "
         "observer.repack.enabled setting switches repacks on.",
     )

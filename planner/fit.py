@@ -275,6 +275,12 @@ def fit(
     # A move made before it breaks: the new place must have room beside what the order holds.
     own = frozenset() if request.besideCurrent else index.own(request.holder, request.currentPlan)
     occupancies, touched = index.occupancies(own)
+    # A repack's target ranks as a device the order holds ranks: after what the place takes of the
+    # cluster (Candidate.rank's economy), before fragmentation and best fit. Only the rank reads it.
+    preferred = request.preferDevice
+    if preferred is not None and preferred in index.byKey:
+        own = own | {(preferred, -1)}
+        touched = {**touched, preferred: occupancies[preferred]}
 
     feasible: list[Candidate] = []
     sized_classes: set[str] = set()

@@ -144,7 +144,9 @@ def plan_launch_traced(request: PlanningRequest, recipes: RecipeBook | None = No
     previous = first
     for i in range(1, request.replicas):
         snapshot = _held(snapshot, previous, f"{request.holder or ''}#replica-{i}")
-        one = request.model_copy(update={"inventory": snapshot, "replicas": 1, "acceleratorPolicy": policy})
+        one = request.model_copy(
+            update={"inventory": snapshot, "replicas": 1, "acceleratorPolicy": policy, "preferDevice": None}
+        )
         found, _ = _plan_one(one, book)
         nxt = found.plan
         if nxt is None or nxt.nodeName is None or _shape(nxt) != _shape(first):

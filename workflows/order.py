@@ -203,6 +203,27 @@ def _smaller_move(current: LaunchPlan | None, new: LaunchPlan | None) -> bool:
     return new.deviceCount * new.sharePercent < current.deviceCount * current.sharePercent
 
 
+def _places(plan: LaunchPlan) -> set[str]:
+    """Every ``node/device`` the plan names (each replica's placement, else the first's)."""
+    placements = plan.replicaPlacements or []
+    if placements:
+        return {f"{p.nodeName}/{name}" for p in placements for name in p.deviceNames}
+    return {f"{plan.nodeName}/{name}" for name in plan.deviceNames} if plan.nodeName else set()
+
+
+def _worth_moving(current: LaunchPlan | None, new: LaunchPlan | None, target: str | None) -> bool:
+    """A repack's plan is worth a move. Untargeted: it takes less of a device (``_smaller_move``).
+    Targeted (a consolidating move, ``node/device``): one device, the target, which the order does
+    not hold, taking no more of a device than the plan in force: the device it leaves comes free."""
+    if target is None:
+        return _smaller_move(current, new)
+    if current is None or new is None or new.deviceCount != 1:
+        return False
+    if new.deviceCount * new.sharePercent > current.deviceCount * current.sharePercent:
+        return False
+    return _places(new) == {target} and target not in _places(current)
+
+
 def _duration(seconds: float) -> str:
     """A delay as people read it: 15 s, 8 min, 1 h."""
     if seconds < 120:
@@ -297,11 +318,14 @@ class OrderWorkflow(PreemptionMembership):
         state.dirty = True
 
     @workflow.signal(name=OrderSignal.MOVE)
-    def move(self) -> None:
-        """From the observer's repack: look for a place that takes less of a device, beside this one."""
+    def move(self, target: str | None = None) -> None:
+        """From the observer's repack: look for a place beside this one that takes less of a device,
+        or (``target``, ``node/device``) that one device, so the device the order leaves comes free.
+        A hint: the planner judges the target's room, the apply the class's update policy."""
         state = self._require_state()
         if state.everReady and state.plan is not None and not state.deleting:
             state.moveRequested = True
+            state.moveTarget = target if isinstance(target, str) and 0 < len(target) <= 512 else None
             state.dirty = True
 
     @workflow.update(name=OrderSignal.REPLAN)
@@ -647,7 +671,8 @@ class OrderWorkflow(PreemptionMembership):
         state.replanRequested = False
         # A move is asked of a serving order only, and gives way to any other reason to plan.
         moving = state.moveRequested and state.plan is not None and state.everReady and state.healthy
-        state.moveRequested = False
+        target = state.moveTarget
+        state.moveRequested, state.moveTarget = False, None
         if moving and (requested or key != state.planKey):
             moving = False
         elif moving:
@@ -683,6 +708,7 @@ class OrderWorkflow(PreemptionMembership):
                     # The model's commit is taken anew for a new spec or a replan asked by hand only.
                     keepRevision=self._same_spec(key) and not asked,
                     besideCurrent=moving,
+                    preferDevice=target if moving else None,
                 ),
                 result_type=PlanOutcome,
                 start_to_close_timeout=timedelta(seconds=60),
@@ -694,9 +720,9 @@ class OrderWorkflow(PreemptionMembership):
                 raise
             self._wait_for_planner(err)
             return False
-        if moving and not _smaller_move(state.plan, outcome.plan):
-            # No place that takes less of a device has room beside this one: the order stays, untold
-            # (the repack asks again later).
+        if moving and not _worth_moving(state.plan, outcome.plan, target):
+            # No place that takes less of a device (or no room on the target) beside this one: the
+            # order stays, untold (the repack asks again later).
             return False
         if outcome.refusal is not None:
             refusal = Refusal(outcome.refusal.reason, outcome.refusal.message)
@@ -857,7 +883,14 @@ class OrderWorkflow(PreemptionMembership):
                     ref=state.ref,
                     reason=EventReason.MOVED,
                     message=f"moved to {plan.deviceCount}x {plan.acceleratorProductName} ({plan.sharePercent}%) "
-                    f"before the old replicas went; {applied.gpusWonBack:g} device(s) won back",
+                    f"before the old replicas went; "
+                    + (
+                        f"{applied.gpusWonBack:g} device(s) won back"
+                        if applied.gpusWonBack > 0
+                        # A consolidating move: as much of a device, beside other orders' shares.
+                        else f"its share joined others on {', '.join(sorted(_places(plan)))}, so the device it "
+                        "left can come free"
+                    ),
                 ),
                 start_to_close_timeout=SHORT,
                 retry_policy=K8S_RETRY,

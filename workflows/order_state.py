@@ -88,6 +88,8 @@ class OrderState(BaseModel):
     replanRequested: bool = False
     # The observer's repack asked for a move made before it breaks (OrderSignal.MOVE).
     moveRequested: bool = False
+    # Where the repack's consolidating move goes (``node/device``); None: a smaller place, anywhere.
+    moveTarget: str | None = None
     # A move was planned: the next apply surges onto it (ApplyInput.makeBeforeBreak).
     moveApplyPending: bool = False
     plan: LaunchPlan | None = None

@@ -284,3 +284,27 @@ def test_over_https_the_server_is_verified_against_the_ca_file(tmp_path: Path) -
             untrusted(plan_input())
         assert ALLOWED not in str(caught.value)
         untrusted.close()
+
+
+def test_a_repack_target_is_sent_only_when_set_so_a_planner_a_release_behind_still_answers() -> None:
+    """The planner's request model forbids fields it does not know: a worker upgraded before its planner
+    sends ``preferDevice`` only with a consolidating move's plan."""
+    bodies: list[dict[str, Any]] = []
+    expected = _outcome()
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return httpx.Response(200, content=expected.model_dump_json())
+
+    planner = HttpPlanner(
+        "http://planner.test", lambda: TOKEN, 5, ModuleSettings(), transport=httpx.MockTransport(answer)
+    )
+    planner(plan_input())
+    targeted = plan_input().model_copy(update={"besideCurrent": True, "preferDevice": "gpu-t4-0/gpu-1"})
+    planner(targeted)
+    assert "preferDevice" not in bodies[0]
+    assert bodies[1]["preferDevice"] == "gpu-t4-0/gpu-1"
+    assert bodies[1]["besideCurrent"] is True
+    # The release before knew every other field: an untargeted body names none it would refuse.
+    assert set(bodies[0]) <= set(LaunchPlanRequest.model_fields) - {"preferDevice"}
+    assert LaunchPlanRequest.model_validate(bodies[0]).preferDevice is None

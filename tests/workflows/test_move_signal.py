@@ -220,3 +220,57 @@ async def test_a_move_told_to_an_order_not_yet_ready_is_ignored(harness: Harness
     assert len(planner.asked) == 1
     assert not any(a.makeBeforeBreak for a in harness.world.applies_of("loading"))
     assert {a.plan.sharePercent for a in harness.world.applies_of("loading")} == {WHOLE}
+
+
+def placed(percent: int, node: str, device: str) -> PlanOutcome:
+    """A plan of ``percent`` of one device, ``node/device``."""
+    return PlanOutcome(plan=make_plan(share=percent).model_copy(update={"nodeName": node, "deviceNames": [device]}))
+
+
+async def test_a_consolidating_move_lands_on_its_target_and_applies_before_it_breaks(harness: Harness) -> None:
+    planner = Planner(placed(QUARTER, "node-a", "gpu-1"), placed(QUARTER, "node-b", "gpu-4"))
+    handle = await serving(harness, "gatherer", planner)
+
+    await handle.signal(OrderSignal.MOVE, "node-b/gpu-4")
+    await harness.until(lambda: len(harness.world.applies_of("gatherer")) == 2, what="the move applied")
+
+    # Planned beside what it holds, with the target ranked first: the same share, on the target, is a move.
+    move = planner.asked[-1]
+    assert move.besideCurrent
+    assert move.preferDevice == "node-b/gpu-4"
+    surge = harness.world.applies_of("gatherer")[-1]
+    assert surge.makeBeforeBreak
+    assert (surge.plan.nodeName, surge.plan.deviceNames) == ("node-b", ["gpu-4"])
+    state = await handle.query(OrderWorkflow.query_state)
+    assert state.moveTarget is None
+    assert not state.moveRequested
+
+
+async def test_a_consolidating_move_whose_plan_misses_its_target_keeps_the_plan_untold(harness: Harness) -> None:
+    # The target had no room any more: the planner's answer lands elsewhere, at the same share.
+    planner = Planner(placed(QUARTER, "node-a", "gpu-1"), placed(QUARTER, "node-c", "gpu-7"))
+    handle = await serving(harness, "missed", planner)
+    done = await completed(handle)
+
+    await handle.signal(OrderSignal.MOVE, "node-b/gpu-4")
+    await reconciled(harness, handle, done + 1)
+
+    assert [r.preferDevice for r in planner.asked] == [None, "node-b/gpu-4"]
+    assert not any(a.makeBeforeBreak for a in harness.world.applies_of("missed"))
+    state = await handle.query(OrderWorkflow.query_state)
+    assert state.plan is not None
+    assert (state.plan.nodeName, state.plan.deviceNames) == ("node-a", ["gpu-1"])
+    assert state.replanCount == 0
+
+
+async def test_an_untargeted_move_asks_no_device_and_needs_a_smaller_place(harness: Harness) -> None:
+    # The same share elsewhere is no move without a target: nothing comes free by it.
+    planner = Planner(placed(QUARTER, "node-a", "gpu-1"), placed(QUARTER, "node-b", "gpu-4"))
+    handle = await serving(harness, "drifter", planner)
+    done = await completed(handle)
+
+    await handle.signal(OrderSignal.MOVE)
+    await reconciled(harness, handle, done + 1)
+
+    assert [r.preferDevice for r in planner.asked] == [None, None]
+    assert not any(a.makeBeforeBreak for a in harness.world.applies_of("drifter"))

@@ -31,6 +31,7 @@ from inference_api.plan import PlanOutcome, PlanRefusal
 from inference_api.reasons import EventReason, Reason
 from inference_api.types import Phase
 from tests.factories import make_order
+from tests.workflows.test_move_signal import Planner, placed
 from tests.workflows.world import FAST, Harness, Stand, World, delete_as_a_step_finishes, runs_of
 from worker.worker import WORKFLOWS, workflow_runner
 from workflows.order import OrderWorkflow, ReplanOutcome
@@ -158,6 +159,28 @@ async def test_order_workflow_history_of_a_refused_replan_held_back_replays(harn
     await handle.signal(OrderWorkflow.delete)
     assert await handle.result() == "deleted"
     await replay(await record(handle, "v2-order-replan-held-back"))
+
+
+async def test_order_workflow_history_of_moves_replays(harness: Harness) -> None:
+    """The repack's two moves: ``move`` with no argument (the observer of the release before: a smaller
+    place, a whole device to a quarter), then ``move`` with a target (a consolidating move onto another
+    device's free share), then deleted."""
+    planner = Planner(placed(100, "node-a", "gpu-0"), placed(25, "node-a", "gpu-1"), placed(25, "node-b", "gpu-4"))
+    harness.world.plan = planner
+    handle = await harness.start(make_order("mover"))
+    await harness.until(harness.phase_is(Phase.READY))
+    await handle.signal(OrderSignal.MOVE)
+    await harness.until(lambda: len(planner.asked) == 2, what="the smaller move planned")
+    await harness.until(lambda: harness.world.applies_of("mover")[-1].plan.sharePercent == 25, what="moved")
+    await handle.signal(OrderSignal.MOVE, "node-b/gpu-4")
+    await harness.until(
+        lambda: harness.world.applies_of("mover")[-1].plan.nodeName == "node-b", what="the consolidating move"
+    )
+    assert [r.preferDevice for r in planner.asked] == [None, None, "node-b/gpu-4"]
+    harness.world.delete_order("mover")
+    await handle.signal(OrderWorkflow.delete)
+    assert await handle.result() == "deleted"
+    await replay(await record(handle, "v2-order-moves"))
 
 
 async def test_order_workflow_history_of_health_flips_replays(harness: Harness) -> None:

@@ -26,6 +26,21 @@ REPACK_ASKED = Counter(
     "Serving orders on a whole device that the repack (observer.repack) asked to move onto a smaller place; "
     "the GPUs a finished move gave back are the worker's ai_inference_gpus_won_back_total",
 )
+REPACK_CONSOLIDATING = Counter(
+    "ai_inference_repack_consolidating_moves_asked",
+    "Serving orders holding a share that the repack (observer.repack) asked to move onto another device in "
+    "use, so that the device they leave comes free (planner/repack.py propose_repack)",
+)
+REPACK_DEVICES_TO_FREE = Counter(
+    "ai_inference_repack_devices_to_free",
+    "Whole devices the repack's consolidating moves were asked for would free, once every move of the "
+    "pass is made (a move the planner finds no room for on its target is not made)",
+)
+REPACK_DEVICES_FREED = Counter(
+    "ai_inference_repack_devices_freed",
+    "Whole devices won back by consolidating moves: a device the repack asked to free, seen empty by a later "
+    "pass (within an hour of the ask)",
+)
 SIGNALS = Counter(
     "ai_inference_watcher_signals",
     "Signals (and terminations) to order workflows. outcome: sent; retry (refused or unreachable, "

@@ -56,13 +56,22 @@ from inference_api.preemption import ScalingObservation
 from inference_api.reasons import EventReason
 from inference_api.settings import CatalogMode, ModuleSettings
 from inference_api.types import CLASSES, GROUP, VERSION, HttpsMode, InferenceServiceClass
+from planner.inventory import InventorySnapshot
 from worker.disable import wakes_after_disable
 from worker.observer import decisions as d
 from worker.observer import informer as inf
 from worker.observer import repack
 from worker.observer.informer import Change, Informer, InformerItem, Listed, ListWatch, Resource, slim_metadata
 from worker.observer.inventory import InventoryInformers
-from worker.observer.metrics import EVENTS_HANDLED, ORDER_STATUS, ORDERS_KNOWN, REPACK_ASKED
+from worker.observer.metrics import (
+    EVENTS_HANDLED,
+    ORDER_STATUS,
+    ORDERS_KNOWN,
+    REPACK_ASKED,
+    REPACK_CONSOLIDATING,
+    REPACK_DEVICES_FREED,
+    REPACK_DEVICES_TO_FREE,
+)
 from worker.observer.outbox import Outbox, signal_to
 from worker.observer.prober import Prober, ProbeSpec
 from worker.observer.repair import Repair
@@ -72,6 +81,12 @@ from workflows.class_status import NOT_SERVED, ClassReferences, Names, class_rea
 from workflows.order_state import REPLICA_TROUBLE
 
 log = structlog.get_logger(__name__)
+
+# How long a device a consolidating move was asked to free is watched for, to be counted once empty: past
+# the longest a move made before it breaks may take (activities/builders/move.py withdraws it at 30 min).
+REPACK_FREEING_SECONDS = 3600.0
+# An order asked a consolidating move is not asked again for this many repack passes.
+REPACK_PASSES_BEFORE_ASKING_AGAIN = 3
 
 # Reads one Secret by namespace and name: the object as the API server sends it, None when there is none.
 SecretReader = Callable[[str, str], dict[str, Any] | None]
@@ -139,6 +154,11 @@ class Observer:
             settings.observer.shard == 0
         )
         self.placer: ReplicaPlacer | None = None
+        # The devices consolidating moves were asked to free (node/device → when the ask lapses): each
+        # counted as freed once a repack pass sees it empty (REPACK_DEVICES_FREED).
+        self.repack_freeing: dict[str, float] = {}
+        # The orders consolidating moves were asked of, and when (left out of the next passes).
+        self.repack_asked: dict[str, float] = {}
         self.read_secret = read_secret or secret_reader(api)
         # The Secrets the observer's orders own, by namespace/name, as last read by name (no informer:
         # the watcher may not list or watch Secrets). Read again once older than secret_check_seconds.
@@ -1057,8 +1077,11 @@ class Observer:
                 log.warning("stuck-workflow repair failed", **_error_fields(err))
             await asyncio.sleep(delay)
 
-    def repack_once(self) -> list[str]:
-        """One repack pass (observer.repack): this shard's stranded orders asked to move. The keys asked."""
+    def repack_once(self, snapshot: InventorySnapshot | None = None) -> list[str]:
+        """One repack pass (observer.repack): this shard's stranded orders asked to move onto a smaller
+        place; then, on the inventory ``snapshot`` (the replica placer's: shard 0's), the shares whose
+        moves free whole devices asked to move onto their targets. The keys asked, at most
+        ``maxMovesPerPass``."""
         config = self.config.repack
         classes = repack.parsed_classes(self.informers[inf.CLASS].cache.values())
         mine = (o for o in self.orders.cache.values() if self.mine(str(d.meta(o).get("uid"))))
@@ -1069,14 +1092,60 @@ class Observer:
         if asked:
             REPACK_ASKED.inc(len(asked))
             log.info("repack: orders asked to move", orders=asked)
+        room = config.maxMovesPerPass - len(asked)
+        if snapshot is None:
+            return asked
+        self._count_freed(snapshot)
+        if room <= 0:
+            return asked
+        # The placer's inventory holds every shard's claims: shard 0 (the placer's) asks every order.
+        now = time.monotonic()
+        # An order asked in the last passes is left out: its move is under way, or its plan missed the
+        # target (no room on the target's node, say), and asking it again at once would ask the same.
+        pause = REPACK_PASSES_BEFORE_ASKING_AGAIN * config.intervalSeconds
+        self.repack_asked = {key: when for key, when in self.repack_asked.items() if now - when < pause}
+        orders = {key: o for o in self.orders.cache.values() if (key := d.object_key(o)) not in self.repack_asked}
+        moves, freed = repack.consolidating_moves(snapshot, orders.values(), classes, room)
+        for move in moves:
+            self.outbox.put(signal_to(d.order_ref(orders[move.order]), OrderSignal.MOVE, [move.target]))
+            self.repack_asked[move.order] = now
+            asked.append(move.order)
+        if moves:
+            REPACK_CONSOLIDATING.inc(len(moves))
+            REPACK_DEVICES_TO_FREE.inc(len(freed))
+            lapses = time.monotonic() + REPACK_FREEING_SECONDS
+            self.repack_freeing.update(dict.fromkeys(freed, lapses))
+            log.info(
+                "repack: shares asked to move so that whole devices come free",
+                moves=[f"{m.order}: {m.source} -> {m.target}" for m in moves],
+                freed=list(freed),
+            )
         return asked
+
+    def _count_freed(self, snapshot: InventorySnapshot) -> None:
+        """The devices asked to be freed that the inventory now shows empty are counted, once; an ask
+        older than REPACK_FREEING_SECONDS is dropped (its moves were not made, or others took the device)."""
+        if not self.repack_freeing:
+            return
+        now = time.monotonic()
+        empty = {device.key for device in snapshot.devices if not device.allocations}
+        for key, lapses in list(self.repack_freeing.items()):
+            if key in empty:
+                REPACK_DEVICES_FREED.inc()
+                del self.repack_freeing[key]
+            elif now > lapses:
+                del self.repack_freeing[key]
 
     async def repack_loop(self) -> None:
         await self.orders_synced.wait()
         while True:
             await asyncio.sleep(self.config.repack.intervalSeconds * self._rng.uniform(0.9, 1.1))
             try:
-                self.repack_once()
+                snapshot = None
+                placer = self.placer
+                if placer is not None and placer.informers.synced:
+                    snapshot = await asyncio.to_thread(placer.informers.snapshot)
+                self.repack_once(snapshot)
             except Exception as err:  # a pass that failed is done again by the next
                 log.warning("repack pass failed", **_error_fields(err))
 

@@ -15,11 +15,21 @@ A candidate is an order that:
 
 The planner decides whether a smaller place has room; this only keeps the asking to the orders that
 could move at all.
+
+Consolidating moves (``consolidating_moves``): shares on devices that are partly used. Plans are made
+once, so when orders go, the shares left are spread over devices each partly used, and no order of a
+whole device (nor a large share) fits on any of them. The repack runs ``planner.repack.propose_repack``
+on the inventory the replica placer sees (devices, every claim's allocation, every planned place) and
+asks each share it would move (``OrderSignal.MOVE`` with its target, ``node/device``) to plan beside
+what it holds with the target ranked first; the workflow moves only when the plan lands on the target.
+A movable share is an order that serves (as above), holds less than a whole device, and whose class
+allows the move (as above); one allocation of the order in all (one replica on one device).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -32,6 +42,8 @@ from inference_api.types import (
     Phase,
     SharingMode,
 )
+from planner.inventory import InventorySnapshot
+from planner.repack import propose_repack
 from planner.scaling import autoscaled
 
 Obj = Mapping[str, Any]
@@ -96,3 +108,47 @@ def repack_candidates(orders: Iterable[Obj], classes: Mapping[str, InferenceServ
         if stranded(o, classes.get(str((o.get("spec") or {}).get("inferenceServiceClassName") or "")))
     ]
     return found[:limit]
+
+
+@dataclass(frozen=True)
+class ConsolidatingMove:
+    """One share to move: the order (namespace/name) off ``source`` onto ``target`` (both ``node/device``)."""
+
+    order: str
+    source: str
+    target: str
+
+
+def movable_share(order: Obj, cls: InferenceServiceClass | None) -> bool:
+    """May the order's share be moved onto another device (see the module's docstring)?"""
+    meta = order.get("metadata") or {}
+    status = order.get("status") or {}
+    if cls is None or meta.get("deletionTimestamp") or status.get("phase") != Phase.READY.value:
+        return False
+    conditions = _conditions(order)
+    if (conditions.get(ConditionType.READY.value) or {}).get("status") != "True":
+        return False
+    if (conditions.get(ConditionType.WORKLOAD_READY.value) or {}).get("reason") == Reason.WORKLOAD_MOVING.value:
+        return False
+    share = (status.get("resolved") or {}).get("sharePercent")
+    if not isinstance(share, int) or not 0 < share < 100:
+        return False
+    return move_allowed(cls, autoscaled=autoscaled(cls), held=False)
+
+
+def consolidating_moves(
+    snapshot: InventorySnapshot, orders: Iterable[Obj], classes: Mapping[str, InferenceServiceClass], limit: int
+) -> tuple[list[ConsolidatingMove], tuple[str, ...]]:
+    """At most ``limit`` moves of ``orders``' shares that free whole devices, and the devices they free.
+    Only ``orders`` move (this shard's); the snapshot's other holders stay where they are."""
+    movable: dict[str, Obj] = {}
+    for order in orders:
+        meta = order.get("metadata") or {}
+        cls = classes.get(str((order.get("spec") or {}).get("inferenceServiceClassName") or ""))
+        if movable_share(order, cls):
+            movable[f"{meta.get('namespace')}/{meta.get('name')}"] = order
+    if not movable:
+        return [], ()
+    proposal = propose_repack(snapshot, lambda holder: holder in movable, max_moves=limit)
+    moves = [ConsolidatingMove(m.holder, m.source, m.target) for m in proposal.moves]
+    return moves, proposal.freed
