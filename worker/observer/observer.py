@@ -1107,9 +1107,9 @@ class Observer:
         orders = {key: o for o in self.orders.cache.values() if (key := d.object_key(o)) not in self.repack_asked}
         moves, freed = repack.consolidating_moves(snapshot, orders.values(), classes, room)
         for move in moves:
-            self.outbox.put(signal_to(d.order_ref(orders[move.order]), OrderSignal.MOVE, [move.target]))
-            self.repack_asked[move.order] = now
-            asked.append(move.order)
+            self.outbox.put(signal_to(d.order_ref(orders[move.holder]), OrderSignal.MOVE, [move.target]))
+            self.repack_asked[move.holder] = now
+            asked.append(move.holder)
         if moves:
             REPACK_CONSOLIDATING.inc(len(moves))
             REPACK_DEVICES_TO_FREE.inc(len(freed))
@@ -1117,7 +1117,7 @@ class Observer:
             self.repack_freeing.update(dict.fromkeys(freed, lapses))
             log.info(
                 "repack: shares asked to move so that whole devices come free",
-                moves=[f"{m.order}: {m.source} -> {m.target}" for m in moves],
+                moves=[f"{m.holder}: {m.source} -> {m.target}" for m in moves],
                 freed=list(freed),
             )
         return asked

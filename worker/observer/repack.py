@@ -29,7 +29,6 @@ allows the move (as above); one allocation of the order in all (one replica on o
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -43,6 +42,7 @@ from inference_api.types import (
     SharingMode,
 )
 from planner.inventory import InventorySnapshot
+from planner.moves import Move
 from planner.repack import propose_repack
 from planner.scaling import autoscaled
 
@@ -63,21 +63,30 @@ def _conditions(order: Obj) -> dict[str, Obj]:
     return {str(c.get("type")): c for c in ((order.get("status") or {}).get("conditions") or [])}
 
 
-def stranded(order: Obj, cls: InferenceServiceClass | None) -> bool:
-    """Is ``order`` a candidate for a move (see the module's docstring)?"""
+def _serving_still(order: Obj, cls: InferenceServiceClass | None) -> bool:
+    """The order serves and nothing else is under way: a class, phase Ready, Ready=True, not being
+    deleted, not moving already (WorkloadReady=WorkloadMoving)."""
     meta = order.get("metadata") or {}
     status = order.get("status") or {}
     if cls is None or meta.get("deletionTimestamp") or status.get("phase") != Phase.READY.value:
         return False
     conditions = _conditions(order)
-    ready = conditions.get(ConditionType.READY.value) or {}
-    if ready.get("status") != "True":
+    if (conditions.get(ConditionType.READY.value) or {}).get("status") != "True":
         return False
-    workload = conditions.get(ConditionType.WORKLOAD_READY.value) or {}
-    if workload.get("reason") == Reason.WORKLOAD_MOVING.value:
-        return False
-    resolved = status.get("resolved") or {}
-    if resolved.get("sharePercent") != 100:
+    return (conditions.get(ConditionType.WORKLOAD_READY.value) or {}).get("reason") != Reason.WORKLOAD_MOVING.value
+
+
+def _share_of(order: Obj) -> object:
+    return ((order.get("status") or {}).get("resolved") or {}).get("sharePercent")
+
+
+def _class_of(order: Obj, classes: Mapping[str, InferenceServiceClass]) -> InferenceServiceClass | None:
+    return classes.get(str((order.get("spec") or {}).get("inferenceServiceClassName") or ""))
+
+
+def stranded(order: Obj, cls: InferenceServiceClass | None) -> bool:
+    """Is ``order`` a candidate for a move (see the module's docstring)?"""
+    if cls is None or not _serving_still(order, cls) or _share_of(order) != 100:
         return False
     return could_share(cls) and move_allowed(cls, autoscaled=autoscaled(cls), held=False)
 
@@ -102,53 +111,30 @@ def repack_candidates(orders: Iterable[Obj], classes: Mapping[str, InferenceServ
         meta = order.get("metadata") or {}
         return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
-    found = [
-        o
-        for o in sorted(orders, key=key)
-        if stranded(o, classes.get(str((o.get("spec") or {}).get("inferenceServiceClassName") or "")))
-    ]
+    found = [o for o in sorted(orders, key=key) if stranded(o, _class_of(o, classes))]
     return found[:limit]
-
-
-@dataclass(frozen=True)
-class ConsolidatingMove:
-    """One share to move: the order (namespace/name) off ``source`` onto ``target`` (both ``node/device``)."""
-
-    order: str
-    source: str
-    target: str
 
 
 def movable_share(order: Obj, cls: InferenceServiceClass | None) -> bool:
     """May the order's share be moved onto another device (see the module's docstring)?"""
-    meta = order.get("metadata") or {}
-    status = order.get("status") or {}
-    if cls is None or meta.get("deletionTimestamp") or status.get("phase") != Phase.READY.value:
-        return False
-    conditions = _conditions(order)
-    if (conditions.get(ConditionType.READY.value) or {}).get("status") != "True":
-        return False
-    if (conditions.get(ConditionType.WORKLOAD_READY.value) or {}).get("reason") == Reason.WORKLOAD_MOVING.value:
-        return False
-    share = (status.get("resolved") or {}).get("sharePercent")
-    if not isinstance(share, int) or not 0 < share < 100:
+    share = _share_of(order)
+    if cls is None or not _serving_still(order, cls) or not isinstance(share, int) or not 0 < share < 100:
         return False
     return move_allowed(cls, autoscaled=autoscaled(cls), held=False)
 
 
 def consolidating_moves(
     snapshot: InventorySnapshot, orders: Iterable[Obj], classes: Mapping[str, InferenceServiceClass], limit: int
-) -> tuple[list[ConsolidatingMove], tuple[str, ...]]:
-    """At most ``limit`` moves of ``orders``' shares that free whole devices, and the devices they free.
-    Only ``orders`` move (this shard's); the snapshot's other holders stay where they are."""
-    movable: dict[str, Obj] = {}
+) -> tuple[tuple[Move, ...], tuple[str, ...]]:
+    """At most ``limit`` moves of ``orders``' shares that free whole devices (each ``Move``'s holder is the
+    order, namespace/name), and the devices they free. Only ``orders`` move (this shard's); the
+    snapshot's other holders stay where they are."""
+    movable: set[str] = set()
     for order in orders:
-        meta = order.get("metadata") or {}
-        cls = classes.get(str((order.get("spec") or {}).get("inferenceServiceClassName") or ""))
-        if movable_share(order, cls):
-            movable[f"{meta.get('namespace')}/{meta.get('name')}"] = order
+        if movable_share(order, _class_of(order, classes)):
+            meta = order.get("metadata") or {}
+            movable.add(f"{meta.get('namespace')}/{meta.get('name')}")
     if not movable:
-        return [], ()
-    proposal = propose_repack(snapshot, lambda holder: holder in movable, max_moves=limit)
-    moves = [ConsolidatingMove(m.holder, m.source, m.target) for m in proposal.moves]
-    return moves, proposal.freed
+        return (), ()
+    proposal = propose_repack(snapshot, movable.__contains__, max_moves=limit)
+    return proposal.moves, proposal.freed
